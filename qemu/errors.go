@@ -1,0 +1,86 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Match them with errors.Is; the typed errors below wrap them.
+var (
+	// ErrInvalidSpec: the spec (or a disk/NIC given to AddDisk/AddNIC) failed validation.
+	ErrInvalidSpec = errors.New("invalid spec")
+	// ErrKVMUnavailable: the spec asks for KVM but the host cannot really run KVM guests.
+	ErrKVMUnavailable = errors.New("kvm not usable on this host")
+	// ErrExited: the QEMU process has exited; the operation cannot run.
+	ErrExited = errors.New("qemu exited")
+	// ErrNoFreePort: every PCIe root port is taken; start the VM with more HotplugPorts.
+	ErrNoFreePort = errors.New("no free pcie root port")
+	// ErrNotHotpluggable: the device's bus has no hotplug (SATA/AHCI) or the VM lacks the
+	// controller (SCSI without virtio-scsi).
+	ErrNotHotpluggable = errors.New("device not hotpluggable")
+	// ErrDeviceExists: a disk or NIC with this id is already attached.
+	ErrDeviceExists = errors.New("device already attached")
+	// ErrUnknownDevice: no disk or NIC with this id is attached.
+	ErrUnknownDevice = errors.New("unknown device")
+	// ErrMigrationFailed: a migration ended in status failed or cancelled.
+	ErrMigrationFailed = errors.New("migration failed")
+	// ErrWrongState: the VM is not in a state where the operation makes sense.
+	ErrWrongState = errors.New("wrong vm state")
+)
+
+// SpecError says which field of a spec is wrong and why. It wraps ErrInvalidSpec.
+type SpecError struct {
+	Field  string // e.g. "disks[1].id"
+	Value  string // the offending value, shortened to 64 bytes and quoted when printed
+	Reason string
+}
+
+func (e *SpecError) Error() string {
+	return fmt.Sprintf("validate spec: %s %q: %s", e.Field, shorten(e.Value, 64), e.Reason)
+}
+
+// Unwrap lets errors.Is(err, ErrInvalidSpec) match.
+func (e *SpecError) Unwrap() error { return ErrInvalidSpec }
+
+// StepError reports which named Start step failed. Stderr holds the tail of QEMU's standard
+// error when the process had been started, which usually says why QEMU refused.
+type StepError struct {
+	Step   string
+	Err    error
+	Stderr string
+}
+
+func (e *StepError) Error() string {
+	msg := fmt.Sprintf("start vm: step %s: %v", e.Step, e.Err)
+	if s := strings.TrimSpace(e.Stderr); s != "" {
+		msg += " (qemu stderr: " + shorten(s, 512) + ")"
+	}
+	return msg
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// MigrationError is a migration that ended badly: Status is QEMU's final status ("failed",
+// "cancelled") and Desc its error-desc if any. It wraps ErrMigrationFailed.
+type MigrationError struct {
+	Status string
+	Desc   string
+}
+
+func (e *MigrationError) Error() string {
+	if e.Desc == "" {
+		return fmt.Sprintf("migrate: status %s", e.Status)
+	}
+	return fmt.Sprintf("migrate: status %s: %s", e.Status, e.Desc)
+}
+
+// Unwrap lets errors.Is(err, ErrMigrationFailed) match.
+func (e *MigrationError) Unwrap() error { return ErrMigrationFailed }
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

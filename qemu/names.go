@@ -1,0 +1,40 @@
+package qemu
+
+import "fmt"
+
+// QEMU-side names vmlet derives. They all contain '_', which user ids cannot, so they never
+// collide with a disk or NIC id (which are used as QEMU device ids unchanged).
+const (
+	chardevQMP    = "qmp_mon"
+	chardevSerial = "serial_chr"
+	chardevAgent  = "agent_chr"
+	devSerial     = "serial_dev"
+	devVirtSerial = "vser_0"
+	devAgentPort  = "agent_port"
+	objRNG        = "rng_src"
+	devRNG        = "rng_dev"
+	devSCSI       = "scsi_0"
+	busSCSI       = devSCSI + ".0"
+	serialLogSet  = 1 // -add-fd set id of the serial log file
+
+	// Fixed PCI addresses on pcie.0, so that source and target agree whatever the device mix.
+	addrVirtSerial = "0x5"
+	addrRNG        = "0x6"
+	addrSCSI       = "0x7"
+	rootPortSlot0  = 0x10 // root ports fill functions 0-7 of slots 0x10-0x13
+)
+
+func rootPortID(port int) string      { return fmt.Sprintf("rp_%d", port) }
+func fileNodeName(id string) string   { return "f_" + id }
+func formatNodeName(id string) string { return "d_" + id }
+func netdevID(id string) string       { return "n_" + id }
+func tapFDName(id string, q int) string {
+	return fmt.Sprintf("t_%s_%d", id, q)
+}
+func sataBus(port int) string { return fmt.Sprintf("ide.%d", port-1) }
+
+// rootPortAddr is the PCI address of root port n (1-based) on pcie.0.
+func rootPortAddr(n int) (addr string, multifunction bool) {
+	i := n - 1
+	return fmt.Sprintf("0x%x.0x%x", rootPortSlot0+i/8, i%8), i%8 == 0
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Host packages (qemu, devices, network, storage) and the launcher binary must not depend on
+# Kubernetes: they take plain Go structs. This checks the full transitive dependency lists, which
+# golangci-lint's depguard (direct imports only) cannot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bad=0
+for p in ./qemu/... ./devices/... ./network/... ./storage/... ./cmd/vmlet-launcher/...; do
+  list=$(go list -deps "$p")
+  deps=$(grep -E '^(k8s\.io/|sigs\.k8s\.io/controller-runtime|github\.com/vmlet/vmlet/(api|controllers)(/|$))' <<<"$list" || true)
+  if [ -n "$deps" ]; then
+    echo "check-imports: $p depends on Kubernetes packages:" >&2
+    echo "$deps" | sed 's/^/  /' >&2
+    bad=1
+  fi
+done
+[ $bad = 0 ] && echo "check-imports: host packages and vmlet-launcher are free of k8s.io" >&2
+exit $bad

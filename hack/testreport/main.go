@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+type key struct{ pkg, test string }
+
+type report struct {
+	out              io.Writer
+	output           map[key]*strings.Builder
+	passed, failed   int
+	skipped          []string
+	failures         []string
+	forbiddenSkips   []string
+	failedPkgs       []string
+	allowedSkipMatch string
+	ci               bool
+}
+
+func main() {
+	r := &report{
+		out:              os.Stdout,
+		output:           map[key]*strings.Builder{},
+		allowedSkipMatch: "KVM not usable",
+		ci:               os.Getenv("CI") == "true",
+	}
+	start := time.Now()
+	if err := r.read(os.Stdin); err != nil {
+		fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(r.finish(time.Since(start)))
+}
+
+func (r *report) read(in io.Reader) error {
+	br := bufio.NewReaderSize(in, 1<<20)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			var ev event
+			if jerr := json.Unmarshal(line, &ev); jerr != nil || ev.Action == "" {
+				// Build errors and other non-JSON lines: pass through.
+				fmt.Fprint(r.out, string(line))
+			} else {
+				r.handle(ev)
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read go test output: %w", err)
+		}
+	}
+}
+
+func (r *report) buf(k key) *strings.Builder {
+	b := r.output[k]
+	if b == nil {
+		b = &strings.Builder{}
+		r.output[k] = b
+	}
+	return b
+}
+
+func (r *report) handle(ev event) {
+	k := key{ev.Package, ev.Test}
+	switch ev.Action {
+	case "output":
+		r.buf(k).WriteString(ev.Output)
+	case "pass", "fail", "skip":
+		if ev.Test == "" {
+			r.packageDone(ev)
+			return
+		}
+		r.testDone(ev)
+	}
+}
+
+func (r *report) testDone(ev event) {
+	k := key{ev.Package, ev.Test}
+	name := shortPkg(ev.Package) + "." + ev.Test
+	out := r.buf(k).String()
+	delete(r.output, k)
+	switch ev.Action {
+	case "pass":
+		r.passed++
+		fmt.Fprintf(r.out, "PASS %s (%.2fs)\n", name, ev.Elapsed)
+	case "fail":
+		r.failed++
+		r.failures = append(r.failures, name)
+		fmt.Fprintf(r.out, "FAIL %s (%.2fs)\n%s", name, ev.Elapsed, indent(out))
+	case "skip":
+		reason := skipReason(out)
+		r.skipped = append(r.skipped, name+": "+reason)
+		if r.ci && !strings.Contains(out, r.allowedSkipMatch) {
+			r.forbiddenSkips = append(r.forbiddenSkips, name+": "+reason)
+		}
+		fmt.Fprintf(r.out, "SKIP %s: %s\n", name, reason)
+	}
+}
+
+func (r *report) packageDone(ev event) {
+	k := key{ev.Package, ""}
+	out := r.buf(k).String()
+	delete(r.output, k)
+	if ev.Action == "fail" {
+		r.failedPkgs = append(r.failedPkgs, ev.Package)
+		fmt.Fprintf(r.out, "FAIL package %s (%.1fs)\n%s", ev.Package, ev.Elapsed, indent(out))
+		return
+	}
+	fmt.Fprintf(r.out, "ok   package %s (%.1fs)\n", ev.Package, ev.Elapsed)
+}
+
+func (r *report) finish(d time.Duration) int {
+	fmt.Fprintf(r.out, "\n==== summary (%s) ====\n", d.Round(time.Second))
+	if len(r.skipped) > 0 {
+		sort.Strings(r.skipped)
+		fmt.Fprintf(r.out, "skipped:\n  %s\n", strings.Join(r.skipped, "\n  "))
+	}
+	code := 0
+	if len(r.failures) > 0 || len(r.failedPkgs) > 0 {
+		fmt.Fprintf(r.out, "failed tests: %s\nfailed packages: %s\n",
+			strings.Join(r.failures, ", "), strings.Join(r.failedPkgs, ", "))
+		code = 1
+	}
+	if len(r.forbiddenSkips) > 0 {
+		fmt.Fprintf(r.out, "CI=true forbids these skips (only %q may skip):\n  %s\n",
+			r.allowedSkipMatch, strings.Join(r.forbiddenSkips, "\n  "))
+		code = 1
+	}
+	if r.passed == 0 && code == 0 {
+		fmt.Fprintln(r.out, "no test ran")
+		code = 1
+	}
+	fmt.Fprintf(r.out, "%d passed, %d failed, %d skipped\n", r.passed, r.failed+len(r.forbiddenSkips), len(r.skipped))
+	return code
+}
+
+func shortPkg(p string) string { return strings.TrimPrefix(p, "github.com/vmlet/vmlet/") }
+
+func skipReason(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- SKIP") {
+			continue
+		}
+		return l
+	}
+	return "(no reason given)"
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	if !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}

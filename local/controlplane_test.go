@@ -1,0 +1,66 @@
+package local
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmlet/vmlet/test/apienv"
+)
+
+// TestControlPlanePersists starts the embedded control plane, creates an object, stops it, starts
+// it again on the same state folder and finds the object: a second `make run` picks up the same
+// state.
+func TestControlPlanePersists(t *testing.T) {
+	assets, err := apienv.ControlPlaneAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		StateDir:  t.TempDir(),
+		AssetsDir: assets,
+		CRDDirs:   []string{filepath.Join(apienv.RepoRoot(), "test", "apienv", "testdata")},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gvk := schema.GroupVersionKind{Group: "test.vmlet.dev", Version: "v1", Kind: "Widget"}
+
+	cp, err := StartControlPlane(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &unstructured.Unstructured{}
+	w.SetGroupVersionKind(gvk)
+	w.SetNamespace("default")
+	w.SetName("persisted")
+	if err := cp.Client.Create(ctx, w); err != nil {
+		_ = cp.Stop()
+		t.Fatalf("create: %v", err)
+	}
+	if err := cp.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	cp, err = StartControlPlane(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(gvk)
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(w), got); err != nil {
+		t.Fatalf("object lost across restart: %v", err)
+	}
+	if got.GetUID() != w.GetUID() {
+		t.Fatalf("uid changed across restart: %s != %s", got.GetUID(), w.GetUID())
+	}
+}

@@ -1,0 +1,62 @@
+package devices
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// cgroup2MountIn returns the mount point of the cgroup2 filesystem listed in r, in the
+// /proc/self/mountinfo format (proc(5)): "id parent major:minor root mountpoint options
+// [optional…] - fstype source superoptions". A mount of the hierarchy's root ("/") is preferred
+// over bind mounts of a subtree. It is pure, for tests.
+func cgroup2MountIn(r io.Reader) (string, error) {
+	var sub string
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64*1024), 1<<20)
+	for s.Scan() {
+		left, right, ok := strings.Cut(s.Text(), " - ")
+		if !ok {
+			continue
+		}
+		lf, rf := strings.Fields(left), strings.Fields(right)
+		if len(lf) < 5 || len(rf) < 1 || rf[0] != "cgroup2" {
+			continue
+		}
+		mnt := unescapeMountinfo(lf[4])
+		if lf[3] == "/" {
+			return mnt, nil
+		}
+		if sub == "" {
+			sub = mnt
+		}
+	}
+	if err := s.Err(); err != nil {
+		return "", fmt.Errorf("read mountinfo: %w", err)
+	}
+	if sub == "" {
+		return "", ErrNoCgroup2
+	}
+	return sub, nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for space, \011, \012, \134).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -11,7 +11,7 @@ cache=${VMLET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmlet}/tools
 declare -A pin=(
   [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
-  [protoc-gen-go]=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
+  [protoc-gen-go]=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12-0.20260120151049-f2248ac996af
   [protoc-gen-go-grpc]=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
   [benchstat]=golang.org/x/perf/cmd/benchstat@v0.0.0-20260409210113-d2ed1e0ebc06
 )

@@ -52,7 +52,6 @@ type VM struct {
 	PID       int
 	Args      []string // QEMU's full argv
 
-	stdin  *os.File
 	stderr *syncBuffer
 	done   chan struct{} // closed when cmd.Wait returned
 	state  *os.ProcessState
@@ -119,7 +118,7 @@ func Boot(tb testing.TB, opts BootOptions) *VM {
 	}
 	// The console must see EOF when QEMU exits: drop the parent's write end now.
 	serialOut.Close()
-	vm.PID, vm.stdin, vm.Serial = cmd.Process.Pid, stdin, stdin
+	vm.PID, vm.Serial = cmd.Process.Pid, stdin
 	vm.Console = NewConsole(stdout)
 	go func() {
 		vm.err = cmd.Wait()

@@ -78,18 +78,25 @@ kernel_pkg=$(grep "^linux-image-" <<<"$resolved")
 key=$({ echo "$builder_hash"; echo "$resolved"; } | sha256sum | cut -c1-16)
 out="$cache/$key"
 if [ -f "$out/manifest.txt" ]; then
+  touch "$out" # marks it in use for the 30-day cleanup below
   echo "$out"
   exit 0
 fi
 
 # --- build (one builder at a time; others wait and then find the result) -------------------------
 exec 9>"$cache/.lock"
-say "waiting for the build lock $cache/.lock"
-flock 9
+if ! flock -n 9; then
+  say "waiting for another build (lock $cache/.lock)"
+  flock 9
+fi
 if [ -f "$out/manifest.txt" ]; then
   echo "$out"
   exit 0
 fi
+# Holding the lock: leftovers of killed builds and guests unused for 30 days can go.
+rm -rf "$cache"/.build-*
+find "$cache" -mindepth 1 -maxdepth 1 -mtime +30 \( -name 'resolved-*' -o -type d \) \
+  -exec rm -rf {} + 2>/dev/null || true
 start=$(date +%s.%N)
 tmp=$(mktemp -d "$cache/.build-$key.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

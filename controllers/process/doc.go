@@ -1,0 +1,12 @@
+// Package process is the node agent's process runtime for launchers (local mode): each VMI's
+// vmlet-launcher runs as a child process in a fresh cgroup-v2 "jail" carrying a vmlet eBPF device
+// filter, with a private run folder for its sockets and logs.
+//
+// Launchers outlive the agent (their own session, no parent-death signal), so an agent that is
+// killed and restarted re-adopts them from their run folders: the pid file, the ready socket and
+// the cgroup tell what runs. When a launcher exits, its exit is read from the process (when the
+// agent is its parent) or, after a restart, from the exit file the runtime writes when it reaps a
+// child, or found as "gone without a trace" (killed).
+//
+// The package takes plain strings and structs; it imports no Kubernetes types.
+package process

@@ -1,0 +1,290 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/devices"
+)
+
+// Names of the files in a launcher's run folder.
+const (
+	ReadySocket    = "launcher.sock"
+	StartingSocket = "launcher.sock.starting"
+	pidFile        = "launcher.pid"
+	exitFile       = "launcher.exit"
+	logFile        = "launcher.log"
+)
+
+// ErrNotFound is returned for a launcher this runtime does not know.
+var ErrNotFound = errors.New("launcher not found")
+
+// Spec describes one launcher to run.
+type Spec struct {
+	ID   string // unique and stable per VMI (its UID); a file name
+	Name string // human name for logs
+	// Args are the launcher's arguments after the binary; the run folder is Runtime.Dir(ID).
+	Args []string
+	// Rules is the device filter for the launcher's cgroup (devices.Baseline).
+	Rules []devices.Rule
+}
+
+// Exit tells how a launcher ended.
+type Exit struct {
+	Code   int    `json:"code"`             // exit status; -1 when killed by a signal or unknown
+	Signal string `json:"signal,omitempty"` // terminating signal, if any
+	Known  bool   `json:"known"`            // false: the process vanished while no agent watched
+	At     time.Time
+}
+
+// State is a launcher's observed state.
+type State struct {
+	Pid    int
+	Ready  bool  // the ready socket exists
+	Exited *Exit // nil while running
+}
+
+// Runtime runs launchers as processes on this machine.
+type Runtime struct {
+	// Binary is the vmlet-launcher executable.
+	Binary string
+	// RunRoot holds one folder per launcher; keep it short (unix socket paths ≤ 107 bytes).
+	RunRoot string
+	// CgroupParent is the cgroup-v2 folder under which each launcher gets its own cgroup.
+	CgroupParent string
+	// OnExit is called (from a goroutine) when a launcher this runtime started exits.
+	OnExit func(id string)
+
+	mu       sync.Mutex
+	children map[string]chan struct{} // closed when the child is reaped
+}
+
+// Dir is the launcher's run folder.
+func (r *Runtime) Dir(id string) string { return filepath.Join(r.RunRoot, id) }
+
+// Socket is the launcher's ready socket path.
+func (r *Runtime) Socket(id string) string { return filepath.Join(r.Dir(id), ReadySocket) }
+
+func (r *Runtime) cgroupPath(id string) string { return filepath.Join(r.CgroupParent, "vmlet-"+id) }
+
+// Ensure starts the launcher unless one already runs (or ran: an exited launcher is not
+// restarted; Remove it first). It is idempotent and safe to call on every reconcile.
+func (r *Runtime) Ensure(ctx context.Context, s Spec) (State, error) {
+	if err := validID(s.ID); err != nil {
+		return State{}, err
+	}
+	st, err := r.State(s.ID)
+	if err == nil {
+		return st, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return State{}, err
+	}
+	return r.start(ctx, s)
+}
+
+func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
+	dir := r.Dir(s.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return State{}, fmt.Errorf("make run dir: %w", err)
+	}
+	var jail *devices.Jail
+	defer func() {
+		if err != nil {
+			if jail != nil {
+				_ = jail.Close(context.Background())
+			}
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if jail, err = devices.NewJail(r.CgroupParent, "vmlet-"+s.ID, s.Rules); err != nil {
+		return State{}, fmt.Errorf("make launcher cgroup: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return State{}, fmt.Errorf("open launcher log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(r.Binary, s.Args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: the launcher (and its VM) must survive an agent restart.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := jail.Start(cmd); err != nil {
+		return State{}, fmt.Errorf("start launcher: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return State{}, fmt.Errorf("write pid file: %w", err)
+	}
+	r.mu.Lock()
+	if r.children == nil {
+		r.children = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	r.children[s.ID] = done
+	r.mu.Unlock()
+	go r.reap(s.ID, cmd, done)
+	return State{Pid: cmd.Process.Pid}, nil
+}
+
+// reap owns cmd.Wait for a child and records how it ended.
+func (r *Runtime) reap(id string, cmd *exec.Cmd, done chan struct{}) {
+	err := cmd.Wait()
+	ex := Exit{Code: cmd.ProcessState.ExitCode(), Known: true, At: time.Now()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ex.Signal = ws.Signal().String()
+	}
+	_ = err // the exit status is in ProcessState
+	if b, jerr := json.Marshal(ex); jerr == nil {
+		_ = os.WriteFile(filepath.Join(r.Dir(id), exitFile), b, 0o600)
+	}
+	r.mu.Lock()
+	delete(r.children, id)
+	r.mu.Unlock()
+	close(done)
+	if r.OnExit != nil {
+		r.OnExit(id)
+	}
+}
+
+// State reports a launcher's state from its run folder: ErrNotFound when it has none.
+func (r *Runtime) State(id string) (State, error) {
+	dir := r.Dir(id)
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, fmt.Errorf("launcher %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil || pid <= 0 {
+		return State{}, fmt.Errorf("read pid file: bad pid %q", b)
+	}
+	st := State{Pid: pid}
+	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
+		var ex Exit
+		if json.Unmarshal(b, &ex) == nil {
+			st.Exited = &ex
+			return st, nil
+		}
+	}
+	if !r.alive(id, pid) {
+		r.mu.Lock()
+		_, child := r.children[id]
+		r.mu.Unlock()
+		if !child { // a child's exit is recorded by reap; anything else vanished unobserved
+			st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+			return st, nil
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ReadySocket)); err == nil {
+		st.Ready = true
+	}
+	return st, nil
+}
+
+// alive reports whether pid is still the launcher in id's cgroup (guards against pid reuse).
+func (r *Runtime) alive(id string, pid int) bool {
+	if err := unix.Kill(pid, 0); err != nil {
+		return false
+	}
+	cg := &devices.Cgroup{Path: r.cgroupPath(id)}
+	procs, err := cg.Procs()
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop sends SIGTERM to a running launcher (graceful guest shutdown within its grace period).
+func (r *Runtime) Stop(id string) error {
+	st, err := r.State(id)
+	if err != nil {
+		return err
+	}
+	if st.Exited != nil {
+		return nil
+	}
+	if err := unix.Kill(st.Pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal launcher: %w", err)
+	}
+	return nil
+}
+
+// Remove kills whatever still runs in the launcher's cgroup, removes the cgroup (and with it the
+// device filter) and deletes the run folder. Idempotent.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	cg := &devices.Cgroup{Path: r.cgroupPath(id)}
+	if _, err := os.Stat(cg.Path); err == nil {
+		if err := cg.Remove(ctx); err != nil {
+			return fmt.Errorf("remove launcher cgroup: %w", err)
+		}
+	}
+	r.mu.Lock()
+	done := r.children[id]
+	r.mu.Unlock()
+	if done != nil {
+		// The reaper goroutine records the exit; wait for it so no zombie is left.
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for launcher exit: %w", ctx.Err())
+		}
+	}
+	if err := os.RemoveAll(r.Dir(id)); err != nil {
+		return fmt.Errorf("remove run dir: %w", err)
+	}
+	return nil
+}
+
+// List returns the ids of all launchers with a run folder (running or exited).
+func (r *Runtime) List() ([]string, error) {
+	ents, err := os.ReadDir(r.RunRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list run root: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && validID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+func validID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("launcher id %q: bad length", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("launcher id %q: only [a-z0-9-]", id)
+		}
+	}
+	return nil
+}

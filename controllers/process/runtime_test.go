@@ -1,0 +1,185 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/test/prereq"
+)
+
+const fakeEnv = "VMLET_PROCESS_TEST_FAKE_LAUNCHER"
+
+// TestMain lets the test binary act as a minimal launcher: it binds the starting socket,
+// renames it to the ready name, and exits 0 on SIGTERM. It stands in for vmlet-launcher, whose
+// own tests run the real thing; here the seam under test is the runtime.
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeEnv) == "1" {
+		os.Exit(fakeLauncher())
+	}
+	os.Exit(m.Run())
+}
+
+func fakeLauncher() int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	l, err := net.Listen("unix", StartingSocket)
+	if err != nil {
+		return 3
+	}
+	if err := os.Rename(StartingSocket, ReadySocket); err != nil {
+		return 4
+	}
+	<-sigs
+	_ = l.Close()
+	return 0
+}
+
+func newRuntime(t *testing.T) (*Runtime, chan string) {
+	t.Helper()
+	prereq.Root(t)
+	mnt, err := devices.FindCgroup2Mount()
+	if err != nil {
+		prereq.Missing(t, "cgroup2: "+err.Error())
+	}
+	parent, err := os.MkdirTemp(mnt, "vmlet-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(parent) })
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits := make(chan string, 4)
+	t.Setenv(fakeEnv, "1")
+	return &Runtime{Binary: self, RunRoot: t.TempDir(), CgroupParent: parent, OnExit: func(id string) { exits <- id }}, exits
+}
+
+func spec(id string) Spec {
+	return Spec{ID: id, Name: "test", Rules: devices.Baseline(devices.BaselineOptions{})}
+}
+
+// waitState polls the run folder (file state, no event source) until cond holds or the deadline.
+func waitState(t *testing.T, r *Runtime, id string, cond func(State) bool) State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := r.State(id)
+		if err == nil && cond(st) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("launcher %s: condition not reached: last state %+v, err %v", id, st, err)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestEnsureStopRemove(t *testing.T) {
+	r, exits := newRuntime(t)
+	id := "0f4c6a2e-1111-4e7e-9d51-000000000001"
+	st, err := r.Ensure(context.Background(), spec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := waitState(t, r, id, func(s State) bool { return s.Ready })
+	if ready.Pid != st.Pid {
+		t.Fatalf("pid changed: %d -> %d", st.Pid, ready.Pid)
+	}
+	again, err := r.Ensure(context.Background(), spec(id))
+	if err != nil || again.Pid != st.Pid {
+		t.Fatalf("Ensure not idempotent: %+v %v", again, err)
+	}
+	// The launcher runs inside its own cgroup.
+	procs, err := (&devices.Cgroup{Path: r.cgroupPath(id)}).Procs()
+	if err != nil || len(procs) != 1 || procs[0] != st.Pid {
+		t.Fatalf("cgroup procs = %v, %v; want [%d]", procs, err, st.Pid)
+	}
+
+	if err := r.Stop(id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-exits:
+		if got != id {
+			t.Fatalf("OnExit(%s), want %s", got, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit reported")
+	}
+	end := waitState(t, r, id, func(s State) bool { return s.Exited != nil })
+	if !end.Exited.Known || end.Exited.Code != 0 {
+		t.Fatalf("exit = %+v, want known code 0", end.Exited)
+	}
+	if err := r.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, id)
+}
+
+// TestAdoptAfterRestart: a new Runtime (an agent restarted) finds the running launcher, and a
+// launcher killed while nobody watched is reported as an unobserved exit.
+func TestAdoptAfterRestart(t *testing.T) {
+	r, _ := newRuntime(t)
+	id := "0f4c6a2e-1111-4e7e-9d51-000000000002"
+	st, err := r.Ensure(context.Background(), spec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, r, id, func(s State) bool { return s.Ready })
+
+	restarted := &Runtime{Binary: r.Binary, RunRoot: r.RunRoot, CgroupParent: r.CgroupParent}
+	ids, err := restarted.List()
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("List = %v, %v", ids, err)
+	}
+	adopted, err := restarted.Ensure(context.Background(), spec(id))
+	if err != nil || adopted.Pid != st.Pid || !adopted.Ready || adopted.Exited != nil {
+		t.Fatalf("adopted = %+v, %v; want the running pid %d", adopted, err, st.Pid)
+	}
+
+	// Simulate "killed while the agent was down": the first runtime's reaper writes the exit
+	// file, so remove it to look at what a restarted agent would see without it.
+	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, r, id, func(s State) bool { return s.Exited != nil })
+	if err := os.Remove(filepath.Join(r.Dir(id), exitFile)); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := restarted.State(id)
+	if err != nil || gone.Exited == nil || gone.Exited.Known {
+		t.Fatalf("state after unobserved kill = %+v, %v; want an unknown exit", gone, err)
+	}
+	if err := restarted.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, id)
+}
+
+func assertGone(t *testing.T, r *Runtime, id string) {
+	t.Helper()
+	if _, err := os.Stat(r.Dir(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run dir left behind: %v", err)
+	}
+	if _, err := os.Stat(r.cgroupPath(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup left behind: %v", err)
+	}
+	if _, err := r.State(id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("State after Remove: %v, want ErrNotFound", err)
+	}
+}

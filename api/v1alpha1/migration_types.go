@@ -1,0 +1,171 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// VirtualMachineInstanceMigration represents the object tracking a VMI's migration to another
+// host in the cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName={vmim,vmims},categories=all
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="VMI",type="string",JSONPath=".spec.vmiName"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type VirtualMachineInstanceMigration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec says which vmi to migrate. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	Spec VirtualMachineInstanceMigrationSpec `json:"spec"`
+	// Status is the observed progress of the migration.
+	// +optional
+	Status VirtualMachineInstanceMigrationStatus `json:"status,omitempty"`
+}
+
+// VirtualMachineInstanceMigrationList is a list of VirtualMachineInstanceMigrations.
+//
+// +kubebuilder:object:root=true
+type VirtualMachineInstanceMigrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualMachineInstanceMigration `json:"items"`
+}
+
+// VirtualMachineInstanceMigrationSpec names the vmi to migrate.
+type VirtualMachineInstanceMigrationSpec struct {
+	// The name of the VMI to perform the migration on. VMI must exist in the migration objects
+	// namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	VMIName string `json:"vmiName"`
+}
+
+// VirtualMachineInstanceMigrationPhase is a label for the condition of a
+// VirtualMachineInstanceMigration at the current time.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:Enum=Pending;Scheduling;Scheduled;PreparingTarget;TargetReady;Running;Succeeded;Failed
+type VirtualMachineInstanceMigrationPhase string
+
+// Migration phases.
+const (
+	// MigrationPhaseUnset: no controller has seen the migration yet.
+	MigrationPhaseUnset VirtualMachineInstanceMigrationPhase = ""
+	// MigrationPending: the migration is accepted by the system.
+	MigrationPending VirtualMachineInstanceMigrationPhase = "Pending"
+	// MigrationScheduling: the migration's target launcher is being scheduled.
+	MigrationScheduling VirtualMachineInstanceMigrationPhase = "Scheduling"
+	// MigrationScheduled: the migration's target launcher is running.
+	MigrationScheduled VirtualMachineInstanceMigrationPhase = "Scheduled"
+	// MigrationPreparingTarget: the target QEMU is being started with -incoming defer.
+	MigrationPreparingTarget VirtualMachineInstanceMigrationPhase = "PreparingTarget"
+	// MigrationTargetReady: the target listens for the migration stream.
+	MigrationTargetReady VirtualMachineInstanceMigrationPhase = "TargetReady"
+	// MigrationRunning: the migration is in progress.
+	MigrationRunning VirtualMachineInstanceMigrationPhase = "Running"
+	// MigrationSucceeded: the guest runs on the target.
+	MigrationSucceeded VirtualMachineInstanceMigrationPhase = "Succeeded"
+	// MigrationFailed: the migration failed; the guest still runs on the source if it can.
+	MigrationFailed VirtualMachineInstanceMigrationPhase = "Failed"
+)
+
+// VirtualMachineInstanceMigrationStatus represents information pertaining to a VMI's migration.
+type VirtualMachineInstanceMigrationStatus struct {
+	// Phase of the migration.
+	// +optional
+	Phase VirtualMachineInstanceMigrationPhase `json:"phase,omitempty"`
+	// Conditions of the migration (metav1.Condition, like the vmi's).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// PhaseTransitionTimestamp is the timestamp of when the last phase change occurred.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	PhaseTransitionTimestamps []VirtualMachineInstanceMigrationPhaseTransitionTimestamp `json:"phaseTransitionTimestamps,omitempty"`
+	// Represents the status of a live migration.
+	// +optional
+	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`
+}
+
+// VirtualMachineInstanceMigrationPhaseTransitionTimestamp gives a timestamp in relation to when
+// a phase is set on a migration.
+type VirtualMachineInstanceMigrationPhaseTransitionTimestamp struct {
+	// Phase is the phase the migration entered.
+	// +optional
+	Phase VirtualMachineInstanceMigrationPhase `json:"phase,omitempty"`
+	// PhaseTransitionTimestamp is the timestamp of when the phase change occurred.
+	// +optional
+	PhaseTransitionTimestamp metav1.Time `json:"phaseTransitionTimestamp,omitempty"`
+}
+
+// MigrationMode says how the migration currently copies memory.
+type MigrationMode string
+
+// Migration modes.
+const (
+	// MigrationPreCopy: memory is copied while the guest runs on the source.
+	MigrationPreCopy MigrationMode = "PreCopy"
+	// MigrationPostCopy: the guest runs on the target and faults pages in from the source.
+	MigrationPostCopy MigrationMode = "PostCopy"
+	// MigrationPaused: the guest is paused while being migrated.
+	MigrationPaused MigrationMode = "Paused"
+)
+
+// VirtualMachineInstanceMigrationState is the state of a live migration, shown on the vmi and
+// on the migration.
+type VirtualMachineInstanceMigrationState struct {
+	// The time the migration action began.
+	// +optional
+	// +nullable
+	StartTimestamp *metav1.Time `json:"startTimestamp,omitempty"`
+	// The time the migration action ended.
+	// +optional
+	// +nullable
+	EndTimestamp *metav1.Time `json:"endTimestamp,omitempty"`
+	// The timestamp at which the target node detects the domain is active.
+	// +optional
+	TargetNodeDomainReadyTimestamp *metav1.Time `json:"targetNodeDomainReadyTimestamp,omitempty"`
+	// The Target Node has seen the Domain Start Event.
+	// +optional
+	TargetNodeDomainDetected bool `json:"targetNodeDomainDetected,omitempty"`
+	// The address of the target node to use for the migration.
+	// +optional
+	TargetNodeAddress string `json:"targetNodeAddress,omitempty"`
+	// The target node that the VMI is moving to.
+	// +optional
+	TargetNode string `json:"targetNode,omitempty"`
+	// The target pod that the VMI is moving to.
+	// +optional
+	TargetPod string `json:"targetPod,omitempty"`
+	// The source node that the VMI originated on.
+	// +optional
+	SourceNode string `json:"sourceNode,omitempty"`
+	// The source pod that the VMI originated on.
+	// +optional
+	SourcePod string `json:"sourcePod,omitempty"`
+	// Indicates the migration completed.
+	// +optional
+	Completed bool `json:"completed,omitempty"`
+	// Indicates that the migration failed.
+	// +optional
+	Failed bool `json:"failed,omitempty"`
+	// Indicates that the migration has been requested to abort.
+	// +optional
+	AbortRequested bool `json:"abortRequested,omitempty"`
+	// Contains the reason why the migration failed.
+	// +optional
+	FailureReason string `json:"failureReason,omitempty"`
+	// The VirtualMachineInstanceMigration object associated with this migration.
+	// +optional
+	MigrationUID types.UID `json:"migrationUid,omitempty"`
+	// Lets us know if the vmi is currently running pre or post copy migration.
+	// +optional
+	Mode MigrationMode `json:"mode,omitempty"`
+}

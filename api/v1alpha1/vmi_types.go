@@ -1,0 +1,146 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// VirtualMachineInstance is *the* VirtualMachineInstance definition. It represents a virtual
+// machine in the runtime environment of Kubernetes, run by vmlet's node agent with QEMU driven
+// directly over QMP. Its spec is the kubevirt.io/v1 VirtualMachineInstance spec trimmed to what
+// vmlet implements, plus spec.paused.
+//
+// The spec is immutable after creation, like KubeVirt's, except spec.paused and hotpluggable
+// volumes (persistentVolumeClaim or dataVolume with hotpluggable: true) and their disks.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName={vmi,vmis},categories=all
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="IP",type="string",JSONPath=".status.interfaces[0].ipAddress"
+// +kubebuilder:printcolumn:name="NodeName",type="string",JSONPath=".status.nodeName"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="Live-Migratable",type="string",JSONPath=".status.conditions[?(@.type=='LiveMigratable')].status",priority=1
+// +kubebuilder:printcolumn:name="Paused",type="string",JSONPath=".status.conditions[?(@.type=='Paused')].status",priority=1
+type VirtualMachineInstance struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// VirtualMachineInstance Spec contains the VirtualMachineInstance specification.
+	// Immutable except spec.paused and hotpluggable volumes and their disks.
+	// +kubebuilder:validation:XValidation:rule="has(self.domain.resources) == has(oldSelf.domain.resources) && (!has(self.domain.resources) || self.domain.resources == oldSelf.domain.resources) && has(self.domain.cpu) == has(oldSelf.domain.cpu) && (!has(self.domain.cpu) || self.domain.cpu == oldSelf.domain.cpu) && has(self.domain.memory) == has(oldSelf.domain.memory) && (!has(self.domain.memory) || self.domain.memory == oldSelf.domain.memory) && has(self.domain.machine) == has(oldSelf.domain.machine) && (!has(self.domain.machine) || self.domain.machine == oldSelf.domain.machine) && has(self.domain.firmware) == has(oldSelf.domain.firmware) && (!has(self.domain.firmware) || self.domain.firmware == oldSelf.domain.firmware)",message="spec.domain is immutable (only hotpluggable volumes and their disks may change)",fieldPath=".domain"
+	// +kubebuilder:validation:XValidation:rule="has(self.domain.devices.interfaces) == has(oldSelf.domain.devices.interfaces) && (!has(self.domain.devices.interfaces) || self.domain.devices.interfaces == oldSelf.domain.devices.interfaces) && has(self.domain.devices.rng) == has(oldSelf.domain.devices.rng) && (!has(self.domain.devices.rng) || self.domain.devices.rng == oldSelf.domain.devices.rng) && has(self.domain.devices.autoattachPodInterface) == has(oldSelf.domain.devices.autoattachPodInterface) && (!has(self.domain.devices.autoattachPodInterface) || self.domain.devices.autoattachPodInterface == oldSelf.domain.devices.autoattachPodInterface) && has(self.domain.devices.autoattachSerialConsole) == has(oldSelf.domain.devices.autoattachSerialConsole) && (!has(self.domain.devices.autoattachSerialConsole) || self.domain.devices.autoattachSerialConsole == oldSelf.domain.devices.autoattachSerialConsole) && has(self.domain.devices.autoattachGraphicsDevice) == has(oldSelf.domain.devices.autoattachGraphicsDevice) && (!has(self.domain.devices.autoattachGraphicsDevice) || self.domain.devices.autoattachGraphicsDevice == oldSelf.domain.devices.autoattachGraphicsDevice) && has(self.domain.devices.networkInterfaceMultiqueue) == has(oldSelf.domain.devices.networkInterfaceMultiqueue) && (!has(self.domain.devices.networkInterfaceMultiqueue) || self.domain.devices.networkInterfaceMultiqueue == oldSelf.domain.devices.networkInterfaceMultiqueue)",message="spec.domain.devices is immutable (only disks of hotpluggable volumes may be added or removed)",fieldPath=".domain.devices"
+	// +kubebuilder:validation:XValidation:rule="(!has(oldSelf.domain.devices.disks) || oldSelf.domain.devices.disks.all(d, (has(self.domain.devices.disks) && self.domain.devices.disks.exists(n, n == d)) || (has(oldSelf.volumes) && oldSelf.volumes.exists(v, v.name == d.name && (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false)))))) && (!has(self.domain.devices.disks) || self.domain.devices.disks.all(d, (has(oldSelf.domain.devices.disks) && oldSelf.domain.devices.disks.exists(o, o == d)) || (has(self.volumes) && self.volumes.exists(v, v.name == d.name && (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false))))))",message="disks are immutable: only disks of hotpluggable volumes may be added or removed",fieldPath=".domain.devices.disks"
+	// +kubebuilder:validation:XValidation:rule="(!has(oldSelf.volumes) || oldSelf.volumes.all(v, (has(self.volumes) && self.volumes.exists(n, n == v)) || (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false)))) && (!has(self.volumes) || self.volumes.all(v, (has(oldSelf.volumes) && oldSelf.volumes.exists(o, o == v)) || (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false))))",message="volumes are immutable: only hotpluggable volumes may be added or removed",fieldPath=".volumes"
+	// +kubebuilder:validation:XValidation:rule="has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks)",message="spec.networks is immutable",fieldPath=".networks"
+	// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector) && has(self.evictionStrategy) == has(oldSelf.evictionStrategy) && (!has(self.evictionStrategy) || self.evictionStrategy == oldSelf.evictionStrategy) && has(self.terminationGracePeriodSeconds) == has(oldSelf.terminationGracePeriodSeconds) && (!has(self.terminationGracePeriodSeconds) || self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds) && has(self.hostname) == has(oldSelf.hostname) && (!has(self.hostname) || self.hostname == oldSelf.hostname) && has(self.subdomain) == has(oldSelf.subdomain) && (!has(self.subdomain) || self.subdomain == oldSelf.subdomain)",message="spec is immutable except spec.paused and hotpluggable volumes"
+	Spec VirtualMachineInstanceSpec `json:"spec"`
+	// Status is the high level overview of how the VirtualMachineInstance is doing. It contains
+	// information available to controllers and users.
+	// +optional
+	Status VirtualMachineInstanceStatus `json:"status,omitempty"`
+}
+
+// VirtualMachineInstanceList is a list of VirtualMachineInstances.
+//
+// +kubebuilder:object:root=true
+type VirtualMachineInstanceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualMachineInstance `json:"items"`
+}
+
+// EvictionStrategy describes what happens to a VirtualMachineInstance when its node is drained.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible
+type EvictionStrategy string
+
+// Eviction strategies vmlet implements (KubeVirt's "External" is not supported).
+const (
+	// EvictionStrategyNone: no action is taken; the VirtualMachineInstance is shut down.
+	EvictionStrategyNone EvictionStrategy = "None"
+	// EvictionStrategyLiveMigrate: the VirtualMachineInstance is migrated instead of shut down.
+	EvictionStrategyLiveMigrate EvictionStrategy = "LiveMigrate"
+	// EvictionStrategyLiveMigrateIfPossible: migrate if LiveMigratable, otherwise behave as None.
+	EvictionStrategyLiveMigrateIfPossible EvictionStrategy = "LiveMigrateIfPossible"
+)
+
+// VirtualMachineInstanceSpec is a description of a VirtualMachineInstance.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.domain.devices.disks) || self.domain.devices.disks.all(d, has(self.volumes) && self.volumes.exists(v, v.name == d.name))",message="every disk must reference a volume of the same name",fieldPath=".domain.devices.disks"
+// +kubebuilder:validation:XValidation:rule="!has(self.domain.devices.disks) || self.domain.devices.disks.all(d, !has(d.lun) || (has(self.volumes) && self.volumes.exists(v, v.name == d.name && (has(v.persistentVolumeClaim) || has(v.dataVolume)))))",message="a lun disk can only be mapped to a persistentVolumeClaim or dataVolume volume",fieldPath=".domain.devices.disks"
+// +kubebuilder:validation:XValidation:rule="!has(self.domain.devices.interfaces) || self.domain.devices.interfaces.all(i, has(self.networks) && self.networks.exists(n, n.name == i.name))",message="every interface must reference a network of the same name",fieldPath=".domain.devices.interfaces"
+// +kubebuilder:validation:XValidation:rule="!has(self.networks) || self.networks.all(n, has(self.domain.devices.interfaces) && self.domain.devices.interfaces.exists(i, i.name == n.name))",message="every network must be used by an interface of the same name",fieldPath=".networks"
+// +kubebuilder:validation:XValidation:rule="!has(self.networks) || self.networks.filter(n, has(n.pod)).size() <= 1",message="at most one pod network may be defined",fieldPath=".networks"
+// +kubebuilder:validation:XValidation:rule="(has(self.domain.memory) && has(self.domain.memory.guest)) || (has(self.domain.resources) && ((has(self.domain.resources.requests) && 'memory' in self.domain.resources.requests) || (has(self.domain.resources.limits) && 'memory' in self.domain.resources.limits)))",message="no memory requested: set spec.domain.memory.guest, spec.domain.resources.requests.memory or spec.domain.resources.limits.memory",fieldPath=".domain"
+// +kubebuilder:validation:XValidation:rule="!(has(self.domain.memory) && has(self.domain.memory.guest) && has(self.domain.resources) && has(self.domain.resources.limits) && 'memory' in self.domain.resources.limits) || !isQuantity(string(self.domain.memory.guest)) || !isQuantity(string(self.domain.resources.limits['memory'])) || quantity(string(self.domain.memory.guest)).compareTo(quantity(string(self.domain.resources.limits['memory']))) <= 0",message="spec.domain.memory.guest must not exceed spec.domain.resources.limits.memory",fieldPath=".domain.memory.guest"
+type VirtualMachineInstanceSpec struct {
+	// Specification of the desired behavior of the VirtualMachineInstance on the host.
+	Domain DomainSpec `json:"domain"`
+
+	// NodeSelector is a selector which must be true for the vmi to fit on a node.
+	// Selector which must match a node's labels for the vmi to be scheduled on that node.
+	// More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// EvictionStrategy describes the strategy to follow when a node drain occurs.
+	// The possible options are:
+	// - "None": No action will be taken; the VirtualMachineInstance is shut down.
+	// - "LiveMigrate": the VirtualMachineInstance will be migrated instead of being shutdown.
+	// - "LiveMigrateIfPossible": the same as "LiveMigrate" but only if the VirtualMachineInstance
+	//   is Live-Migratable, otherwise it will behave as "None".
+	// KubeVirt's "External" is not supported by vmlet.
+	// +optional
+	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
+
+	// Grace period observed after signalling a VirtualMachineInstance to stop after which the
+	// VirtualMachineInstance is force terminated.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+
+	// List of volumes that can be mounted by disks belonging to the vmi.
+	// A volume without a disk of the same name gets a default disk (virtio bus), as KubeVirt's
+	// defaulting does. Volume names are unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Volumes []Volume `json:"volumes,omitempty"`
+
+	// Specifies the hostname of the vmi.
+	// If not specified, the hostname will be set to the name of the vmi, if dhcp or cloud-init
+	// is configured properly.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Hostname string `json:"hostname,omitempty"`
+
+	// If specified, the fully qualified vmi hostname will be
+	// "<hostname>.<subdomain>.<pod namespace>.svc.<cluster domain>".
+	// If not specified, the vmi will not have a domainname at all. The DNS entry will resolve to
+	// the vmi, no matter if the vmi itself can pick up a hostname.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Subdomain string `json:"subdomain,omitempty"`
+
+	// List of networks that can be attached to a vm's virtual interface.
+	// Every network must be used by exactly one interface of the same name. Only the pod
+	// network is supported (Multus is not), so at most one network can be defined.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Networks []Network `json:"networks,omitempty"`
+
+	// Paused is vmlet-specific (not part of kubevirt.io/v1): a declarative pause. While true the
+	// guest's vCPUs are stopped (QMP "stop"); setting it back to false resumes them (QMP
+	// "cont"). Unlike the rest of the spec it may change at any time. The Paused condition
+	// reports the observed state. KubeVirt pauses through a subresource instead.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}

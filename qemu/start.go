@@ -1,0 +1,251 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"slices"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/qemu/qmp"
+)
+
+// StartOptions are the host-side settings of Start; the zero value works.
+type StartOptions struct {
+	// Binary is the emulator; empty means DefaultBinary from PATH.
+	Binary string
+	// Accel is the host's accelerator decision; nil means accel.Probe().
+	Accel *accel.Decision
+	// DefaultMachine is the versioned q35 machine for Migratable specs without one; empty means
+	// ask the emulator (DefaultQ35Machine) when needed.
+	DefaultMachine string
+	// QMPSocket is where the QMP monitor socket is bound; empty means a private temporary
+	// folder. The socket (and that folder) are removed once QEMU exited.
+	QMPSocket string
+	// Logger receives step and lifecycle logs; nil discards them.
+	Logger *slog.Logger
+	// Stderr receives a copy of QEMU's standard error (a bounded tail is always kept for
+	// ExitInfo and StepError).
+	Stderr io.Writer
+	// QMP configures the monitor client (default and per-command timeouts, recording tap).
+	QMP qmp.Options
+}
+
+// stderrTail is how much of QEMU's standard error is kept.
+const stderrTail = 16 << 10
+
+// starter is the state Start's steps share.
+type starter struct {
+	spec  *Spec
+	opts  StartOptions
+	env   Env
+	files *childFiles
+	qmp   string // QMP socket path
+	vm    *VM
+	r     *reverter
+}
+
+// startStep is one named step of Start; it registers its own undo on s.r.
+type startStep struct {
+	name string
+	run  func(*starter, context.Context) error
+}
+
+// startSteps is Start's sequence (firecracker-go-sdk handlers style): the failing step is
+// logged and reported by name, and every completed step is undone.
+var startSteps = []startStep{
+	{"validate", (*starter).validate},
+	{"prepare-files", (*starter).prepareFiles},
+	{"exec-qemu", (*starter).execQEMU},
+	{"connect-qmp", (*starter).connectQMP},
+	{"attach-devices", (*starter).attachDevices},
+	{"cont", (*starter).cont},
+}
+
+// Start starts QEMU for spec and returns once the devices are attached and (unless the spec
+// is StartPaused or Incoming) the guest runs. ctx bounds only the start: the VM lives until
+// QEMU exits (see Exited, Shutdown, Kill). On error everything Start did is undone (QEMU
+// killed and reaped, sockets removed) and the error is a *StepError naming the step.
+func Start(ctx context.Context, spec *Spec, opts StartOptions) (*VM, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &starter{spec: cloneSpec(spec), opts: opts, r: &reverter{}}
+	s.vm = &VM{log: log.With("vm", spec.Name), eventsDone: make(chan struct{}), exited: make(chan struct{})}
+	defer s.r.fail()
+	for _, st := range startSteps {
+		t0 := time.Now()
+		if err := st.run(s, ctx); err != nil {
+			se := &StepError{Step: st.name, Err: err}
+			if s.vm.proc != nil {
+				s.r.fail() // kill and reap first: the stderr tail is complete afterwards
+				se.Stderr = s.vm.stderr.String()
+			}
+			s.vm.log.Error("start failed", "step", st.name, "err", err)
+			return nil, se
+		}
+		s.vm.log.Debug("start step done", "step", st.name, "took", time.Since(t0))
+	}
+	s.r.success()
+	go s.vm.supervise()
+	return s.vm, nil
+}
+
+func (s *starter) validate(ctx context.Context) error {
+	if err := s.spec.Validate(); err != nil {
+		return err
+	}
+	d := s.opts.Accel
+	if d == nil {
+		p := accel.Probe()
+		d = &p
+	}
+	s.env.Accel = *d
+	s.env.DefaultMachine = s.opts.DefaultMachine
+	if s.spec.Migratable && s.spec.Machine == "" && s.env.DefaultMachine == "" {
+		m, err := DefaultQ35Machine(ctx, s.opts.Binary)
+		if err != nil {
+			return err
+		}
+		s.env.DefaultMachine = m
+	}
+	r, err := Resolve(s.spec, s.env)
+	if err != nil {
+		return err
+	}
+	s.vm.resolved = r
+	s.env.BlockDevices, err = blockDevices(s.spec)
+	return err
+}
+
+func (s *starter) prepareFiles(context.Context) error {
+	qmpSock := s.opts.QMPSocket
+	var created []string
+	if qmpSock == "" {
+		dir, err := privateDir()
+		if err != nil {
+			return err
+		}
+		created = append(created, dir)
+		qmpSock = qmpSocketIn(dir)
+	}
+	s.qmp = qmpSock
+	files, err := openChildFiles(s.spec, qmpSock)
+	if err != nil {
+		removeAll(s.vm.log, created)
+		return err
+	}
+	s.files = files
+	s.env.FDs = files.fds
+	s.vm.files = append(created, files.created...)
+	s.r.add(func() { files.closeFiles(); removeAll(s.vm.log, s.vm.files) })
+	return nil
+}
+
+func (s *starter) execQEMU(context.Context) error {
+	args, err := BuildArgv(s.spec, s.env)
+	if err != nil {
+		return err
+	}
+	bin := s.opts.Binary
+	if bin == "" {
+		if bin, err = exec.LookPath(DefaultBinary); err != nil {
+			return fmt.Errorf("find emulator: %w", err)
+		}
+	}
+	s.vm.argv = append([]string{bin}, args...)
+	s.vm.stderr = newTailBuffer(stderrTail, s.opts.Stderr)
+	s.vm.log.Info("exec qemu", "argv", s.vm.argv)
+	p, err := startProcess(bin, args, s.files.files, s.vm.stderr, s.vm.stderr)
+	if err != nil {
+		return err
+	}
+	// Close our copies now: if QEMU dies, its sockets die with it and QMP sees EOF at once.
+	s.files.closeFiles()
+	s.vm.proc = p
+	s.r.add(func() {
+		p.signal(killSignal)
+		<-p.done
+	})
+	return nil
+}
+
+func (s *starter) connectQMP(ctx context.Context) error {
+	// QEMU dying during the handshake must end Dial at once, not at ctx's deadline.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-s.vm.proc.done:
+			cancel(ErrExited)
+		case <-ctx.Done():
+		}
+	}()
+	mon, err := qmp.Dial(ctx, s.qmp, s.opts.QMP)
+	if err != nil {
+		if context.Cause(ctx) == ErrExited {
+			return fmt.Errorf("connect qmp: %w", ErrExited)
+		}
+		return fmt.Errorf("connect qmp: %w", err)
+	}
+	s.vm.mon = mon
+	s.vm.version = greetingVersion(mon)
+	events, unsub := mon.Subscribe(func(e qmp.Event) bool { return e.Name == "SHUTDOWN" })
+	go s.vm.watchShutdown(events, unsub)
+	s.r.add(func() { mon.Close() })
+	return nil
+}
+
+func (s *starter) attachDevices(ctx context.Context) error {
+	l, err := s.spec.layout()
+	if err != nil {
+		return err
+	}
+	s.vm.spec = *s.spec
+	s.vm.rootPorts = l.rootPorts
+	for _, d := range s.spec.Disks {
+		d = d.withDefaults()
+		d.Port = l.slot[d.ID]
+		if d.Bus == BusSATA { // already on the command line
+			s.vm.recordDisk(d)
+			continue
+		}
+		if err := s.vm.attachDisk(ctx, d); err != nil {
+			return err
+		}
+	}
+	for _, n := range s.spec.NICs {
+		n.Port = l.slot[n.ID]
+		if err := s.vm.attachNIC(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *starter) cont(ctx context.Context) error {
+	if s.spec.StartPaused || s.spec.Incoming {
+		return nil
+	}
+	return s.vm.Resume(ctx)
+}
+
+// cloneSpec copies spec deeply enough that the caller's later changes do not reach the VM.
+func cloneSpec(spec *Spec) *Spec {
+	c := *spec
+	c.Disks = slices.Clone(spec.Disks)
+	c.NICs = slices.Clone(spec.NICs)
+	if spec.Serial != nil {
+		s := *spec.Serial
+		c.Serial = &s
+	}
+	if spec.Agent != nil {
+		a := *spec.Agent
+		c.Agent = &a
+	}
+	return &c
+}

@@ -1,0 +1,185 @@
+package qemu
+
+import (
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/qemu/qmp"
+)
+
+// VM is a running QEMU process and its QMP monitor. Its lifetime is not tied to the context
+// given to Start; it ends when QEMU exits (Exited is closed then). All methods are safe for
+// concurrent use.
+type VM struct {
+	spec     Spec // as started; devices live in disks/nics
+	resolved Resolved
+	argv     []string
+	proc     *process
+	stderr   *tailBuffer
+	mon      *qmp.Monitor
+	log      *slog.Logger
+	version  string
+	files    []string // sockets and folders vmlet created; removed once QEMU exited
+
+	devMu     sync.Mutex // serializes hotplug operations
+	mu        sync.Mutex // guards the device records
+	rootPorts int
+	disks     []Disk // attached, in attach order, Port pinned to the slot
+	nics      []NIC  // attached, in attach order, Port pinned, TapFDs dropped
+
+	killed     atomic.Bool
+	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen
+	eventsDone chan struct{}                 // closed when the SHUTDOWN watcher ended
+	exited     chan struct{}
+	exit       ExitInfo // set before exited is closed
+}
+
+// Info describes a running VM.
+type Info struct {
+	Name        string
+	PID         int
+	Version     string // QEMU version from the QMP greeting, e.g. "7.2.22"
+	Accel       accel.Kind
+	AccelReason string // why this accelerator (accel.Probe's reason or the spec's choice)
+	Machine     string // machine type actually used
+	CPUModel    string // CPU model actually used
+	Argv        []string
+}
+
+// ExitReason classifies how QEMU ended.
+type ExitReason string
+
+// Exit reasons.
+const (
+	// ExitGuestShutdown: the guest powered off (SHUTDOWN event with guest:true, then exit 0).
+	ExitGuestShutdown ExitReason = "guest-shutdown"
+	// ExitHostQuit: QEMU was told to quit (quit command, SIGTERM) and exited 0.
+	ExitHostQuit ExitReason = "host-quit"
+	// ExitCrash: QEMU died from a signal (including vmlet's own SIGKILL, see Killed) or exited
+	// with a non-zero status.
+	ExitCrash ExitReason = "crash"
+)
+
+// ExitInfo is how and why QEMU exited.
+type ExitInfo struct {
+	Reason ExitReason
+	Code   int            // exit status; -1 when killed by a signal
+	Signal syscall.Signal // the killing signal, 0 if none
+	// Killed: vmlet sent SIGKILL (Kill, or Shutdown's last resort).
+	Killed bool
+	// ShutdownReason is the reason of the last SHUTDOWN event ("guest-shutdown",
+	// "host-qmp-quit", "host-signal", ...), empty if none was seen.
+	ShutdownReason string
+	// Stderr is the tail of QEMU's standard error.
+	Stderr string
+	At     time.Time
+}
+
+type shutdownEvent struct {
+	Guest  bool   `json:"guest"`
+	Reason string `json:"reason"`
+}
+
+// Exited is closed once QEMU has exited, been reaped, and vmlet removed the sockets it created.
+func (vm *VM) Exited() <-chan struct{} { return vm.exited }
+
+// ExitInfo reports how QEMU exited; ok is false while it still runs.
+func (vm *VM) ExitInfo() (info ExitInfo, ok bool) {
+	select {
+	case <-vm.exited:
+		return vm.exit, true
+	default:
+		return ExitInfo{}, false
+	}
+}
+
+// Info returns static facts about the VM.
+func (vm *VM) Info() Info {
+	return Info{
+		Name:        vm.spec.Name,
+		PID:         vm.proc.pid(),
+		Version:     vm.version,
+		Accel:       vm.resolved.Accel,
+		AccelReason: vm.resolved.AccelReason,
+		Machine:     vm.resolved.Machine,
+		CPUModel:    vm.resolved.CPUModel,
+		Argv:        append([]string(nil), vm.argv...),
+	}
+}
+
+// Monitor returns the QMP monitor, for raw QMP (the launcher's debugging proxy). Commands
+// sent there bypass the VM's device bookkeeping: do not hotplug through it.
+func (vm *VM) Monitor() *qmp.Monitor { return vm.mon }
+
+// watchShutdown records SHUTDOWN events until the monitor is gone, then closes eventsDone.
+// The subscription exists before the guest runs, and the monitor delivers every event it read
+// before closing the channel, so no SHUTDOWN can be missed.
+func (vm *VM) watchShutdown(events <-chan qmp.Event, cancel func()) {
+	defer close(vm.eventsDone)
+	defer cancel()
+	for e := range events {
+		var s shutdownEvent
+		if json.Unmarshal(e.Data, &s) == nil {
+			vm.shutdown.Store(&s)
+		}
+	}
+}
+
+// eventDrainTimeout bounds how long supervise waits for the monitor to report EOF after QEMU
+// was reaped; QEMU's death closes the socket, so this only guards against a stuck reader.
+const eventDrainTimeout = 5 * time.Second
+
+// supervise waits for QEMU to exit, classifies the exit, cleans up and closes exited.
+func (vm *VM) supervise() {
+	<-vm.proc.done
+	drain := time.NewTimer(eventDrainTimeout)
+	select {
+	case <-vm.eventsDone:
+	case <-drain.C:
+		vm.log.Warn("qmp monitor did not end after qemu exited")
+	}
+	drain.Stop()
+	vm.mon.Close()
+	vm.exit = classifyExit(vm.proc, vm.shutdown.Load(), vm.killed.Load(), vm.stderr.String())
+	removeAll(vm.log, vm.files)
+	vm.log.Info("qemu exited", "reason", vm.exit.Reason, "code", vm.exit.Code, "signal", vm.exit.Signal,
+		"killed", vm.exit.Killed, "shutdownReason", vm.exit.ShutdownReason)
+	close(vm.exited)
+}
+
+// classifyExit is the pure exit classification.
+func classifyExit(p *process, sd *shutdownEvent, killed bool, stderr string) ExitInfo {
+	info := ExitInfo{Code: -1, Killed: killed, Stderr: stderr, At: time.Now()}
+	if sd != nil {
+		info.ShutdownReason = sd.Reason
+	}
+	if p.state == nil {
+		info.Reason = ExitCrash
+		return info
+	}
+	if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		info.Signal = ws.Signal()
+		info.Reason = ExitCrash
+		return info
+	}
+	info.Code = p.state.ExitCode()
+	switch {
+	case info.Code != 0:
+		info.Reason = ExitCrash
+	case sd != nil && sd.Guest:
+		info.Reason = ExitGuestShutdown
+	default:
+		info.Reason = ExitHostQuit
+	}
+	return info
+}
+
+// greetingVersion is QEMU's version from the QMP greeting, "major.minor.micro".
+func greetingVersion(m *qmp.Monitor) string {
+	return m.Greeting().Version.String()
+}

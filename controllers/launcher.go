@@ -1,0 +1,69 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/qemu"
+)
+
+// DomainState is what the reconciler needs to know of a launcher's VM.
+type DomainState struct {
+	State          DomainPhase
+	Reason         string // refines State: "user", "guest-shutdown", "crashed", ...
+	Accel          string
+	AccelReason    string
+	QEMUVersion    string
+	Pid            int
+	AgentConnected bool
+}
+
+// DomainPhase is the launcher's coarse VM state.
+type DomainPhase string
+
+// Domain phases as reported by the launcher.
+const (
+	DomainNone         DomainPhase = "NoDomain"
+	DomainStarting     DomainPhase = "Starting"
+	DomainRunning      DomainPhase = "Running"
+	DomainPaused       DomainPhase = "Paused"
+	DomainShuttingDown DomainPhase = "ShuttingDown"
+	DomainShutoff      DomainPhase = "Shutoff"
+	DomainCrashed      DomainPhase = "Crashed"
+	DomainMigratingIn  DomainPhase = "MigratingIn"
+)
+
+// Launcher is the node agent's view of one vmlet-launcher: the subset of its API that the VMI
+// reconciler drives. qemu/launcher's gRPC client implements it through LauncherClient.
+type Launcher interface {
+	// Sync defines and starts the domain; the same spec again is a no-op.
+	Sync(ctx context.Context, spec *qemu.Spec) error
+	Pause(ctx context.Context) error
+	Unpause(ctx context.Context) error
+	Domain(ctx context.Context) (DomainState, error)
+	// Watch calls notify once per launcher event until ctx ends or the stream breaks; it
+	// returns why it stopped.
+	Watch(ctx context.Context, notify func()) error
+	Close() error
+}
+
+// Dialer connects to the launcher listening on a ready socket.
+type Dialer func(ctx context.Context, socket string) (Launcher, error)
+
+// LauncherRuntime runs launchers on this node: the process runtime in local mode (package
+// process); a pod runtime in clusters.
+type LauncherRuntime interface {
+	Ensure(ctx context.Context, s process.Spec) (process.State, error)
+	State(id string) (process.State, error)
+	Stop(id string) error
+	Remove(ctx context.Context, id string) error
+	Socket(id string) string
+	Dir(id string) string
+	List() ([]string, error)
+}
+
+var _ LauncherRuntime = (*process.Runtime)(nil)
+
+// LauncherArgs builds vmlet-launcher's command line for a VMI's run folder.
+type LauncherArgs func(runDir, name string, grace time.Duration) []string

@@ -1,0 +1,307 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/devices"
+)
+
+// Finalizer keeps a VMI until the node agent has torn down its node-local state.
+const Finalizer = "vmlet.dev/node-cleanup"
+
+// launcherStartPoll is how often a reconcile looks again at a launcher that is starting (its
+// socket is not ready yet). The launcher has no way to tell the agent before it is ready.
+const launcherStartPoll = 100 * time.Millisecond
+
+// VMIReconciler is the node agent's VMI reconciler: it runs each VMI assigned to its node through
+// a launcher and writes the observed domain state back into the VMI's status.
+type VMIReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	NodeName string
+	Runtime  LauncherRuntime
+	Dial     Dialer
+	Args     LauncherArgs
+	// Env returns the node facts the translation needs for a VMI's run folder.
+	Env func(runDir string) NodeEnv
+	// KVM reports whether launchers get /dev/kvm.
+	KVM bool
+
+	mu     sync.Mutex
+	conns  map[types.UID]*launcherConn
+	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
+	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
+}
+
+type launcherConn struct {
+	l      Launcher
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// SetupWithManager registers the reconciler: it watches VMIs on this node and launcher events.
+func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.conns = map[types.UID]*launcherConn{}
+	r.keys = map[types.UID]types.NamespacedName{}
+	r.wakeup = make(chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance], 1024)
+	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
+		return ok && vmi.Status.NodeName == r.NodeName
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("vmi-node").
+		For(&vmletv1.VirtualMachineInstance{}, builder.WithPredicates(onNode)).
+		WatchesRawSource(source.Channel(r.wakeup, &handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{})).
+		Complete(r)
+}
+
+// Wake enqueues a VMI; launcher events and launcher exits call it.
+func (r *VMIReconciler) Wake(namespace, name string) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Namespace, vmi.Name = namespace, name
+	select {
+	case r.wakeup <- event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]{Object: vmi}:
+	default: // a full queue already holds wake-ups; the next reconcile reads all state anyway
+	}
+}
+
+// WakeByID enqueues the VMI whose launcher id (its UID) is id, if this agent has seen it.
+func (r *VMIReconciler) WakeByID(id string) {
+	r.mu.Lock()
+	k, ok := r.keys[types.UID(id)]
+	r.mu.Unlock()
+	if ok {
+		r.Wake(k.Namespace, k.Name)
+	}
+}
+
+// Reconcile is level-based: it reads the VMI and the launcher's state, acts, and writes the
+// status once if it changed.
+func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if vmi.Status.NodeName != r.NodeName {
+		return ctrl.Result{}, nil
+	}
+	r.mu.Lock()
+	r.keys[vmi.UID] = req.NamespacedName
+	r.mu.Unlock()
+	before := vmi.Status.DeepCopy()
+	res, err := r.reconcile(ctx, vmi)
+	if err != nil {
+		r.Recorder.Eventf(vmi, nil, "Warning", "SyncFailed", "Reconcile", "%v", err)
+	}
+	if !vmi.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(vmi, Finalizer) {
+		return res, err // finalizer removed: the object may be gone
+	}
+	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
+		if uerr := r.Client.Status().Update(ctx, vmi); uerr != nil && !apierrors.IsNotFound(uerr) {
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
+		}
+	}
+	return res, err
+}
+
+func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	id := string(vmi.UID)
+	if !vmi.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, vmi)
+	}
+	if isFinal(vmi.Status.Phase) {
+		return ctrl.Result{}, r.teardown(ctx, vmi)
+	}
+	if !controllerutil.ContainsFinalizer(vmi, Finalizer) {
+		controllerutil.AddFinalizer(vmi, Finalizer)
+		if err := r.Client.Update(ctx, vmi); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	runDir := r.Runtime.Dir(id)
+	spec, err := DomainSpec(vmi, r.Env(runDir))
+	if err != nil {
+		r.fail(vmi, specReason(err), err.Error())
+		return ctrl.Result{}, nil
+	}
+	st, err := r.Runtime.Ensure(ctx, process.Spec{
+		ID:    id,
+		Name:  vmi.Namespace + "/" + vmi.Name,
+		Args:  r.Args(runDir, spec.Name, gracePeriod(vmi)),
+		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+	})
+	if err != nil {
+		setPhase(vmi, vmletv1.Scheduled)
+		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "LauncherFailed", err.Error())
+		return ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
+	}
+	if st.Exited != nil {
+		r.launcherExited(vmi, st.Exited)
+		return ctrl.Result{}, nil
+	}
+	if !st.Ready {
+		setPhase(vmi, vmletv1.Scheduled)
+		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "LauncherStarting", "waiting for the launcher to be ready")
+		return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
+	}
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := l.Sync(ctx, spec); err != nil {
+		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SyncFailed", err.Error())
+		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
+	}
+	dom, err := l.Domain(ctx)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+	}
+	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.observe(vmi, dom)
+	return ctrl.Result{}, nil
+}
+
+// reconcilePause makes the domain's run state match spec.paused.
+func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
+	switch {
+	case vmi.Spec.Paused && dom.State == DomainRunning:
+		if err := l.Pause(ctx); err != nil {
+			return dom, fmt.Errorf("pause: %w", err)
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", "Paused", "Pause", "guest vCPUs stopped (spec.paused)")
+	case !vmi.Spec.Paused && dom.State == DomainPaused:
+		if err := l.Unpause(ctx); err != nil {
+			return dom, fmt.Errorf("unpause: %w", err)
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", "Resumed", "Unpause", "guest vCPUs resumed (spec.paused=false)")
+	default:
+		return dom, nil
+	}
+	return l.Domain(ctx)
+}
+
+// connect returns the open connection to the VMI's launcher, dialing and starting its event
+// watch on first use.
+func (r *VMIReconciler) connect(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (Launcher, error) {
+	r.mu.Lock()
+	c := r.conns[vmi.UID]
+	r.mu.Unlock()
+	if c != nil {
+		select {
+		case <-c.done: // the event stream broke: reconnect
+			r.disconnect(vmi.UID)
+		default:
+			return c.l, nil
+		}
+	}
+	l, err := r.Dial(ctx, r.Runtime.Socket(string(vmi.UID)))
+	if err != nil {
+		return nil, fmt.Errorf("dial launcher: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	c = &launcherConn{l: l, cancel: cancel, done: make(chan struct{})}
+	ns, name := vmi.Namespace, vmi.Name
+	go func() {
+		defer close(c.done)
+		err := l.Watch(wctx, func() { r.Wake(ns, name) })
+		if wctx.Err() == nil {
+			log.FromContext(wctx).V(1).Info("launcher event stream ended", "vmi", ns+"/"+name, "err", err)
+			r.Wake(ns, name)
+		}
+	}()
+	r.mu.Lock()
+	r.conns[vmi.UID] = c
+	r.mu.Unlock()
+	return l, nil
+}
+
+func (r *VMIReconciler) disconnect(uid types.UID) {
+	r.mu.Lock()
+	c := r.conns[uid]
+	delete(r.conns, uid)
+	r.mu.Unlock()
+	if c != nil {
+		c.cancel()
+		_ = c.l.Close()
+	}
+}
+
+// finalize stops the launcher (graceful guest shutdown within the grace period), removes its
+// node-local state and then the finalizer.
+func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(vmi, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	id := string(vmi.UID)
+	st, err := r.Runtime.State(id)
+	switch {
+	case errors.Is(err, process.ErrNotFound):
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("launcher state: %w", err)
+	case st.Exited == nil:
+		// SIGTERM: the launcher powers the guest down within its grace period, then quits or
+		// kills QEMU. Its exit wakes this reconciler again.
+		if err := r.Runtime.Stop(id); err != nil {
+			return ctrl.Result{}, err
+		}
+		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "ShuttingDown", "deleting: guest shutdown requested")
+		return ctrl.Result{RequeueAfter: gracePeriod(vmi) + 5*time.Second}, nil
+	}
+	if err := r.teardown(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.mu.Lock()
+	delete(r.keys, vmi.UID)
+	r.mu.Unlock()
+	controllerutil.RemoveFinalizer(vmi, Finalizer)
+	if err := r.Client.Update(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// teardown removes everything the VMI's launcher left on the node. A launcher still running is
+// killed with its cgroup.
+func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	r.disconnect(vmi.UID)
+	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
+		return fmt.Errorf("remove launcher: %w", err)
+	}
+	return nil
+}
+
+func gracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
+}
+
+func specReason(err error) string {
+	if errors.Is(err, ErrUnsupported) {
+		return "Unsupported"
+	}
+	return "InvalidSpec"
+}

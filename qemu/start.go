@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -187,8 +188,8 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	}()
 	mon, err := qmp.Dial(ctx, s.qmp, s.opts.QMP)
 	if err != nil {
-		if context.Cause(ctx) == ErrExited {
-			return fmt.Errorf("connect qmp: %w", ErrExited)
+		if context.Cause(ctx) == ErrExited || s.exitedAfter(err) {
+			return fmt.Errorf("connect qmp: %w: %w", ErrExited, err)
 		}
 		return fmt.Errorf("connect qmp: %w", err)
 	}
@@ -199,6 +200,25 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	s.r.add(func() { mon.Close() })
 	return nil
 }
+
+// exitedAfter reports whether a lost QMP connection was QEMU exiting: the socket closes a
+// moment before the process is reaped, so wait (bounded) for the reaping.
+func (s *starter) exitedAfter(err error) bool {
+	if !errors.Is(err, qmp.ErrDisconnected) {
+		return false
+	}
+	t := time.NewTimer(reapTimeout)
+	defer t.Stop()
+	select {
+	case <-s.vm.proc.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// reapTimeout bounds the wait for a process whose QMP socket just closed.
+const reapTimeout = 5 * time.Second
 
 func (s *starter) attachDevices(ctx context.Context) error {
 	l, err := s.spec.layout()

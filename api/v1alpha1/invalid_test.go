@@ -1,0 +1,154 @@
+package v1alpha1_test
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	invalid  = metav1.StatusReasonInvalid
+	badReq   = metav1.StatusReasonBadRequest
+	anyCause = metav1.CauseType("")
+	notSupp  = metav1.CauseTypeFieldValueNotSupported
+	forbid   = metav1.CauseTypeForbidden
+	dup      = metav1.CauseTypeFieldValueDuplicate
+	badValue = metav1.CauseTypeFieldValueInvalid
+)
+
+type invalidCase struct {
+	name   string
+	mutate func(t *testing.T, o *unstructured.Unstructured)
+	strict bool // create with fieldValidation=Strict
+	reason metav1.StatusReason
+	cause  metav1.CauseType
+	field  string
+}
+
+func set(path, key string, v any) func(t *testing.T, o *unstructured.Unstructured) {
+	return func(t *testing.T, o *unstructured.Unstructured) { at(t, o, path)[key] = v }
+}
+
+var invalidCases = []invalidCase{
+	{"memory with a space", set("spec.domain.memory", "guest", "1 GiB"), false, invalid, badValue, "spec.domain.memory.guest"},
+	{"memory not a quantity", set("spec.domain.memory", "guest", "lots"), false, invalid, badValue, "spec.domain.memory.guest"},
+	{"negative memory", set("spec.domain.memory", "guest", "-1Gi"), false, invalid, badValue, "spec.domain.memory.guest"},
+	{"memory below 64Mi", set("spec.domain.memory", "guest", "32Mi"), false, invalid, badValue, "spec.domain.memory.guest"},
+	{"huge memory", set("spec.domain.memory", "guest", "64Pi"), false, invalid, badValue, "spec.domain.memory.guest"},
+	{"no memory at all", func(t *testing.T, o *unstructured.Unstructured) {
+		delete(at(t, o, "spec.domain"), "memory")
+	}, false, invalid, badValue, "spec.domain"},
+	{"disk without volume", set("spec.domain.devices.disks[0]", "name", "other"), false, invalid, badValue, "spec.domain.devices.disks"},
+	{"duplicate disk names", func(t *testing.T, o *unstructured.Unstructured) {
+		d := at(t, o, "spec.domain.devices")
+		d["disks"] = append(d["disks"].([]any), map[string]any{"name": "root"})
+	}, false, invalid, dup, "spec.domain.devices.disks[1]"},
+	{"duplicate volume names", func(t *testing.T, o *unstructured.Unstructured) {
+		s := at(t, o, "spec")
+		s["volumes"] = append(s["volumes"].([]any), map[string]any{"name": "root", "emptyDisk": map[string]any{"capacity": "1Gi"}})
+	}, false, invalid, dup, "spec.volumes[1]"},
+	{"unknown disk bus", set("spec.domain.devices.disks[0].disk", "bus", "ide"), false, invalid, notSupp, "spec.domain.devices.disks[0].disk.bus"},
+	{"usb bus (KubeVirt has it, vmlet not)", set("spec.domain.devices.disks[0].disk", "bus", "usb"), false, invalid, notSupp, "spec.domain.devices.disks[0].disk.bus"},
+	{"cdrom on virtio", func(t *testing.T, o *unstructured.Unstructured) {
+		d := at(t, o, "spec.domain.devices.disks[0]")
+		delete(d, "disk")
+		d["cdrom"] = map[string]any{"bus": "virtio"}
+	}, false, invalid, notSupp, "spec.domain.devices.disks[0].cdrom.bus"},
+	{"two targets on one disk", set("spec.domain.devices.disks[0]", "cdrom", map[string]any{}), false, invalid, badValue, "spec.domain.devices.disks[0]"},
+	{"unknown cache mode", set("spec.domain.devices.disks[0]", "cache", "unsafe"), false, invalid, notSupp, "spec.domain.devices.disks[0].cache"},
+	{"1000 cores", set("spec.domain.cpu", "cores", int64(1000)), false, invalid, anyCause, "spec.domain.cpu.cores"},
+	{"zero threads", set("spec.domain.cpu", "threads", int64(0)), false, invalid, anyCause, "spec.domain.cpu.threads"},
+	{"32x32 vCPUs", func(t *testing.T, o *unstructured.Unstructured) {
+		c := at(t, o, "spec.domain.cpu")
+		c["sockets"], c["cores"] = int64(32), int64(32)
+	}, false, invalid, badValue, "spec.domain.cpu"},
+	{"cpu model with a comma", set("spec.domain.cpu", "model", "qemu64,+vmx"), false, invalid, badValue, "spec.domain.cpu.model"},
+	{"machine type with a comma", set("spec.domain", "machine", map[string]any{"type": "q35,accel=kvm"}), false, invalid, badValue, "spec.domain.machine.type"},
+	{"disk name with a comma", func(t *testing.T, o *unstructured.Unstructured) {
+		at(t, o, "spec.domain.devices.disks[0]")["name"] = "a,b"
+		at(t, o, "spec.volumes[0]")["name"] = "a,b"
+	}, false, invalid, badValue, "spec.domain.devices.disks[0].name"},
+	{"volume name with a newline", func(t *testing.T, o *unstructured.Unstructured) {
+		at(t, o, "spec.domain.devices.disks[0]")["name"] = "a\nb"
+		at(t, o, "spec.volumes[0]")["name"] = "a\nb"
+	}, false, invalid, badValue, "spec.volumes[0].name"},
+	{"interface name with a quote", func(t *testing.T, o *unstructured.Unstructured) {
+		at(t, o, "spec.domain.devices.interfaces[0]")["name"] = `a"b`
+		at(t, o, "spec.networks[0]")["name"] = `a"b`
+	}, false, invalid, badValue, "spec.domain.devices.interfaces[0].name"},
+	{"two sources in one volume", set("spec.volumes[0]", "emptyDisk", map[string]any{"capacity": "1Gi"}), false, invalid, badValue, "spec.volumes[0]"},
+	{"volume without source", func(t *testing.T, o *unstructured.Unstructured) {
+		delete(at(t, o, "spec.volumes[0]"), "containerDisk")
+	}, false, invalid, badValue, "spec.volumes[0]"},
+	{"emptyDisk of zero bytes", func(t *testing.T, o *unstructured.Unstructured) {
+		v := at(t, o, "spec.volumes[0]")
+		delete(v, "containerDisk")
+		v["emptyDisk"] = map[string]any{"capacity": "0"}
+	}, false, invalid, badValue, "spec.volumes[0].emptyDisk.capacity"},
+	{"hostDisk path with ..", func(t *testing.T, o *unstructured.Unstructured) {
+		v := at(t, o, "spec.volumes[0]")
+		delete(v, "containerDisk")
+		v["hostDisk"] = map[string]any{"path": "/var/../etc/shadow", "type": "Disk"}
+	}, false, invalid, badValue, "spec.volumes[0].hostDisk.path"},
+	{"cloud-init with two user data sources", func(t *testing.T, o *unstructured.Unstructured) {
+		v := at(t, o, "spec.volumes[0]")
+		delete(v, "containerDisk")
+		v["cloudInitNoCloud"] = map[string]any{"userData": "#cloud-config", "userDataBase64": "I2Nsb3VkLWNvbmZpZw=="}
+	}, false, invalid, badValue, "spec.volumes[0].cloudInitNoCloud"},
+	{"lun on a containerDisk", func(t *testing.T, o *unstructured.Unstructured) {
+		d := at(t, o, "spec.domain.devices.disks[0]")
+		delete(d, "disk")
+		d["lun"] = map[string]any{}
+	}, false, invalid, badValue, "spec.domain.devices.disks"},
+	{"interface without network", set("spec.networks[0]", "name", "other"), false, invalid, badValue, "spec.domain.devices.interfaces"},
+	{"two bindings on one interface", set("spec.domain.devices.interfaces[0]", "bridge", map[string]any{}), false, invalid, badValue, "spec.domain.devices.interfaces[0]"},
+	{"bad MAC address", set("spec.domain.devices.interfaces[0]", "macAddress", "zz:00:00:00:00:01"), false, invalid, badValue, "spec.domain.devices.interfaces[0].macAddress"},
+	{"port 0", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(0)), false, invalid, anyCause, "spec.domain.devices.interfaces[0].ports[0].port"},
+	{"port 70000", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(70000)), false, invalid, anyCause, "spec.domain.devices.interfaces[0].ports[0].port"},
+	{"SCTP port", set("spec.domain.devices.interfaces[0].ports[0]", "protocol", "SCTP"), false, invalid, notSupp, "spec.domain.devices.interfaces[0].ports[0].protocol"},
+	{"duplicate boot order", func(t *testing.T, o *unstructured.Unstructured) {
+		at(t, o, "spec.domain.devices.disks[0]")["bootOrder"] = int64(1)
+		at(t, o, "spec.domain.devices.interfaces[0]")["bootOrder"] = int64(1)
+	}, false, invalid, badValue, "spec.domain.devices.interfaces"},
+	{"multus network", set("spec.networks[0]", "multus", map[string]any{"networkName": "blue"}), false, invalid, forbid, "spec.networks[0].multus"},
+	{"unsupported KubeVirt field", set("spec.domain", "clock", map[string]any{"utc": map[string]any{}}), false, invalid, forbid, "spec.domain.clock"},
+	{"unsupported KubeVirt list", set("spec", "tolerations", []any{map[string]any{"key": "k"}}), false, invalid, forbid, "spec.tolerations"},
+	{"unknown field with strict validation", set("spec.domain", "bogus", true), true, badReq, "", ""},
+}
+
+// TestInvalidVMIsAreRejected creates each invalid VMI and expects the API server to reject it
+// with a structured cause on the offending field.
+func TestInvalidVMIsAreRejected(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	for i, tc := range invalidCases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validVMI(fmt.Sprintf("invalid-%d", i))
+			tc.mutate(t, o)
+			var opts []client.CreateOption
+			if tc.strict {
+				opts = append(opts, client.FieldValidation(metav1.FieldValidationStrict))
+			}
+			err := env.Client.Create(ctx, o, opts...)
+			if tc.reason == badReq {
+				// Strict decoding errors carry no causes: the field path is only in the message.
+				wantBadRequest(t, err, `unknown field "spec.domain.bogus"`)
+				return
+			}
+			wantRejected(t, err, tc.reason, tc.cause, tc.field)
+		})
+	}
+}
+
+// TestBaseVMIIsValid guards the table above: each case must fail because of its mutation.
+func TestBaseVMIIsValid(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	o := validVMI("valid-base")
+	if err := env.Client.Create(ctx, o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+		t.Fatalf("create base VMI: %v", err)
+	}
+}

@@ -87,31 +87,47 @@ func (c *Cgroup) Procs() ([]int, error) { return readProcs(c.Path) }
 // cgroup.events).
 func (c *Cgroup) Populated() (bool, error) { return populated(c.Path) }
 
+// Kill kills every process in the cgroup and its descendants and waits until none is left;
+// see KillCgroup.
+func (c *Cgroup) Kill(ctx context.Context) error { return KillCgroup(ctx, c.Path) }
+
 // Remove kills every process in the cgroup and its descendants and removes them; see
 // RemoveCgroup.
 func (c *Cgroup) Remove(ctx context.Context) error { return RemoveCgroup(ctx, c.Path) }
 
-// RemoveCgroup kills every process in the cgroup at path and below and removes the
-// directories, children first. It waits for "populated 0" in cgroup.events with inotify, not
-// by sleeping; ctx bounds the wait (ErrCgroupBusy). A missing cgroup is not an error.
-// Equivalent to: echo 1 > cgroup.kill; inotifywait cgroup.events until populated 0; rmdir -p.
+// KillCgroup kills every process in the cgroup at path and below and waits for "populated 0"
+// in cgroup.events with inotify, not by sleeping; ctx bounds the wait (ErrCgroupBusy).
+// Equivalent to: echo 1 > cgroup.kill; inotifywait cgroup.events until "populated 0".
 // Kernels before 5.14 have no cgroup.kill: every pid in the subtree gets SIGKILL instead.
-func RemoveCgroup(ctx context.Context, path string) error {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+func KillCgroup(ctx context.Context, path string) error {
 	kill := func() error {
 		err := os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
 		if errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Stat(path); serr != nil {
+				return serr
+			}
 			return killSubtree(path)
 		}
 		return err
 	}
-	if err := kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := kill(); err != nil {
 		return fmt.Errorf("kill cgroup %s: %w", path, err)
 	}
 	if err := waitUnpopulated(ctx, path, kill); err != nil {
-		return fmt.Errorf("remove cgroup %s: %w", path, err)
+		return fmt.Errorf("kill cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveCgroup kills every process in the cgroup at path and below (KillCgroup) and removes
+// the directories, children first. A missing cgroup is not an error.
+// Equivalent to: KillCgroup; rmdir <children…> <path>
+func RemoveCgroup(ctx context.Context, path string) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := KillCgroup(ctx, path); err != nil {
+		return fmt.Errorf("remove cgroup: %w", err)
 	}
 	if err := removeTree(path); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", path, err)
@@ -187,7 +203,7 @@ func waitUnpopulated(ctx context.Context, path string, retry func() error) error
 		if !busy {
 			return nil
 		}
-		if err := retry(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := retry(); err != nil {
 			return err
 		}
 		if _, err := in.Read(buf); err != nil {

@@ -104,9 +104,13 @@ func randomCase(rng *rand.Rand) (static, grants []Rule, reqs []Request) {
 func checkCase(t testing.TB, static, grants []Rule, reqs []Request) {
 	t.Helper()
 	all := append(append([]Rule(nil), static...), grants...)
+	in, err := program(static, grants)
+	if err != nil {
+		t.Fatalf("static %v grants %v: %v", static, grants, err)
+	}
 	for _, req := range reqs {
 		want := Evaluate(all, req)
-		got, err := decide(static, grants, req)
+		got, err := in.decide(req)
 		if err != nil {
 			t.Fatalf("static %v grants %v request %+v: %v", static, grants, req, err)
 		}

@@ -3,6 +3,7 @@ package devices
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 
@@ -369,9 +370,13 @@ func (f *Filter) Attached() (bool, error) {
 
 // Detach removes the program from its cgroup and closes the filter. The cgroup is then
 // unfiltered (only ancestors' programs apply): use it when tearing a cgroup down, or removing
-// the cgroup does the same. Detaching a program that is already gone is not an error.
+// the cgroup does the same. Detaching a program that is already gone is not an error; a
+// closed Filter returns os.ErrClosed (Recover a new one).
 // Equivalent to: bpftool cgroup detach <cgroup> device id <prog>
 func (f *Filter) Detach() error {
+	if f.prog.FD() < 0 {
+		return fmt.Errorf("detach device filter from %s: %w", f.cgroup, os.ErrClosed)
+	}
 	cg, err := openCgroup(f.cgroup)
 	if err != nil && !isNotExist(err) {
 		return fmt.Errorf("detach device filter from %s: %w", f.cgroup, err)

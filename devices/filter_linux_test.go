@@ -215,10 +215,22 @@ func TestAttachIdempotentAndReplace(t *testing.T) {
 	t.Cleanup(func() { f4.Close() })
 	onlyProgram(t, cg.Path)
 	expect(t, "kvm back under a", c.open("/dev/kvm", "rw"), unix.EPERM)
+
+	must(t, f4.Detach())
+	if ids := programsOn(t, cg.Path); len(ids) != 0 {
+		t.Fatalf("programs %v left after Detach", ids)
+	}
+	if _, err := Recover(cg.Path); !errors.Is(err, ErrNotAttached) {
+		t.Fatalf("Recover after Detach = %v, want ErrNotAttached", err)
+	}
+	if err := f4.Detach(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("Detach of a detached (closed) filter = %v, want os.ErrClosed", err)
+	}
 }
 
 // TestReplaceNeverUnfiltered: while the program is replaced back and forth, a process opening
-// a device both rule sets allow never fails and one both deny never succeeds.
+// a device both rule sets allow (through a grant) never fails and one both deny never
+// succeeds: no moment without a filter, and no moment where the grants are missing.
 func TestReplaceNeverUnfiltered(t *testing.T) {
 	cg := newTestCgroup(t)
 	a := Baseline(BaselineOptions{})
@@ -226,8 +238,10 @@ func TestReplaceNeverUnfiltered(t *testing.T) {
 	f, err := Attach(cg.Path, a)
 	must(t, err)
 	t.Cleanup(func() { f.Close() })
+	must(t, f.Grant(Allow(CharDevice, MiscMajor, KVMMinor, ReadWrite)))
 	c := startChild(t, cg)
-	if got := c.do("hammer /dev/null /dev/kvm"); got != "started" {
+	// /dev/kvm: allowed by the grant only; /dev/loop-control (10:237): denied by a and b.
+	if got := c.do("hammer /dev/kvm /dev/loop-control"); got != "started" {
 		t.Fatalf("hammer: %q", got)
 	}
 	const swaps = 200
@@ -246,12 +260,12 @@ func TestReplaceNeverUnfiltered(t *testing.T) {
 	}
 	t.Logf("%s open rounds during %d replaces", res[0], swaps)
 	if res[1] != "0" || res[2] != "0" {
-		t.Fatalf("during replaces: /dev/null failed %s times, /dev/kvm opened %s times", res[1], res[2])
+		t.Fatalf("during replaces: granted /dev/kvm failed %s times, denied /dev/loop-control opened %s times", res[1], res[2])
 	}
 	onlyProgram(t, cg.Path)
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

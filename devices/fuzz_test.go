@@ -54,7 +54,7 @@ func decodeCase(data []byte) (static, grants []Rule, reqs []Request) {
 			grants = append(grants, r)
 		}
 	}
-	for len(data) >= 7 {
+	for len(data) >= 7 && len(reqs) < 64 {
 		reqs = append(reqs, Request{
 			Type:   types[int(data[0])%2],
 			Major:  uint32(num(data[1:3], majors[1:], MaxMajor)),

@@ -28,7 +28,7 @@ var cgroupSeq atomic.Int64
 
 // newTestCgroup creates a fresh cgroup under the cgroup2 root; cleanup removes it and checks
 // that the directory is gone.
-func newTestCgroup(t *testing.T) *Cgroup {
+func newTestCgroup(t testing.TB) *Cgroup {
 	t.Helper()
 	prereq.Root(t)
 	name := fmt.Sprintf("vmlet-devtest-%d-%d", os.Getpid(), cgroupSeq.Add(1))
@@ -51,14 +51,14 @@ func newTestCgroup(t *testing.T) *Cgroup {
 
 // child is a "serve" helper process running inside a cgroup.
 type child struct {
-	t   *testing.T
+	t   testing.TB
 	cmd *exec.Cmd
 	in  *os.File
 	out *os.File
 	rd  *bufio.Reader
 }
 
-func startChild(t *testing.T, cg *Cgroup) *child {
+func startChild(t testing.TB, cg *Cgroup) *child {
 	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -134,7 +134,7 @@ func expect(t *testing.T, what string, got, want unix.Errno) {
 }
 
 // programsOn returns the device programs attached directly to the cgroup at path.
-func programsOn(t *testing.T, path string) []ebpf.ProgramID {
+func programsOn(t testing.TB, path string) []ebpf.ProgramID {
 	t.Helper()
 	f, err := openCgroup(path)
 	if err != nil {
@@ -152,7 +152,7 @@ func programsOn(t *testing.T, path string) []ebpf.ProgramID {
 	return ids
 }
 
-func onlyProgram(t *testing.T, path string) ebpf.ProgramID {
+func onlyProgram(t testing.TB, path string) ebpf.ProgramID {
 	t.Helper()
 	ids := programsOn(t, path)
 	if len(ids) != 1 {

@@ -267,16 +267,17 @@ func (m *machine) store32(addr uint64, v uint32) error {
 	return nil
 }
 
-// decide runs the program for req against static rules compiled in and grants in the map.
-func decide(static, grants []Rule, req Request) (bool, error) {
+// program compiles static with grant lookups and loads it with grants into an interpreter.
+func program(static, grants []Rule) (*interp, error) {
 	insns, err := Compile(static, CompileOptions{Grants: true})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	in, err := newInterp(insns, grantsMapOf(static, grants))
-	if err != nil {
-		return false, err
-	}
+	return newInterp(insns, grantsMapOf(static, grants))
+}
+
+// decide runs the program for req as the kernel would call it.
+func (in *interp) decide(req Request) (bool, error) {
 	r0, err := in.run(typeCode(req.Type), uint32(req.Access), req.Major, req.Minor)
 	if err != nil {
 		return false, err
@@ -285,6 +286,15 @@ func decide(static, grants []Rule, req Request) (bool, error) {
 		return false, fmt.Errorf("program returned %d", r0)
 	}
 	return r0 == 1, nil
+}
+
+// decide runs the program for req against static rules compiled in and grants in the map.
+func decide(static, grants []Rule, req Request) (bool, error) {
+	in, err := program(static, grants)
+	if err != nil {
+		return false, err
+	}
+	return in.decide(req)
 }
 
 // grantsMapOf builds the map content Filter.Grant would produce, plus static records that must

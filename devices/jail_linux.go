@@ -32,8 +32,18 @@ func NewJail(parent, name string, rules []Rule) (*Jail, error) {
 // Start starts cmd inside the jail's cgroup, filtered from its first instruction.
 func (j *Jail) Start(cmd *exec.Cmd) error { return j.Cgroup.Start(cmd) }
 
-// Close kills everything in the jail, removes its cgroup (the kernel then frees the program
-// and its maps) and releases the filter's fds. ctx bounds the wait for processes to die.
+// Close kills everything in the jail and waits for it, then detaches the filter (only now: a
+// live process never runs unfiltered) and removes the cgroup. ctx bounds the wait. The
+// program and maps are freed once the kernel drops its last references.
 func (j *Jail) Close(ctx context.Context) error {
-	return errors.Join(j.Filter.Close(), j.Cgroup.Remove(ctx))
+	if err := j.Cgroup.Kill(ctx); err != nil {
+		return fmt.Errorf("close jail: %w", err)
+	}
+	if err := j.Filter.Detach(); err != nil {
+		return fmt.Errorf("close jail: %w", err)
+	}
+	if err := j.Cgroup.Remove(ctx); err != nil {
+		return fmt.Errorf("close jail: %w", err)
+	}
+	return nil
 }

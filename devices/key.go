@@ -1,10 +1,6 @@
 package devices
 
-import (
-	"fmt"
-
-	"golang.org/x/sys/unix"
-)
+import "fmt"
 
 // The grants map (BPF_MAP_TYPE_HASH, key mapKey, value uint32 Access bits) holds two kinds of
 // entries:
@@ -24,9 +20,9 @@ type mapKey struct {
 const (
 	keyWildcard = ^uint32(0) // not a valid major or minor (see MaxMajor, MaxMinor)
 
-	devBlock = uint32(unix.BPF_DEVCG_DEV_BLOCK) // 1
-	devChar  = uint32(unix.BPF_DEVCG_DEV_CHAR)  // 2
-	devAll   = 3                                // records only: an 'a' static rule
+	devBlock = 1 // BPF_DEVCG_DEV_BLOCK
+	devChar  = 2 // BPF_DEVCG_DEV_CHAR
+	devAll   = 3 // records only: an 'a' static rule
 
 	kindGrant       = 0 << 8
 	kindStaticAllow = 1 << 8

@@ -100,3 +100,28 @@ func normalize(t *testing.T, v any) any {
 	}
 	return out
 }
+
+// TestSamplesAccepted creates the manifests in config/samples with strict field validation.
+func TestSamplesAccepted(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	files, err := filepath.Glob(filepath.Join(apienv.RepoRoot(), "config", "samples", "vmlet.dev_*.yaml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("list samples: %v (%d files)", err, len(files))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("read sample: %v", err)
+		}
+		o := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &o.Object); err != nil {
+			t.Fatalf("decode %s: %v", f, err)
+		}
+		o.SetNamespace("default")
+		o.SetName("samples-" + o.GetName())
+		if err := env.Client.Create(ctx, o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+			t.Errorf("create %s: %v", filepath.Base(f), err)
+		}
+	}
+}

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Filter is this package's device program on one cgroup: static rules compiled in, plus the
@@ -18,7 +16,8 @@ import (
 // cgroup holds it: it survives the exit of the attaching process (a bpf_link would die with
 // it unless pinned, and an agent restart would fail open), nothing is pinned in a bpffs, and
 // it goes away with the cgroup. Recover finds it again. A Filter only holds fds; Close drops
-// them and leaves the program attached.
+// them and leaves the program attached. Grant, Revoke and the readers may be called
+// concurrently; Detach and Close must not race with them.
 type Filter struct {
 	cgroup string
 	static []Rule // canonical
@@ -26,10 +25,6 @@ type Filter struct {
 	grants *ebpf.Map
 	rules  *ebpf.Map
 }
-
-// grantMu serialises the read-modify-write of grants entries within this process. One agent
-// per node changes a cgroup's grants; other processes are not locked out.
-var grantMu sync.Mutex
 
 // Attach makes rules the static rules of the vmlet device program on the cgroup at
 // cgroupPath, idempotently and atomically:
@@ -221,131 +216,6 @@ func (f *Filter) ProgramID() (ebpf.ProgramID, error) {
 	}
 	id, _ := info.ID()
 	return id, nil
-}
-
-// Grant allows r (an allow rule) from now on: the next open or mknod in the cgroup sees it.
-// Access bits add to those already granted for the same device. Equivalent to: bpftool map
-// update id <grants> key <type major minor> value <bits>.
-func (f *Filter) Grant(r Rule) error {
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("grant device: %w", err)
-	}
-	if !r.Allow {
-		return fmt.Errorf("grant device %q: %w", r, ErrGrantDeny)
-	}
-	grantMu.Lock()
-	defer grantMu.Unlock()
-	var undo revert
-	defer undo.fail()
-	for _, k := range grantKeys(r) {
-		old, err := f.lookup(k)
-		if err != nil {
-			return fmt.Errorf("grant device %q: %w", r, err)
-		}
-		if err := f.grants.Update(k, old|uint32(r.Access), ebpf.UpdateAny); err != nil {
-			if errors.Is(err, unix.E2BIG) {
-				err = fmt.Errorf("%w: %w", ErrGrantsFull, err)
-			}
-			return fmt.Errorf("grant device %q: %w", r, err)
-		}
-		undo.add(func() { _ = f.set(k, old) })
-	}
-	undo.success()
-	return nil
-}
-
-// Revoke removes r's access bits from the grant for exactly r's device (same type, major and
-// minor, wildcards included): the next open or mknod in the cgroup is refused unless a static
-// rule or another grant still allows it. Revoking what is not granted is not an error. Files
-// opened before keep working: the kernel checks devices at open and mknod only.
-// Equivalent to: bpftool map update|delete id <grants> key <type major minor>.
-func (f *Filter) Revoke(r Rule) error {
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("revoke device: %w", err)
-	}
-	grantMu.Lock()
-	defer grantMu.Unlock()
-	var undo revert
-	defer undo.fail()
-	for _, k := range grantKeys(r) {
-		old, err := f.lookup(k)
-		if err != nil {
-			return fmt.Errorf("revoke device %q: %w", r, err)
-		}
-		if err := f.set(k, old&^uint32(r.Access)); err != nil {
-			return fmt.Errorf("revoke device %q: %w", r, err)
-		}
-		undo.add(func() { _ = f.set(k, old) })
-	}
-	undo.success()
-	return nil
-}
-
-func (f *Filter) lookup(k mapKey) (uint32, error) {
-	var v uint32
-	err := f.grants.Lookup(k, &v)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("look up grant: %w", err)
-	}
-	return v, nil
-}
-
-// set writes v for k, deleting the entry when v is 0.
-func (f *Filter) set(k mapKey, v uint32) error {
-	if v != 0 {
-		if err := f.grants.Update(k, v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("update grant: %w", err)
-		}
-		return nil
-	}
-	if err := f.grants.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete grant: %w", err)
-	}
-	return nil
-}
-
-// Rules returns the rules in force through this program: its static rules (canonical) followed
-// by the current grants read from the kernel, sorted. Evaluate over them decides as the program
-// does.
-func (f *Filter) Rules() ([]Rule, error) {
-	rules := slices.Clone(f.static)
-	grants, err := f.Grants()
-	if err != nil {
-		return nil, err
-	}
-	return append(rules, grants...), nil
-}
-
-// Static returns the static rules compiled into the program (canonical).
-func (f *Filter) Static() []Rule { return slices.Clone(f.static) }
-
-// Grants returns the current grants read from the kernel, sorted ('a' grants show as one
-// 'b' and one 'c' rule).
-func (f *Filter) Grants() ([]Rule, error) {
-	var (
-		k      mapKey
-		v      uint32
-		grants []Rule
-	)
-	it := f.grants.Iterate()
-	for it.Next(&k, &v) {
-		r, static, err := decodeEntry(k, v)
-		if err != nil {
-			return nil, fmt.Errorf("read grants: %w", err)
-		}
-		if static {
-			return nil, fmt.Errorf("read grants: record entry %+v: %w", k, ErrInvalidRule)
-		}
-		grants = append(grants, r)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read grants: %w", err)
-	}
-	slices.SortFunc(grants, compareRules)
-	return grants, nil
 }
 
 // Attached reports whether the filter's program is still attached to its cgroup (another

@@ -92,7 +92,7 @@ func (m *Monitor) ExecuteRaw(ctx context.Context, raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("parse raw command: %w: no execute member", ErrProtocol)
 	}
 	id := m.nextID.Add(1)
-	obj["id"] = json.RawMessage(fmt.Appendf(nil, "%d", id))
+	obj["id"] = formatID(id)
 	line, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode raw command: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -47,7 +48,7 @@ type wireMessage struct {
 type command struct {
 	Execute   string          `json:"execute"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
-	ID        uint64          `json:"id"`
+	ID        uint64          `json:"id,string"` // a JSON string: go-qemu decodes ids as strings
 }
 
 // decodeMessage classifies and decodes one line. It never panics; a line that is not a JSON
@@ -77,14 +78,29 @@ func decodeMessage(line []byte) (message, error) {
 		return message{kind: KindEvent, event: ev}, nil
 	case w.Return != nil || w.Error != nil:
 		m := message{kind: KindReply, ret: w.Return, err: w.Error}
-		if len(w.ID) > 0 {
-			// Our ids are unsigned integers; any other id (a string from a foreign client,
-			// a float) cannot be ours and leaves hasID false.
-			m.hasID = json.Unmarshal(w.ID, &m.id) == nil
-		}
+		m.id, m.hasID = parseID(w.ID)
 		return m, nil
 	}
 	return message{kind: KindUnknown}, fmt.Errorf("decode message: %w: neither greeting, reply nor event", ErrProtocol)
+}
+
+// formatID renders a command id the way the client sends it: a decimal number in a JSON string.
+func formatID(id uint64) json.RawMessage {
+	return json.RawMessage(`"` + strconv.FormatUint(id, 10) + `"`)
+}
+
+// parseID reads back an id written by formatID. Any other id (a number, a foreign string)
+// cannot be ours.
+func parseID(raw json.RawMessage) (uint64, bool) {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || strconv.FormatUint(id, 10) != s {
+		return 0, false
+	}
+	return id, true
 }
 
 // trimLine drops the line ending and surrounding blanks QEMU writes ("...}\r\n").

@@ -74,10 +74,10 @@ func TestExecuteRaw(t *testing.T) {
 	}
 	var r struct {
 		Return struct{ QEMU struct{ Major int } }
-		ID     uint64
+		ID     string
 	}
-	if err := json.Unmarshal(out, &r); err != nil || r.Return.QEMU.Major != 7 || r.ID == 0 {
-		t.Fatalf("raw reply %s (%v), want return.qemu.major 7 and our numeric id", out, err)
+	if err := json.Unmarshal(out, &r); err != nil || r.Return.QEMU.Major != 7 || r.ID == "" || r.ID == "user-id" {
+		t.Fatalf("raw reply %s (%v), want return.qemu.major 7 and our id", out, err)
 	}
 	out, err = m.ExecuteRaw(ctx, []byte(`{"execute": "device_del", "arguments": {"id": "x"}}`))
 	var qe *qmp.Error

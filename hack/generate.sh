@@ -20,9 +20,16 @@ controller_gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 # 2. CRDs with OpenAPI schema, CEL rules, printer columns: config/crd/bases/.
 #    maxDescLen is left unlimited so `kubectl explain` shows the full field docs.
-rm -f config/crd/bases/*.yaml
-controller_gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+#    Built in a scratch folder so that a failure leaves the committed CRDs alone.
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+controller_gen crd paths=./api/... output:crd:artifacts:config="$tmp"
 
 # 3. Declare the kubevirt.io/v1 fields vmlet does not implement, so that the API server rejects
-#    them with a clear message instead of pruning them (see api/v1alpha1/doc.go).
-go run ./api/internal/crdpatch config/crd/bases/*.yaml
+#    them with a clear message instead of pruning them, and bound quantities' length for the
+#    CEL cost estimate (see api/v1alpha1/doc.go and api/internal/crdpatch).
+go run ./api/internal/crdpatch "$tmp"/*.yaml
+
+rm -f config/crd/bases/*.yaml
+mkdir -p config/crd/bases
+cp "$tmp"/*.yaml config/crd/bases/

@@ -36,8 +36,9 @@
 //     server-side field validation: with fieldValidation=Strict (kubectl's default since 1.27,
 //     `kubectl create/apply --validate=strict`) the API server answers 400 BadRequest
 //     `strict decoding error: unknown field "spec.domain.foo"`; with the default of other
-//     clients (Warn) it prunes the field and returns a warning. vmlet's own clients send
-//     Strict (controller-runtime: client.WithFieldValidation(metav1.FieldValidationStrict)).
+//     clients (Warn) it prunes the field and returns a warning (TestUnknownFieldWithout-
+//     StrictValidation shows both). vmlet's own clients must therefore send Strict
+//     (controller-runtime: client.WithFieldValidation(c, metav1.FieldValidationStrict)).
 //
 // # Regenerating
 //

@@ -85,3 +85,31 @@ func TestHotplugRemoval(t *testing.T) {
 	at(t, o, "spec.domain.devices")["disks"] = []any{}
 	wantRejected(t, env.Client.Update(ctx, o), invalid, badValue, "spec.volumes")
 }
+
+// TestLargestVMIFitsCELBudget creates and updates a VMI with every list at its maxItems, so the
+// CEL rules run at their worst case against the API server's per-request cost budget.
+func TestLargestVMIFitsCELBudget(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	o := validVMI("largest")
+	var disks, vols, ports []any
+	for i := range 64 {
+		name := fmt.Sprintf("disk-%d", i)
+		disks = append(disks, map[string]any{"name": name, "bootOrder": int64(i + 1), "disk": map[string]any{"bus": "virtio"}})
+		vols = append(vols, map[string]any{"name": name, "persistentVolumeClaim": map[string]any{"claimName": name, "hotpluggable": i%2 == 0}})
+		ports = append(ports, map[string]any{"name": fmt.Sprintf("p%d", i), "port": int64(1000 + i)})
+	}
+	at(t, o, "spec.domain.devices")["disks"] = disks
+	at(t, o, "spec")["volumes"] = vols
+	at(t, o, "spec.domain.devices.interfaces[0]")["ports"] = ports
+	if err := env.Client.Create(ctx, o); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	// Unplug a hotpluggable volume and its disk: every transition rule runs.
+	at(t, o, "spec")["volumes"] = at(t, o, "spec")["volumes"].([]any)[1:]
+	at(t, o, "spec.domain.devices")["disks"] = at(t, o, "spec.domain.devices")["disks"].([]any)[1:]
+	at(t, o, "spec")["paused"] = true
+	if err := env.Client.Update(ctx, o); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+}

@@ -1269,9 +1269,15 @@ type Domain struct {
 	StartedUnixNano int64    `protobuf:"varint,11,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	Disks           []string `protobuf:"bytes,12,rep,name=disks,proto3" json:"disks,omitempty"` // attached disk ids, cold and hot
 	Nics            []string `protobuf:"bytes,13,rep,name=nics,proto3" json:"nics,omitempty"`
-	LastEventSeq    uint64   `protobuf:"varint,14,opt,name=last_event_seq,json=lastEventSeq,proto3" json:"last_event_seq,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// last_event_seq is the newest event's number: WatchEvents(after_seq=last_event_seq) sees
+	// exactly the changes after this snapshot.
+	LastEventSeq uint64 `protobuf:"varint,14,opt,name=last_event_seq,json=lastEventSeq,proto3" json:"last_event_seq,omitempty"`
+	// live_spec is the domain as it runs now: hotplugged devices included, every slot, the
+	// machine type and CPU model pinned. It is what PrepareMigrationTarget needs.
+	LiveSpec      *DomainSpec      `protobuf:"bytes,15,opt,name=live_spec,json=liveSpec,proto3" json:"live_spec,omitempty"`
+	Migration     *MigrationStatus `protobuf:"bytes,16,opt,name=migration,proto3" json:"migration,omitempty"` // the last known migration status (role "" if none)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -1400,6 +1406,20 @@ func (x *Domain) GetLastEventSeq() uint64 {
 		return x.LastEventSeq
 	}
 	return 0
+}
+
+func (x *Domain) GetLiveSpec() *DomainSpec {
+	if x != nil {
+		return x.LiveSpec
+	}
+	return nil
+}
+
+func (x *Domain) GetMigration() *MigrationStatus {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
 }
 
 type WatchEventsRequest struct {
@@ -2119,7 +2139,10 @@ type PrepareMigrationTargetRequest struct {
 	Spec *DomainSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// listen_uri is where QEMU listens, "unix:/path" or "tcp:HOST:PORT"; empty: a unix socket
 	// in the launcher's sockets dir.
-	ListenUri     string `protobuf:"bytes,2,opt,name=listen_uri,json=listenUri,proto3" json:"listen_uri,omitempty"`
+	ListenUri string `protobuf:"bytes,2,opt,name=listen_uri,json=listenUri,proto3" json:"listen_uri,omitempty"`
+	// options must match the source's Migrate options (capabilities and multifd channels are
+	// negotiated per side).
+	Options       *MigrationOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2166,6 +2189,13 @@ func (x *PrepareMigrationTargetRequest) GetListenUri() string {
 		return x.ListenUri
 	}
 	return ""
+}
+
+func (x *PrepareMigrationTargetRequest) GetOptions() *MigrationOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
 }
 
 type PrepareMigrationTargetResponse struct {
@@ -4067,7 +4097,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\xae\x03\n" +
+	"\x10GetDomainRequest\"\xac\x04\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -4083,7 +4113,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\v \x01(\x03R\x0fstartedUnixNano\x12\x14\n" +
 	"\x05disks\x18\f \x03(\tR\x05disks\x12\x12\n" +
 	"\x04nics\x18\r \x03(\tR\x04nics\x12$\n" +
-	"\x0elast_event_seq\x18\x0e \x01(\x04R\flastEventSeq\"1\n" +
+	"\x0elast_event_seq\x18\x0e \x01(\x04R\flastEventSeq\x12:\n" +
+	"\tlive_spec\x18\x0f \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bliveSpec\x12@\n" +
+	"\tmigration\x18\x10 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\tmigration\"1\n" +
 	"\x12WatchEventsRequest\x12\x1b\n" +
 	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\"\xbe\x02\n" +
 	"\x05Event\x12\x10\n" +
@@ -4128,11 +4160,12 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x12HotplugNICResponse\"\"\n" +
 	"\x10UnplugNICRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x13\n" +
-	"\x11UnplugNICResponse\"q\n" +
+	"\x11UnplugNICResponse\"\xb0\x01\n" +
 	"\x1dPrepareMigrationTargetRequest\x121\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"listen_uri\x18\x02 \x01(\tR\tlistenUri\"2\n" +
+	"listen_uri\x18\x02 \x01(\tR\tlistenUri\x12=\n" +
+	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"2\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\"\xd6\x01\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
@@ -4407,77 +4440,80 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	21, // 6: vmlet.launcher.v1.PauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
-	24, // 9: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
-	25, // 10: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
-	26, // 11: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
-	27, // 12: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
-	0,  // 13: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
-	1,  // 14: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
-	2,  // 15: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
-	6,  // 16: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
-	7,  // 17: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
-	3,  // 18: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	38, // 19: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	46, // 20: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	51, // 21: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	52, // 22: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	53, // 23: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	54, // 24: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	59, // 25: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	60, // 26: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	61, // 27: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	62, // 28: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 29: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 30: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 31: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 32: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 33: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 34: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 35: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	22, // 36: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	28, // 37: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	30, // 38: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	32, // 39: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	34, // 40: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	36, // 41: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	39, // 42: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	41, // 43: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	43, // 44: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	45, // 45: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	47, // 46: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	49, // 47: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	55, // 48: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	57, // 49: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	63, // 50: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	65, // 51: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 52: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 53: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 54: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 55: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 56: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 57: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 58: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	23, // 59: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	29, // 60: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	31, // 61: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	33, // 62: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	35, // 63: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	37, // 64: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	40, // 65: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	42, // 66: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	44, // 67: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	46, // 68: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	48, // 69: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	50, // 70: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	56, // 71: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	58, // 72: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	64, // 73: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	66, // 74: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	52, // [52:75] is the sub-list for method output_type
-	29, // [29:52] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	46, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	24, // 11: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
+	25, // 12: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
+	26, // 13: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
+	27, // 14: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
+	0,  // 15: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
+	1,  // 16: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
+	2,  // 17: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
+	6,  // 18: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
+	7,  // 19: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
+	3,  // 20: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	38, // 21: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	38, // 22: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	46, // 23: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	51, // 24: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	52, // 25: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	53, // 26: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	54, // 27: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	59, // 28: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	60, // 29: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	61, // 30: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	62, // 31: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	8,  // 32: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 33: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 34: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 35: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 36: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 37: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 38: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	22, // 39: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	28, // 40: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	30, // 41: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	32, // 42: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	34, // 43: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	36, // 44: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	39, // 45: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	41, // 46: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	43, // 47: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	45, // 48: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	47, // 49: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	49, // 50: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	55, // 51: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	57, // 52: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	63, // 53: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	65, // 54: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 55: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 56: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 57: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 58: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 59: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 60: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 61: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	23, // 62: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	29, // 63: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	31, // 64: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	33, // 65: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	35, // 66: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	37, // 67: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	40, // 68: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	42, // 69: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	44, // 70: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	46, // 71: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	48, // 72: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	50, // 73: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	56, // 74: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	58, // 75: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	64, // 76: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	66, // 77: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }

@@ -1,0 +1,87 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. The server sends them as gRPC status codes with an ErrorInfo detail
+// (domain ErrorDomain, reason below); the Client turns them back into a *RemoteError that
+// unwraps to the same sentinel, so callers on both sides use errors.Is.
+var (
+	// ErrInvalidConfig: the launcher's own configuration (flags) is unusable.
+	ErrInvalidConfig = errors.New("invalid launcher config")
+	// ErrInvalidSpec: the domain spec, disk or NIC failed validation. InvalidArgument.
+	ErrInvalidSpec = errors.New("invalid domain spec")
+	// ErrInvalidRequest: a request field is malformed (bad JSON for QMP, missing id).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrNoDomain: no Sync (or PrepareMigrationTarget) has started a domain yet.
+	ErrNoDomain = errors.New("no domain defined")
+	// ErrDomainExists: Sync with a spec other than the running one.
+	ErrDomainExists = errors.New("a different domain is defined")
+	// ErrWrongState: the domain is not in a state where the operation makes sense.
+	ErrWrongState = errors.New("wrong domain state")
+	// ErrUnknownDevice: no disk or NIC with that id.
+	ErrUnknownDevice = errors.New("unknown device")
+	// ErrDeviceExists: a disk or NIC with that id is attached already.
+	ErrDeviceExists = errors.New("device already attached")
+	// ErrNoFreePort: every hotplug slot is taken.
+	ErrNoFreePort = errors.New("no free hotplug slot")
+	// ErrNotHotpluggable: the device's bus cannot be hotplugged.
+	ErrNotHotpluggable = errors.New("device not hotpluggable")
+	// ErrAgentNotConnected: the guest agent does not answer (not started, or gone).
+	ErrAgentNotConnected = errors.New("guest agent not connected")
+	// ErrMigrationFailed: the migration ended failed or cancelled.
+	ErrMigrationFailed = errors.New("migration failed")
+	// ErrQMP: QEMU answered a command with a QMP error (RemoteError.Metadata["class"]).
+	ErrQMP = errors.New("qmp command failed")
+	// ErrQEMUExited: QEMU is gone; the launcher is about to exit.
+	ErrQEMUExited = errors.New("qemu exited")
+	// ErrTerminating: the launcher is shutting down and takes no new work.
+	ErrTerminating = errors.New("launcher terminating")
+	// ErrEventsLost: WatchEvents asked to resume after events that are no longer retained;
+	// resync with GetDomain and watch from its last_event_seq.
+	ErrEventsLost = errors.New("events no longer retained")
+	// ErrTimeout: an operation hit its deadline.
+	ErrTimeout = errors.New("timeout")
+)
+
+// StepError names the startup step that failed.
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string { return fmt.Sprintf("start launcher: step %s: %v", e.Step, e.Err) }
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// RemoteError is an error the launcher returned over the API. It unwraps to the sentinel
+// named by Reason (errors.Is(err, launcher.ErrNoDomain)); Metadata carries details such as
+// the QMP error "class".
+type RemoteError struct {
+	Code     string // gRPC status code name, e.g. "FailedPrecondition"
+	Reason   string // e.g. "NO_DOMAIN"; empty if the server sent no ErrorInfo
+	Message  string
+	Metadata map[string]string
+}
+
+func (e *RemoteError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("launcher: %s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("launcher: %s (%s): %s", e.Reason, e.Code, e.Message)
+}
+
+// Unwrap returns the sentinel for Reason (nil if unknown).
+func (e *RemoteError) Unwrap() error {
+	for _, r := range reasons {
+		if r.name == e.Reason {
+			return r.err
+		}
+	}
+	if e.Code == "DeadlineExceeded" {
+		return ErrTimeout
+	}
+	return nil
+}

@@ -1,0 +1,415 @@
+package launcher_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// binDir holds the launcher binary built once per test process (TestMain removes it).
+var (
+	binDir   string
+	binOnce  sync.Once
+	binPath  string
+	binError error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// launcherBinary builds cmd/vmlet-launcher once (go build into a temporary folder).
+func launcherBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binError = os.MkdirTemp("", "vmlet-launcher-bin-")
+		if binError != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "vmlet-launcher")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, "github.com/vmlet/vmlet/cmd/vmlet-launcher").CombinedOutput()
+		if err != nil {
+			binError = fmt.Errorf("go build vmlet-launcher: %w\n%s", err, out)
+		}
+	})
+	if binError != nil {
+		t.Fatal(binError)
+	}
+	return binPath
+}
+
+// proc is a running vmlet-launcher process started by startLauncher.
+type proc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	runDir string
+	paths  launcher.Paths
+	stderr *syncBuffer
+	done   chan struct{} // closed when the process was reaped
+	state  *os.ProcessState
+	client *launcher.Client
+	qemu   int // QEMU's pid once a domain started (recorded by the tests)
+}
+
+type launchOpts struct {
+	grace time.Duration
+	args  []string
+}
+
+// startLauncher starts the real launcher binary on a fresh run dir, waits (on inotify, not
+// by polling) until its ready socket appears, and dials it. Cleanup kills whatever still
+// runs and asserts that nothing is left behind: no launcher, no QEMU, no socket.
+func startLauncher(t testing.TB, o launchOpts) *proc {
+	t.Helper()
+	prereq.Root(t)
+	bin := launcherBinary(t)
+	runDir, err := os.MkdirTemp("", "vl-") // short: socket paths must fit 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, runDir: runDir, paths: launcher.Paths{Root: runDir}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	args := []string{"--run-dir", runDir, "--log-level", "debug", "--agent-ping-interval", "1s", "--agent-retry-max", "1s"}
+	if o.grace > 0 {
+		args = append(args, "--grace-period", o.grace.String())
+	}
+	p.cmd = exec.Command(bin, append(args, o.args...)...)
+	p.cmd.Stderr = p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	w, err := newDirWatch(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.done)
+	}()
+	t.Cleanup(p.cleanup)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.waitFor(ctx, launcher.ReadySocket, p.done); err != nil {
+		t.Fatalf("wait for launcher ready: %v\nstderr:\n%s", err, p.stderr.String())
+	}
+	if p.client, err = launcher.Dial(ctx, p.paths.ReadySocket()); err != nil {
+		t.Fatalf("dial launcher: %v", err)
+	}
+	return p
+}
+
+// wait waits for the launcher to exit and returns its exit code.
+func (p *proc) wait(ctx context.Context) (int, error) {
+	select {
+	case <-p.done:
+		return p.state.ExitCode(), nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("wait for launcher exit: %w\nstderr:\n%s", ctx.Err(), p.stderr.String())
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal launcher: %v", err)
+	}
+}
+
+// cleanup kills a launcher that still runs and asserts nothing is left behind.
+func (p *proc) cleanup() {
+	t := p.t
+	if p.client != nil {
+		p.client.Close()
+	}
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	if p.qemu > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := waitPidGone(ctx, p.qemu); err != nil {
+			t.Errorf("qemu outlived the launcher: %v", err)
+			syscall.Kill(p.qemu, syscall.SIGKILL)
+		}
+		cancel()
+	}
+	if socks := findSockets(t, p.runDir); len(socks) > 0 {
+		t.Errorf("launcher left sockets behind: %v", socks)
+	}
+	if t.Failed() {
+		t.Logf("launcher stderr:\n%s", p.stderr.String())
+		if b, err := os.ReadFile(p.paths.SerialLog()); err == nil {
+			t.Logf("serial log:\n%s", b)
+		}
+	}
+	os.RemoveAll(p.runDir)
+}
+
+// assertClean checks, after the launcher exited, that no socket and no QEMU is left.
+func (p *proc) assertClean(t testing.TB) {
+	t.Helper()
+	if socks := findSockets(t, p.runDir); len(socks) > 0 {
+		t.Errorf("sockets left behind: %v", socks)
+	}
+	if p.qemu > 0 && syscall.Kill(p.qemu, 0) == nil {
+		t.Errorf("qemu pid %d still exists after the launcher exited", p.qemu)
+	}
+}
+
+func findSockets(t testing.TB, dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSocket != 0 {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
+
+// waitPidGone waits until pid has exited, with a pidfd (readable once the process is gone).
+func waitPidGone(ctx context.Context, pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		ms := 1000
+		if dl, ok := ctx.Deadline(); ok {
+			ms = int(min(time.Until(dl), time.Second).Milliseconds())
+		}
+		if ms <= 0 {
+			return fmt.Errorf("pid %d still runs: %w", pid, context.DeadlineExceeded)
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("pid %d still runs: %w", pid, ctx.Err())
+		}
+	}
+}
+
+// dirWatch is an inotify watch on one folder: waitFor returns once a name exists in it.
+type dirWatch struct {
+	f   *os.File
+	dir string
+}
+
+func newDirWatch(dir string) (*dirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("inotify init: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("inotify watch %s: %w", dir, err)
+	}
+	return &dirWatch{f: os.NewFile(uintptr(fd), "inotify"), dir: dir}, nil
+}
+
+func (w *dirWatch) close() { w.f.Close() }
+
+// waitFor waits until dir/name exists, ctx ends, or abort is closed.
+func (w *dirWatch) waitFor(ctx context.Context, name string, abort <-chan struct{}) error {
+	stop := context.AfterFunc(ctx, func() { w.f.SetReadDeadline(time.Now()) })
+	defer stop()
+	go func() {
+		select {
+		case <-abort:
+			w.f.SetReadDeadline(time.Now())
+		case <-ctx.Done():
+		}
+	}()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := os.Lstat(filepath.Join(w.dir, name)); err == nil {
+			return nil
+		}
+		if _, err := w.f.Read(buf); err != nil {
+			select {
+			case <-abort:
+				return fmt.Errorf("wait for %s: process exited", name)
+			default:
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("wait for %s: %w", name, ctx.Err())
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("read inotify: %w", err)
+			}
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// guestSpec is the test guest as a launcher domain spec.
+func guestSpec(t testing.TB, name string, cmdline ...string) *pb.DomainSpec {
+	files := testguest.Assets(t)
+	prereq.QEMU(t)
+	return &pb.DomainSpec{
+		Name:         name,
+		Accel:        "tcg",
+		MemoryMib:    256,
+		Boot:         &pb.Boot{Kernel: files.Kernel, Initrd: files.Initrd, Cmdline: strings.Join(append([]string{testguest.BaseCmdline}, cmdline...), " ")},
+		Serial:       true,
+		Agent:        true,
+		HotplugPorts: 2,
+	}
+}
+
+// recorder collects a launcher's events from WatchEvents and lets tests wait for one.
+type recorder struct {
+	mu     sync.Mutex
+	events []*pb.Event
+	notify chan struct{}
+	done   chan struct{}
+	err    error
+}
+
+func watch(t testing.TB, c *launcher.Client, after uint64) *recorder {
+	r := &recorder{notify: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer close(r.done)
+		err := c.WatchEvents(ctx, after, func(e *pb.Event) error {
+			r.mu.Lock()
+			r.events = append(r.events, e)
+			close(r.notify)
+			r.notify = make(chan struct{})
+			r.mu.Unlock()
+			return nil
+		})
+		r.mu.Lock()
+		r.err = err
+		r.mu.Unlock()
+	}()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+// waitEvent waits for the first event at index ≥ from that match accepts and returns its index.
+func (r *recorder) waitEvent(ctx context.Context, from int, what string, match func(*pb.Event) bool) (int, error) {
+	for {
+		r.mu.Lock()
+		for i := from; i < len(r.events); i++ {
+			if match(r.events[i]) {
+				r.mu.Unlock()
+				return i, nil
+			}
+		}
+		from = max(from, len(r.events))
+		notify := r.notify
+		r.mu.Unlock()
+		select {
+		case <-notify:
+		case <-r.done:
+			return -1, fmt.Errorf("wait for event %s: stream ended (%v); events: %s", what, r.err, r.dump())
+		case <-ctx.Done():
+			return -1, fmt.Errorf("wait for event %s: %w; events: %s", what, ctx.Err(), r.dump())
+		}
+	}
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+func (r *recorder) snapshot() []*pb.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*pb.Event(nil), r.events...)
+}
+
+func (r *recorder) dump() string {
+	var b strings.Builder
+	for _, e := range r.snapshot() {
+		fmt.Fprintf(&b, "\n  %d %s", e.GetSeq(), describe(e))
+	}
+	return b.String()
+}
+
+func describe(e *pb.Event) string {
+	switch k := e.GetKind().(type) {
+	case *pb.Event_Lifecycle:
+		return fmt.Sprintf("lifecycle %s reason=%q qemu=%q", k.Lifecycle.GetState(), k.Lifecycle.GetReason(), k.Lifecycle.GetQemuEvent())
+	case *pb.Event_Device:
+		return fmt.Sprintf("device %s %s %s", k.Device.GetKind(), k.Device.GetAction(), k.Device.GetId())
+	case *pb.Event_Migration:
+		return fmt.Sprintf("migration %s %s", k.Migration.GetRole(), k.Migration.GetStatus())
+	case *pb.Event_Agent:
+		return fmt.Sprintf("agent connected=%v", k.Agent.GetConnected())
+	}
+	return "?"
+}
+
+func isState(s pb.State) func(*pb.Event) bool {
+	return func(e *pb.Event) bool { return e.GetLifecycle() != nil && e.GetLifecycle().GetState() == s }
+}
+
+func isAgent(up bool) func(*pb.Event) bool {
+	return func(e *pb.Event) bool { return e.GetAgent() != nil && e.GetAgent().GetConnected() == up }
+}
+
+func isDevice(action pb.DeviceEvent_Action, id string) func(*pb.Event) bool {
+	return func(e *pb.Event) bool {
+		return e.GetDevice() != nil && e.GetDevice().GetAction() == action && e.GetDevice().GetId() == id
+	}
+}
+
+func isMigration(status string) func(*pb.Event) bool {
+	return func(e *pb.Event) bool { return e.GetMigration() != nil && e.GetMigration().GetStatus() == status }
+}

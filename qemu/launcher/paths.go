@@ -1,0 +1,88 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Names inside the run dir. The node agent watches ReadySocket appear (controllers/process
+// uses the same names): the command socket is bound under StartingSocket and renamed to
+// ReadySocket only once it takes commands.
+const (
+	ReadySocket    = "launcher.sock"
+	StartingSocket = "launcher.sock.starting"
+)
+
+// Paths is the run dir layout. Everything the launcher creates lives under Root:
+//
+//	launcher.sock(.starting)   the API (gRPC), 0600
+//	disks/ cloud-init/ hotplug/ volumes the agent prepares for this VM (left alone)
+//	sockets/qmp.sock           QEMU's monitor; only the launcher connects
+//	sockets/qmp-debug.sock     QMP for humans, proxied through the launcher (while QEMU runs)
+//	sockets/console.sock       the serial console (QEMU serves it, one client at a time)
+//	sockets/qga.sock           the guest agent channel; only the launcher connects
+//	sockets/migration.sock     default incoming migration socket of a target
+//	logs/qmp.log[.1..]         every QMP line with a timestamp, size-capped and rotated
+//	logs/serial.log            the serial console output
+//	logs/qemu.log              QEMU's standard error
+//
+// Sockets are removed when the launcher exits; logs stay for humans.
+type Paths struct {
+	Root string
+}
+
+// Dirs are the folders created at startup, 0700.
+func (p Paths) Dirs() []string {
+	return []string{p.Root, p.Disks(), p.CloudInit(), p.Hotplug(), p.Sockets(), p.Logs()}
+}
+
+func (p Paths) Disks() string     { return filepath.Join(p.Root, "disks") }
+func (p Paths) CloudInit() string { return filepath.Join(p.Root, "cloud-init") }
+func (p Paths) Hotplug() string   { return filepath.Join(p.Root, "hotplug") }
+func (p Paths) Sockets() string   { return filepath.Join(p.Root, "sockets") }
+func (p Paths) Logs() string      { return filepath.Join(p.Root, "logs") }
+
+func (p Paths) ReadySocket() string    { return filepath.Join(p.Root, ReadySocket) }
+func (p Paths) StartingSocket() string { return filepath.Join(p.Root, StartingSocket) }
+func (p Paths) QMPSocket() string      { return filepath.Join(p.Sockets(), "qmp.sock") }
+func (p Paths) DebugSocket() string    { return filepath.Join(p.Sockets(), "qmp-debug.sock") }
+func (p Paths) ConsoleSocket() string  { return filepath.Join(p.Sockets(), "console.sock") }
+func (p Paths) AgentSocket() string    { return filepath.Join(p.Sockets(), "qga.sock") }
+func (p Paths) MigrationSocket() string {
+	return filepath.Join(p.Sockets(), "migration.sock")
+}
+func (p Paths) QMPLog() string    { return filepath.Join(p.Logs(), "qmp.log") }
+func (p Paths) SerialLog() string { return filepath.Join(p.Logs(), "serial.log") }
+func (p Paths) QEMULog() string   { return filepath.Join(p.Logs(), "qemu.log") }
+
+// maxSunPath is sizeof(sockaddr_un.sun_path) minus the NUL.
+const maxSunPath = 107
+
+// check verifies the layout fits unix socket path limits and has no comma (QEMU's option
+// syntax; the driver passes sockets as fds, but migration URIs carry the path).
+func (p Paths) check() error {
+	if !filepath.IsAbs(p.Root) {
+		return fmt.Errorf("check run dir %q: %w: not absolute", p.Root, ErrInvalidConfig)
+	}
+	for _, s := range []string{p.StartingSocket(), p.DebugSocket(), p.MigrationSocket()} {
+		if len(s) > maxSunPath {
+			return fmt.Errorf("check run dir: %w: socket path %s is %d bytes, the limit is %d",
+				ErrInvalidConfig, s, len(s), maxSunPath)
+		}
+	}
+	return nil
+}
+
+// prepare creates the folders (0700; existing ones are chmodded).
+func (p Paths) prepare() error {
+	for _, d := range p.Dirs() {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("create dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return fmt.Errorf("chmod dir: %w", err)
+		}
+	}
+	return nil
+}

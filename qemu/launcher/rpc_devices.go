@@ -1,0 +1,102 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+)
+
+// unplugTimeout bounds an unplug when the caller's context has no deadline: the guest must
+// release the device (DEVICE_DELETED), and a guest that ignores the request never does.
+const unplugTimeout = 30 * time.Second
+
+// HotplugDisk implements the HotplugDisk RPC. QMP: blockdev-add ×2, device_add.
+func (l *Launcher) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.HotplugDiskResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDisk() == nil {
+		return nil, fmt.Errorf("hotplug disk: %w: disk missing", ErrInvalidRequest)
+	}
+	disk := DiskFromProto(req.GetDisk())
+	if err := d.vm.AddDisk(ctx, disk); err != nil {
+		return nil, fmt.Errorf("hotplug disk: %w", err)
+	}
+	d.deviceEvent(pb.DeviceEvent_KIND_DISK, pb.DeviceEvent_ACTION_ADDED, disk.ID)
+	return &pb.HotplugDiskResponse{}, nil
+}
+
+// UnplugDisk implements the UnplugDisk RPC; it returns once the guest released the disk.
+// QMP: device_del, event DEVICE_DELETED, blockdev-del ×2.
+func (l *Launcher) UnplugDisk(ctx context.Context, req *pb.UnplugDiskRequest) (*pb.UnplugDiskResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx, unplugTimeout)
+	defer cancel()
+	if err := d.vm.RemoveDisk(ctx, req.GetId()); err != nil {
+		return nil, fmt.Errorf("unplug disk: %w", err)
+	}
+	d.deviceEvent(pb.DeviceEvent_KIND_DISK, pb.DeviceEvent_ACTION_REMOVED, req.GetId())
+	return &pb.UnplugDiskResponse{}, nil
+}
+
+// HotplugNIC implements the HotplugNIC RPC: the launcher opens the named tap in its
+// namespace and passes the fds to QEMU. QMP: getfd per queue, netdev_add, device_add.
+func (l *Launcher) HotplugNIC(ctx context.Context, req *pb.HotplugNICRequest) (*pb.HotplugNICResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	n := req.GetNic()
+	if n == nil || n.GetTapName() == "" {
+		return nil, fmt.Errorf("hotplug nic: %w: nic with a tap_name required", ErrInvalidRequest)
+	}
+	nic := NICFromProto(n)
+	ref := tapRef{Name: n.GetTapName(), NetNS: n.GetNetns(), Queues: int(n.GetQueues())}
+	nic.TapName, nic.Queues = "", 0 // replaced by the fds; AddNIC validates the rest
+	files, err := openTap(ref)
+	if err != nil {
+		return nil, fmt.Errorf("hotplug nic %s: %w", nic.ID, err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	nic.TapFDs = files
+	if err := d.vm.AddNIC(ctx, nic); err != nil {
+		return nil, fmt.Errorf("hotplug nic: %w", err)
+	}
+	d.addTap(nic.ID, ref)
+	d.deviceEvent(pb.DeviceEvent_KIND_NIC, pb.DeviceEvent_ACTION_ADDED, nic.ID)
+	return &pb.HotplugNICResponse{}, nil
+}
+
+// UnplugNIC implements the UnplugNIC RPC. QMP: device_del, event DEVICE_DELETED, netdev_del.
+func (l *Launcher) UnplugNIC(ctx context.Context, req *pb.UnplugNICRequest) (*pb.UnplugNICResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx, unplugTimeout)
+	defer cancel()
+	if err := d.vm.RemoveNIC(ctx, req.GetId()); err != nil {
+		return nil, fmt.Errorf("unplug nic: %w", err)
+	}
+	d.dropTap(req.GetId())
+	d.deviceEvent(pb.DeviceEvent_KIND_NIC, pb.DeviceEvent_ACTION_REMOVED, req.GetId())
+	return &pb.UnplugNICResponse{}, nil
+}
+
+// withDefaultTimeout adds d to ctx unless it has a deadline already.
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -1,0 +1,194 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+)
+
+// Migration roles.
+const (
+	roleSource = "source"
+	roleTarget = "target"
+)
+
+// Migration defaults.
+const (
+	// unlimitedBandwidth stands for "no limit" (QEMU's default cap is 128 MiB/s, far below
+	// what a local or datacenter link does).
+	unlimitedBandwidth    = 10 << 30
+	defaultFinalizeWait   = 5 * time.Minute
+	migrationSetupTimeout = 30 * time.Second
+)
+
+// caps and params turn the wire options into the driver's.
+func migrationCaps(o *pb.MigrationOptions) qemu.MigrationCaps {
+	return qemu.MigrationCaps{
+		AutoConverge: o.GetAutoConverge(),
+		PostcopyRAM:  o.GetPostcopy(),
+		Multifd:      o.GetMultifdChannels() > 0,
+	}
+}
+
+func migrationParams(o *pb.MigrationOptions) qemu.MigrationParams {
+	p := qemu.MigrationParams{
+		MaxBandwidth:    o.GetBandwidthBytesPerSec(),
+		DowntimeLimit:   time.Duration(o.GetDowntimeMs()) * time.Millisecond,
+		MultifdChannels: int(o.GetMultifdChannels()),
+	}
+	if p.MaxBandwidth <= 0 {
+		p.MaxBandwidth = unlimitedBandwidth
+	}
+	return p
+}
+
+// PrepareMigrationTarget implements the RPC: start QEMU with -incoming defer for the spec,
+// set the same capabilities as the source will, and listen.
+func (l *Launcher) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrationTargetRequest) (*pb.PrepareMigrationTargetResponse, error) {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if l.domain() != nil {
+		return nil, fmt.Errorf("prepare migration target: %w: a domain is defined already", ErrDomainExists)
+	}
+	uri := req.GetListenUri()
+	if uri == "" {
+		uri = "unix:" + l.paths.MigrationSocket()
+	}
+	if !strings.HasPrefix(uri, "unix:") && !strings.HasPrefix(uri, "tcp:") {
+		return nil, fmt.Errorf("prepare migration target: %w: listen uri %q is neither unix: nor tcp:", ErrInvalidRequest, uri)
+	}
+	d, err := l.startDomain(ctx, req.GetSpec(), true)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, migrationSetupTimeout)
+	defer cancel()
+	o := req.GetOptions()
+	err = d.vm.SetMigrationCaps(sctx, migrationCaps(o))
+	if err == nil && o.GetMultifdChannels() > 0 {
+		err = d.vm.SetMigrationParams(sctx, qemu.MigrationParams{MultifdChannels: int(o.GetMultifdChannels())})
+	}
+	if err == nil {
+		err = d.vm.MigrateIncoming(sctx, uri)
+	}
+	if err != nil {
+		d.stop(stopKill, 0)
+		return nil, fmt.Errorf("prepare migration target: %w", err)
+	}
+	return &pb.PrepareMigrationTargetResponse{Uri: uri}, nil
+}
+
+// Migrate implements the Migrate RPC: set capabilities and parameters, start the migration,
+// and switch to post-copy right away when asked.
+func (l *Launcher) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	if d.incoming {
+		return nil, fmt.Errorf("migrate: %w: this launcher is a migration target", ErrWrongState)
+	}
+	if req.GetUri() == "" {
+		return nil, fmt.Errorf("migrate: %w: uri missing", ErrInvalidRequest)
+	}
+	o := req.GetOptions()
+	if err := d.vm.SetMigrationCaps(ctx, migrationCaps(o)); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if err := d.vm.SetMigrationParams(ctx, migrationParams(o)); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	d.setMigrationRole(roleSource)
+	if err := d.vm.Migrate(ctx, req.GetUri()); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if o.GetPostcopy() {
+		if err := d.vm.StartPostcopy(ctx); err != nil {
+			return nil, fmt.Errorf("migrate: start postcopy: %w", err)
+		}
+	}
+	return &pb.MigrateResponse{}, nil
+}
+
+// CancelMigration implements the RPC (QMP migrate_cancel).
+func (l *Launcher) CancelMigration(ctx context.Context, _ *pb.CancelMigrationRequest) (*pb.CancelMigrationResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.vm.CancelMigration(ctx); err != nil {
+		return nil, fmt.Errorf("cancel migration: %w", err)
+	}
+	return &pb.CancelMigrationResponse{}, nil
+}
+
+// FinalizeMigration implements the RPC. Source: wait for completion, then quit QEMU (the
+// launcher exits 0, reason "migrated"). Target: wait for completion with the guest resumed.
+func (l *Launcher) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRequest) (*pb.FinalizeMigrationResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	wait := defaultFinalizeWait
+	if ms := req.GetTimeoutMs(); ms > 0 {
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	role := d.migrationRole()
+	var info qemu.MigrationInfo
+	switch role {
+	case roleTarget:
+		info, err = d.vm.WaitIncoming(ctx, true)
+	case roleSource:
+		info, err = d.vm.WaitMigration(ctx, nil)
+	default:
+		return nil, fmt.Errorf("finalize migration: %w: no migration", ErrWrongState)
+	}
+	if err != nil {
+		return &pb.FinalizeMigrationResponse{Status: migrationStatus(role, info)}, fmt.Errorf("finalize migration: %w", err)
+	}
+	d.setMigration(info.Status)
+	if role == roleSource {
+		l.terminate()
+		if err := d.stop(stopMigrated, 0); err != nil {
+			return nil, fmt.Errorf("finalize migration: stop source: %w", err)
+		}
+	} else {
+		d.refresh("")
+	}
+	return &pb.FinalizeMigrationResponse{Status: migrationStatus(role, info)}, nil
+}
+
+// GetMigrationStatus implements the RPC (QMP query-migrate).
+func (l *Launcher) GetMigrationStatus(ctx context.Context, _ *pb.GetMigrationStatusRequest) (*pb.MigrationStatus, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	info, err := d.vm.MigrationStatus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get migration status: %w", err)
+	}
+	return migrationStatus(d.migrationRole(), info), nil
+}
+
+func migrationStatus(role string, m qemu.MigrationInfo) *pb.MigrationStatus {
+	return &pb.MigrationStatus{
+		Role:             role,
+		Status:           m.Status,
+		Error:            m.ErrorDesc,
+		TotalTimeMs:      m.TotalTime.Milliseconds(),
+		DowntimeMs:       m.Downtime.Milliseconds(),
+		SetupTimeMs:      m.SetupTime.Milliseconds(),
+		TransferredBytes: uint64(max(m.RAMTransferred, 0)),
+		RemainingBytes:   uint64(max(m.RAMRemaining, 0)),
+		TotalBytes:       uint64(max(m.RAMTotal, 0)),
+		DirtySyncCount:   uint64(max(m.DirtySyncCount, 0)),
+		PostcopyRequests: uint64(max(m.PostcopyRequests, 0)),
+	}
+}

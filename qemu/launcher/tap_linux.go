@@ -1,0 +1,130 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// tapRef is how a NIC's tap was named on the API: the launcher reopens it from these (stats
+// read the tap's counters in its namespace too).
+type tapRef struct {
+	Name   string
+	NetNS  string // "" = the launcher's own network namespace
+	Queues int
+}
+
+// openTap opens queues file descriptors of the existing tap device ref.Name in the network
+// namespace ref.NetNS (TUNSETIFF with IFF_TAP|IFF_NO_PI|IFF_VNET_HDR, plus IFF_MULTI_QUEUE
+// for more than one queue). The caller owns the files.
+//
+// Needs: read-write access to /dev/net/tun, and either CAP_NET_ADMIN or a tap whose owner or
+// group is the launcher's; entering another namespace needs CAP_SYS_ADMIN. The namespace is
+// entered on a locked OS thread that is never unlocked, so Go discards it afterwards and no
+// other goroutine can run in that namespace.
+//
+// Equivalent to what `ip tuntap add ... mode tap` sets up, done from the attaching side.
+func openTap(ref tapRef) ([]*os.File, error) {
+	queues := max(ref.Queues, 1)
+	type result struct {
+		files []*os.File
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread may be in another netns
+		files, err := openTapHere(ref, queues)
+		ch <- result{files, err}
+	}()
+	r := <-ch
+	return r.files, r.err
+}
+
+func openTapHere(ref tapRef, queues int) ([]*os.File, error) {
+	if ref.NetNS != "" {
+		if err := enterNetNS(ref.NetNS); err != nil {
+			return nil, err
+		}
+	}
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if queues > 1 {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	var files []*os.File
+	for q := range queues {
+		f, err := attachTap(ref.Name, flags)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("open tap %s queue %d: %w", ref.Name, q, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// enterNetNS switches the calling (locked) thread into the namespace at path.
+func enterNetNS(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// attachTap opens /dev/net/tun and attaches it to the tap name.
+func attachTap(name string, flags uint16) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("tap name %q: %w", name, err)
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("attach: %w (the tap is in use; multiqueue taps need queues > 1)", err)
+		}
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "tap:"+name), nil
+}
+
+// tapCounters reads the tap's counters from /proc/thread-self/net/dev inside its namespace.
+func tapCounters(ref tapRef) (netDev, error) {
+	type result struct {
+		c   netDev
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked, see openTap
+		if ref.NetNS != "" {
+			if err := enterNetNS(ref.NetNS); err != nil {
+				ch <- result{err: err}
+				return
+			}
+		}
+		b, err := os.ReadFile("/proc/thread-self/net/dev")
+		if err != nil {
+			ch <- result{err: fmt.Errorf("read net counters: %w", err)}
+			return
+		}
+		c, err := parseNetDev(b, ref.Name)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}

@@ -39,8 +39,8 @@ type domain struct {
 	agent    *agentPoller // nil without a guest agent channel
 	closers  []func()     // end the agent poller and the debug proxy (under mu)
 	watchers sync.WaitGroup
-	exited       chan struct{} // closed after QEMU exited and the final event was emitted
-	exitVal      Exit
+	exited   chan struct{} // closed after QEMU exited and the final event was emitted
+	exitVal  Exit
 }
 
 // mapStatus maps QEMU's run state (query-status) to the API's state and reason. Pure.

@@ -61,8 +61,8 @@ type Launcher struct {
 
 	syncMu sync.Mutex // serializes Sync and PrepareMigrationTarget
 	mu     sync.Mutex
-	dom    *domain // nil until a domain started
-	term   bool    // terminating: no new domain
+	dom    *domain       // nil until a domain started
+	term   bool          // terminating: no new domain
 	domSet chan struct{} // closed when dom is set
 }
 

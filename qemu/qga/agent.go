@@ -1,0 +1,209 @@
+package qga
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// delimiter is the byte that resets the agent's JSON parser when sent, and that the agent puts
+// before its reply to guest-sync-delimited.
+const delimiter = 0xFF
+
+// noReply are the commands qemu-ga does not answer on success ("success-response": false).
+var noReply = map[string]bool{
+	"guest-shutdown": true, "guest-suspend-disk": true, "guest-suspend-ram": true, "guest-suspend-hybrid": true,
+}
+
+// Agent is a guest-agent connection. Requests are serialized; it is safe for concurrent use.
+type Agent struct {
+	conn   net.Conn
+	r      *bufio.Reader
+	opts   Options
+	prefix string // random per Agent: ids of another client's commands never match ours
+
+	sem    chan struct{} // one request at a time; a context can give up waiting
+	synced bool          // guarded by sem: the stream is known clean since the last sync
+	seq    uint64        // guarded by sem
+
+	mu     sync.Mutex
+	broken error // set once the connection is unusable (EOF, Close)
+}
+
+// Dial connects to the agent's virtio-serial unix socket. It does not wait for the agent to
+// answer: the guest may still be booting. The first request synchronises (see Sync).
+func Dial(ctx context.Context, path string, opts Options) (*Agent, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("dial guest agent socket: %w", err)
+	}
+	return New(conn, opts), nil
+}
+
+// New returns an Agent over an established connection (tests use net.Pipe).
+func New(conn net.Conn, opts Options) *Agent {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return &Agent{
+		conn:   conn,
+		r:      bufio.NewReaderSize(conn, 64<<10),
+		opts:   opts,
+		prefix: "vmlet-" + hex.EncodeToString(b[:]) + "-",
+		sem:    make(chan struct{}, 1),
+	}
+}
+
+// Close closes the connection. Pending and later requests fail with ErrDisconnected.
+func (a *Agent) Close() error {
+	a.setBroken(ErrClosed)
+	if err := a.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("close guest agent socket: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) setBroken(cause error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.broken == nil {
+		a.broken = fmt.Errorf("%w: %w", ErrDisconnected, cause)
+	}
+}
+
+func (a *Agent) brokenErr() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.broken
+}
+
+// Sync resynchronises the stream now: 0xFF, then guest-sync-delimited with a random id, and
+// everything up to the agent's matching reply is discarded. Requests do this by themselves when
+// needed; call it to probe that the agent is answering.
+//
+// Equivalent to: printf '\xff{"execute":"guest-sync-delimited","arguments":{"id":N}}\n'.
+func (a *Agent) Sync(ctx context.Context) error {
+	return a.do(ctx, "guest-sync-delimited", func(ctx context.Context) error {
+		a.synced = false
+		return a.sync("guest-sync-delimited")
+	})
+}
+
+// Execute runs agent command cmd with args (nil for none) and decodes "return" into reply (nil
+// to ignore it). For commands that send no reply on success (guest-shutdown, guest-suspend-*)
+// it returns once the command is written.
+//
+// Equivalent to: {"execute": cmd, "arguments": args, "id": "vmlet-…"}.
+func (a *Agent) Execute(ctx context.Context, cmd string, args, reply any) error {
+	req := struct {
+		Execute   string          `json:"execute"`
+		Arguments json.RawMessage `json:"arguments,omitempty"`
+		ID        string          `json:"id"`
+	}{Execute: cmd}
+	if args != nil {
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return fmt.Errorf("encode %s arguments: %w", cmd, err)
+		}
+		if !bytes.Equal(raw, []byte("null")) {
+			req.Arguments = raw
+		}
+	}
+	return a.do(ctx, cmd, func(ctx context.Context) error {
+		if !a.synced {
+			if err := a.sync(cmd); err != nil {
+				return err
+			}
+		}
+		a.seq++
+		req.ID = a.prefix + strconv.FormatUint(a.seq, 10)
+		line, err := json.Marshal(req)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", cmd, err)
+		}
+		if err := a.write(line); err != nil {
+			return err
+		}
+		if noReply[cmd] {
+			a.synced = false // an error reply, if any, must not be read as another's answer
+			return nil
+		}
+		ret, err := a.readReply(req.ID)
+		if err != nil {
+			return err
+		}
+		if reply != nil {
+			if err := json.Unmarshal(ret, reply); err != nil {
+				return fmt.Errorf("decode %s reply: %w", cmd, err)
+			}
+		}
+		return nil
+	})
+}
+
+// do runs fn holding the request lock, with the connection's deadline set to the request's and
+// cleared on ctx cancellation. Any transport failure leaves the stream unsynchronised.
+func (a *Agent) do(ctx context.Context, cmd string, fn func(context.Context) error) error {
+	limit := a.opts.timeout(cmd)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < limit {
+		limit = max(time.Until(dl), 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	expired := func(parent error) error {
+		if errors.Is(parent, context.Canceled) {
+			return fmt.Errorf("execute %s: %w", cmd, context.Canceled)
+		}
+		return fmt.Errorf("%w: %q after %s (%w)", ErrTimeout, cmd, limit.Round(time.Millisecond), context.DeadlineExceeded)
+	}
+	select {
+	case a.sem <- struct{}{}:
+	case <-ctx.Done():
+		return expired(ctx.Err())
+	}
+	defer func() { <-a.sem }()
+	if err := a.brokenErr(); err != nil {
+		return fmt.Errorf("execute %s: %w", cmd, err)
+	}
+
+	dl, _ := ctx.Deadline()
+	_ = a.conn.SetDeadline(dl)
+	var mu sync.Mutex // orders the AfterFunc's deadline change against our reset below
+	done := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			_ = a.conn.SetDeadline(time.Unix(1, 0)) // wake a blocked read or write now
+		}
+	})
+	err := fn(ctx)
+	stop()
+	mu.Lock()
+	done = true
+	_ = a.conn.SetDeadline(time.Time{})
+	mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	a.synced = false
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return expired(ctx.Err())
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrClosedPipe):
+		a.setBroken(err)
+		return fmt.Errorf("execute %s: %w", cmd, a.brokenErr())
+	}
+	return err
+}

@@ -1,0 +1,150 @@
+package qga
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Ping checks that the agent answers. Equivalent to: {"execute": "guest-ping"}.
+func (a *Agent) Ping(ctx context.Context) error {
+	return a.Execute(ctx, "guest-ping", nil, nil)
+}
+
+// Info returns the agent's version and commands. Equivalent to: {"execute": "guest-info"}.
+func (a *Agent) Info(ctx context.Context) (Info, error) {
+	var i Info
+	err := a.Execute(ctx, "guest-info", nil, &i)
+	return i, err
+}
+
+// OSInfo describes the guest OS. Equivalent to: {"execute": "guest-get-osinfo"}.
+func (a *Agent) OSInfo(ctx context.Context) (OSInfo, error) {
+	var o OSInfo
+	err := a.Execute(ctx, "guest-get-osinfo", nil, &o)
+	return o, err
+}
+
+// NetworkInterfaces lists the guest's interfaces and addresses.
+// Equivalent to: {"execute": "guest-network-get-interfaces"}.
+func (a *Agent) NetworkInterfaces(ctx context.Context) ([]Interface, error) {
+	var ifs []Interface
+	err := a.Execute(ctx, "guest-network-get-interfaces", nil, &ifs)
+	return ifs, err
+}
+
+// Users lists logged-in users. Equivalent to: {"execute": "guest-get-users"}.
+func (a *Agent) Users(ctx context.Context) ([]User, error) {
+	var us []User
+	err := a.Execute(ctx, "guest-get-users", nil, &us)
+	return us, err
+}
+
+// FSInfo lists mounted filesystems. Equivalent to: {"execute": "guest-get-fsinfo"}.
+func (a *Agent) FSInfo(ctx context.Context) ([]FS, error) {
+	var fs []FS
+	err := a.Execute(ctx, "guest-get-fsinfo", nil, &fs)
+	return fs, err
+}
+
+// Exec starts path with args in the guest, feeding it input on stdin (nil for none) and
+// capturing its output, and returns the guest pid for ExecStatus.
+// Equivalent to: {"execute": "guest-exec", "arguments": {"path": path, "arg": args,
+// "input-data": base64(input), "capture-output": true}}.
+func (a *Agent) Exec(ctx context.Context, path string, args []string, input []byte) (int, error) {
+	req := struct {
+		Path          string   `json:"path"`
+		Arg           []string `json:"arg,omitempty"`
+		InputData     string   `json:"input-data,omitempty"`
+		CaptureOutput bool     `json:"capture-output"`
+	}{Path: path, Arg: args, CaptureOutput: true}
+	if input != nil {
+		req.InputData = base64.StdEncoding.EncodeToString(input)
+	}
+	var rep struct {
+		PID int `json:"pid"`
+	}
+	if err := a.Execute(ctx, "guest-exec", req, &rep); err != nil {
+		return 0, err
+	}
+	return rep.PID, nil
+}
+
+// ExecStatus returns the state of a process started with Exec, with its output decoded once it
+// has exited. Equivalent to: {"execute": "guest-exec-status", "arguments": {"pid": pid}}.
+func (a *Agent) ExecStatus(ctx context.Context, pid int) (ExecStatus, error) {
+	var rep struct {
+		Exited       bool   `json:"exited"`
+		ExitCode     int    `json:"exitcode"`
+		Signal       int    `json:"signal"`
+		OutData      string `json:"out-data"`
+		ErrData      string `json:"err-data"`
+		OutTruncated bool   `json:"out-truncated"`
+		ErrTruncated bool   `json:"err-truncated"`
+	}
+	if err := a.Execute(ctx, "guest-exec-status", map[string]int{"pid": pid}, &rep); err != nil {
+		return ExecStatus{}, err
+	}
+	st := ExecStatus{
+		Exited: rep.Exited, ExitCode: rep.ExitCode, Signal: rep.Signal,
+		OutTruncated: rep.OutTruncated, ErrTruncated: rep.ErrTruncated,
+	}
+	var err error
+	if st.Stdout, err = base64.StdEncoding.DecodeString(rep.OutData); err != nil {
+		return st, fmt.Errorf("decode guest-exec-status out-data: %w", err)
+	}
+	if st.Stderr, err = base64.StdEncoding.DecodeString(rep.ErrData); err != nil {
+		return st, fmt.Errorf("decode guest-exec-status err-data: %w", err)
+	}
+	return st, nil
+}
+
+// Run runs path with args in the guest and waits for it to exit: Exec, then guest-exec-status
+// every few milliseconds (the agent has no exit notification) until it has exited or ctx ends.
+// A non-zero exit code is not an error: check ExecStatus.ExitCode. If ctx ends first the guest
+// process keeps running.
+func (a *Agent) Run(ctx context.Context, path string, args ...string) (ExecStatus, error) {
+	pid, err := a.Exec(ctx, path, args, nil)
+	if err != nil {
+		return ExecStatus{}, err
+	}
+	interval := 2 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return ExecStatus{}, fmt.Errorf("run %s (guest pid %d): %w", path, pid, ctx.Err())
+			}
+			return ExecStatus{}, fmt.Errorf("%w: run %q (guest pid %d) (%w)", ErrTimeout, path, pid, ctx.Err())
+		}
+		st, err := a.ExecStatus(ctx, pid)
+		if err != nil {
+			return st, fmt.Errorf("run %s (guest pid %d): %w", path, pid, err)
+		}
+		if st.Exited {
+			return st, nil
+		}
+		timer.Reset(interval)
+		interval = min(2*interval, 100*time.Millisecond)
+	}
+}
+
+// Shutdown asks the guest to power down ("powerdown" or ""), "reboot" or "halt". The agent does
+// not answer on success, so Shutdown returns once the request is written; watch QMP's SHUTDOWN
+// event or QEMU's exit for the outcome.
+// Equivalent to: {"execute": "guest-shutdown", "arguments": {"mode": mode}}.
+func (a *Agent) Shutdown(ctx context.Context, mode string) error {
+	switch mode {
+	case "":
+		mode = "powerdown"
+	case "powerdown", "reboot", "halt":
+	default:
+		return fmt.Errorf("shut down guest: %w: %q", ErrBadMode, mode)
+	}
+	return a.Execute(ctx, "guest-shutdown", map[string]string{"mode": mode}, nil)
+}

@@ -1,0 +1,148 @@
+package qga
+
+import (
+	"errors"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/qmp"
+)
+
+// Error is an agent error reply {"error": {"class", "desc"}}; the same type as QMP's, so one
+// errors.As serves both.
+type Error = qmp.Error
+
+// Sentinels, shared with package qmp so callers test one value for both protocols.
+var (
+	ErrTimeout      = qmp.ErrTimeout      // a request hit its deadline
+	ErrDisconnected = qmp.ErrDisconnected // the socket is gone (QEMU exited, or Close)
+	ErrClosed       = qmp.ErrClosed       // Close was called (wrapped with ErrDisconnected)
+	// ErrBadMode: guest-shutdown modes are "powerdown", "reboot" and "halt".
+	ErrBadMode = errors.New("qga: invalid shutdown mode")
+)
+
+// DefaultCommandTimeout bounds requests when Options.DefaultTimeout is zero.
+const DefaultCommandTimeout = 10 * time.Second
+
+// Options configure an Agent. The zero value is usable.
+type Options struct {
+	// DefaultTimeout bounds each request (including a resync before it) unless CommandTimeouts
+	// has an entry; a sooner context deadline wins. Zero means DefaultCommandTimeout.
+	DefaultTimeout time.Duration
+	// CommandTimeouts overrides DefaultTimeout per command (e.g. "guest-fsfreeze-freeze").
+	CommandTimeouts map[string]time.Duration
+	// Tap, if set, sees every line sent and received (qmp.Record; kind "command" or "reply",
+	// or "unknown" for discarded input). Called synchronously: keep it fast.
+	Tap func(qmp.Record)
+}
+
+func (o Options) timeout(cmd string) time.Duration {
+	if d, ok := o.CommandTimeouts[cmd]; ok && d > 0 {
+		return d
+	}
+	if o.DefaultTimeout > 0 {
+		return o.DefaultTimeout
+	}
+	return DefaultCommandTimeout
+}
+
+// Info is guest-info's reply.
+type Info struct {
+	Version           string        `json:"version"`
+	SupportedCommands []CommandInfo `json:"supported_commands"`
+}
+
+// Supports reports whether the agent offers cmd and has it enabled.
+func (i Info) Supports(cmd string) bool {
+	for _, c := range i.SupportedCommands {
+		if c.Name == cmd {
+			return c.Enabled
+		}
+	}
+	return false
+}
+
+// CommandInfo is one entry of Info.SupportedCommands.
+type CommandInfo struct {
+	Name            string `json:"name"`
+	Enabled         bool   `json:"enabled"`
+	SuccessResponse bool   `json:"success-response"` // false: no reply on success
+}
+
+// OSInfo is guest-get-osinfo's reply; fields the guest cannot tell are empty.
+type OSInfo struct {
+	KernelRelease string `json:"kernel-release"`
+	KernelVersion string `json:"kernel-version"`
+	Machine       string `json:"machine"`
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	PrettyName    string `json:"pretty-name"`
+	Version       string `json:"version"`
+	VersionID     string `json:"version-id"`
+	Variant       string `json:"variant"`
+	VariantID     string `json:"variant-id"`
+}
+
+// Interface is one entry of guest-network-get-interfaces.
+type Interface struct {
+	Name            string          `json:"name"`
+	HardwareAddress string          `json:"hardware-address"`
+	IPAddresses     []IPAddress     `json:"ip-addresses"`
+	Statistics      *InterfaceStats `json:"statistics,omitempty"`
+}
+
+// IPAddress is an interface address.
+type IPAddress struct {
+	Type    string `json:"ip-address-type"` // "ipv4" or "ipv6"
+	Address string `json:"ip-address"`
+	Prefix  int    `json:"prefix"`
+}
+
+// InterfaceStats are an interface's counters.
+type InterfaceStats struct {
+	RxBytes   uint64 `json:"rx-bytes"`
+	RxPackets uint64 `json:"rx-packets"`
+	RxErrs    uint64 `json:"rx-errs"`
+	RxDropped uint64 `json:"rx-dropped"`
+	TxBytes   uint64 `json:"tx-bytes"`
+	TxPackets uint64 `json:"tx-packets"`
+	TxErrs    uint64 `json:"tx-errs"`
+	TxDropped uint64 `json:"tx-dropped"`
+}
+
+// User is one entry of guest-get-users.
+type User struct {
+	Name      string  `json:"user"`
+	Domain    string  `json:"domain,omitempty"` // Windows only
+	LoginTime float64 `json:"login-time"`       // seconds since the epoch
+}
+
+// FS is one entry of guest-get-fsinfo.
+type FS struct {
+	Name       string   `json:"name"`
+	Mountpoint string   `json:"mountpoint"`
+	Type       string   `json:"type"`
+	UsedBytes  *uint64  `json:"used-bytes,omitempty"`
+	TotalBytes *uint64  `json:"total-bytes,omitempty"`
+	Disks      []FSDisk `json:"disk"`
+}
+
+// FSDisk is a disk under a filesystem.
+type FSDisk struct {
+	BusType string `json:"bus-type"`
+	Bus     int    `json:"bus"`
+	Target  int    `json:"target"`
+	Unit    int    `json:"unit"`
+	Dev     string `json:"dev,omitempty"`
+	Serial  string `json:"serial,omitempty"`
+}
+
+// ExecStatus is guest-exec-status's reply with out-data and err-data decoded.
+type ExecStatus struct {
+	Exited       bool
+	ExitCode     int // valid when Exited and Signal == 0
+	Signal       int // the signal that ended the process, 0 if none
+	Stdout       []byte
+	Stderr       []byte
+	OutTruncated bool
+	ErrTruncated bool
+}

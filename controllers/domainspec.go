@@ -51,7 +51,8 @@ const (
 	maxDomainNameLn = 63
 )
 
-// DomainSpec translates a VMI into the QEMU driver's spec. It is pure: it reads only its
+// DomainSpec translates a VMI into the QEMU driver's spec. StartPaused is left to the caller:
+// spec.paused matters at creation only (afterwards it is a pause/unpause, not another domain). It is pure: it reads only its
 // arguments. Unsupported features yield a *SpecError wrapping ErrUnsupported; vmlet never drops
 // a requested feature silently.
 func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (*qemu.Spec, error) {
@@ -61,7 +62,6 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (*qemu.Spec, e
 		UUID:         string(vmi.UID),
 		HotplugPorts: hotplugPorts,
 		TCGCacheMiB:  env.TCGCacheMiB,
-		StartPaused:  vmi.Spec.Paused,
 		Agent:        &qemu.Agent{Socket: filepath.Join(env.RunDir, "qga.sock")},
 	}
 	if d.Firmware != nil && d.Firmware.UUID != "" {

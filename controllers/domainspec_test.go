@@ -52,8 +52,8 @@ func TestDomainSpec(t *testing.T) {
 				}
 			}
 		}},
-		{name: "paused at creation", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Paused = true },
-			check: func(t *testing.T, got string) { mustContain(t, got, "StartPaused:true") }},
+		{name: "paused is not part of the domain", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Paused = true },
+			check: func(t *testing.T, got string) { mustContain(t, got, "StartPaused:false") }},
 		{name: "memory from requests", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Memory = nil
 			v.Spec.Domain.Resources.Requests = vmletv1.ResourceList{vmletv1.ResourceMemory: *qty("1Gi")}

@@ -117,7 +117,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return res, err // finalizer removed: the object may be gone
 	}
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
-		if uerr := r.Client.Status().Update(ctx, vmi); uerr != nil && !apierrors.IsNotFound(uerr) {
+		uerr := r.Client.Status().Update(ctx, vmi)
+		switch {
+		case apierrors.IsConflict(uerr):
+			// Someone wrote the VMI since we read it: read everything again.
+			return ctrl.Result{Requeue: true}, err
+		case uerr != nil && !apierrors.IsNotFound(uerr):
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
 		}
 	}
@@ -168,13 +173,21 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	dom, err := l.Domain(ctx)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+	}
+	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
+	// not a different domain.
+	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
 	if err := l.Sync(ctx, spec); err != nil {
 		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SyncFailed", err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
 	}
-	dom, err := l.Domain(ctx)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+	if dom.State == DomainNone {
+		if dom, err = l.Domain(ctx); err != nil {
+			return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+		}
 	}
 	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
 		return ctrl.Result{}, err
@@ -261,6 +274,9 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("launcher state: %w", err)
 	case st.Exited == nil:
+		// A paused guest cannot answer the ACPI power button: resume it first, so deletion
+		// stays a graceful shutdown rather than a forced one at the end of the grace period.
+		r.unpauseForShutdown(ctx, vmi, st)
 		// SIGTERM: the launcher powers the guest down within its grace period, then quits or
 		// kills QEMU. Its exit wakes this reconciler again.
 		if err := r.Runtime.Stop(id); err != nil {
@@ -304,4 +320,21 @@ func specReason(err error) string {
 		return "Unsupported"
 	}
 	return "InvalidSpec"
+}
+
+// unpauseForShutdown resumes a paused guest of a launcher that is ready; best effort (a failure
+// only means the shutdown will be forced at the end of the grace period).
+func (r *VMIReconciler) unpauseForShutdown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, st process.State) {
+	if !st.Ready {
+		return
+	}
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return
+	}
+	if dom, err := l.Domain(ctx); err == nil && dom.State == DomainPaused {
+		if err := l.Unpause(ctx); err != nil {
+			log.FromContext(ctx).Info("could not resume paused guest before shutdown", "err", err)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 func isFinal(p vmletv1.VirtualMachineInstancePhase) bool {
@@ -45,22 +46,27 @@ func (r *VMIReconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason, msg st
 	setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, msg)
 }
 
-// launcherExited ends the VMI from how its launcher exited: 0 means the guest shut itself down.
+// launcherExited ends the VMI from how its launcher exited (qemu/launcher's Exit* codes): 0
+// means the guest powered off by itself.
 func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *process.Exit) {
 	switch {
-	case ex.Known && ex.Code == 0:
+	case ex.Signal != "":
+		r.fail(vmi, "LauncherKilled", fmt.Sprintf("the launcher was killed by %s", ex.Signal))
+	case !ex.Known:
+		r.fail(vmi, "LauncherGone", "the launcher exited while no agent watched it")
+	case ex.Code == launcher.ExitOK:
 		if vmi.Status.Phase != vmletv1.Succeeded {
 			r.Recorder.Eventf(vmi, nil, "Normal", "GuestShutdown", "Stop", "the guest powered off")
 		}
 		setPhase(vmi, vmletv1.Succeeded)
 		vmi.Status.Reason = "GuestShutdown"
 		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "GuestShutdown", "the guest powered off")
-	case ex.Signal != "":
-		r.fail(vmi, "LauncherKilled", fmt.Sprintf("the launcher was killed by %s", ex.Signal))
-	case !ex.Known:
-		r.fail(vmi, "LauncherGone", "the launcher exited while no agent watched it")
+	case ex.Code == launcher.ExitForced:
+		r.fail(vmi, "ForcedShutdown", "the guest did not power off within its grace period and was stopped by force")
+	case ex.Code == launcher.ExitQEMUDied:
+		r.fail(vmi, "QEMUDied", "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log")
 	default:
-		r.fail(vmi, "LauncherFailed", fmt.Sprintf("the launcher exited with status %d (see its log)", ex.Code))
+		r.fail(vmi, "LauncherFailed", fmt.Sprintf("the launcher exited with status %d; see its launcher.log", ex.Code))
 	}
 }
 

@@ -68,6 +68,7 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	children map[string]chan struct{} // closed when the child is reaped
+	watched  map[string]bool          // adopted launchers whose exit is being watched
 }
 
 // Dir is the launcher's run folder.
@@ -194,7 +195,42 @@ func (r *Runtime) State(id string) (State, error) {
 	if _, err := os.Stat(filepath.Join(dir, ReadySocket)); err == nil {
 		st.Ready = true
 	}
+	r.watchAdopted(id, pid)
 	return st, nil
+}
+
+// watchAdopted reports the exit of a running launcher that is not this runtime's child (it was
+// started by an agent before a restart) through OnExit, using a pidfd: no polling.
+func (r *Runtime) watchAdopted(id string, pid int) {
+	r.mu.Lock()
+	_, child := r.children[id]
+	if child || r.watched[id] || r.OnExit == nil {
+		r.mu.Unlock()
+		return
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		r.mu.Unlock()
+		return
+	}
+	if r.watched == nil {
+		r.watched = map[string]bool{}
+	}
+	r.watched[id] = true
+	r.mu.Unlock()
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err == nil || !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		r.mu.Lock()
+		delete(r.watched, id)
+		r.mu.Unlock()
+		r.OnExit(id)
+	}()
 }
 
 // alive reports whether pid is still the launcher in id's cgroup (guards against pid reuse).

@@ -142,7 +142,9 @@ func TestAdoptAfterRestart(t *testing.T) {
 	}
 	waitState(t, r, id, func(s State) bool { return s.Ready })
 
-	restarted := &Runtime{Binary: r.Binary, RunRoot: r.RunRoot, CgroupParent: r.CgroupParent}
+	adoptedExit := make(chan string, 1)
+	restarted := &Runtime{Binary: r.Binary, RunRoot: r.RunRoot, CgroupParent: r.CgroupParent,
+		OnExit: func(id string) { adoptedExit <- id }}
 	ids, err := restarted.List()
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Fatalf("List = %v, %v", ids, err)
@@ -156,6 +158,14 @@ func TestAdoptAfterRestart(t *testing.T) {
 	// file, so remove it to look at what a restarted agent would see without it.
 	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	select { // the restarted runtime learns of the exit through its pidfd, without polling
+	case got := <-adoptedExit:
+		if got != id {
+			t.Fatalf("OnExit(%s), want %s", got, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("adopted launcher's exit not reported")
 	}
 	waitState(t, r, id, func(s State) bool { return s.Exited != nil })
 	if err := os.Remove(filepath.Join(r.Dir(id), exitFile)); err != nil {

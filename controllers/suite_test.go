@@ -1,0 +1,149 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/test/apienv"
+)
+
+// One real API server per package (envtest from the project's own binaries).
+var (
+	env            *apienv.Env
+	launcherBinary string
+	runRoot        string
+	cgroupParent   string
+)
+
+const (
+	testNode   = "node-a"
+	guestImage = "vmlet.dev/testguest:test"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	var err error
+	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start api server:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	tmp, err := os.MkdirTemp("", "vmlet-ctl-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	launcherBinary = filepath.Join(tmp, "vmlet-launcher")
+	build := exec.Command("go", "build", "-o", launcherBinary, "github.com/vmlet/vmlet/cmd/vmlet-launcher")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build launcher:", err)
+		return 1
+	}
+	runRoot = filepath.Join(tmp, "run")
+	if mnt, err := devices.FindCgroup2Mount(); err == nil {
+		cgroupParent, err = os.MkdirTemp(mnt, "vmlet-ctl-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.Remove(cgroupParent)
+	}
+	return m.Run()
+}
+
+// agent is one running node agent (manager + reconcilers), stoppable to simulate a crash.
+type agent struct {
+	runtime *process.Runtime
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
+func startAgent(t *testing.T, images local.ImageDirs) *agent {
+	t.Helper()
+	if cgroupParent == "" {
+		t.Fatal("no cgroup2 mount")
+	}
+	mgr, err := ctrl.NewManager(env.Config, manager.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             controllerConfig(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent}
+	r := &controllers.VMIReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,
+		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
+		Env: func(runDir string) controllers.NodeEnv {
+			return controllers.NodeEnv{RunDir: runDir, Images: images, TCGCacheMiB: 32}
+		},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	rt.OnExit = r.WakeByID
+	s := &controllers.LocalScheduler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sched"), NodeName: testNode,
+		NodeLabels: controllers.NodeFacts{}.Labels()}
+	if err := s.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &agent{runtime: rt, cancel: cancel, done: make(chan error, 1)}
+	go func() { a.done <- mgr.Start(ctx) }()
+	return a
+}
+
+func (a *agent) stop(t *testing.T) {
+	t.Helper()
+	a.cancel()
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("manager did not stop")
+	}
+}
+
+// controllerConfig allows several managers in one process: the agent-restart test starts a
+// second agent with controllers of the same names.
+func controllerConfig() config.Controller {
+	return config.Controller{SkipNameValidation: ptr.To(true)}
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("VMLET_TEST_VERBOSE") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}

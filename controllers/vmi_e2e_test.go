@@ -1,0 +1,205 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+func newVMI(name string) *vmletv1.VirtualMachineInstance {
+	mem := resource.MustParse("128Mi")
+	grace := int64(30)
+	return &vmletv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: vmletv1.VirtualMachineInstanceSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Domain: vmletv1.DomainSpec{
+				Memory: &vmletv1.Memory{Guest: &mem},
+				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
+					KernelArgs: testguest.BaseCmdline,
+					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
+				}},
+			},
+		},
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes; cond explains what it saw.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, last)
+		}
+		<-tick.C
+	}
+}
+
+func getVMI(t *testing.T, key client.ObjectKey) (*vmletv1.VirtualMachineInstance, error) {
+	t.Helper()
+	vmi := &vmletv1.VirtualMachineInstance{}
+	err := env.Client.Get(context.Background(), key, vmi)
+	return vmi, err
+}
+
+func waitCondition(t *testing.T, key client.ObjectKey, typ string, want metav1.ConditionStatus, d time.Duration) *vmletv1.VirtualMachineInstance {
+	t.Helper()
+	var vmi *vmletv1.VirtualMachineInstance
+	eventually(t, d, key.Name+" condition "+typ+"="+string(want), func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		vmi = v
+		c := meta.FindStatusCondition(v.Status.Conditions, typ)
+		return c != nil && c.Status == want, summary(v)
+	})
+	return vmi
+}
+
+func waitPhase(t *testing.T, key client.ObjectKey, want vmletv1.VirtualMachineInstancePhase, d time.Duration) *vmletv1.VirtualMachineInstance {
+	t.Helper()
+	var vmi *vmletv1.VirtualMachineInstance
+	eventually(t, d, key.Name+" phase "+string(want), func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		vmi = v
+		return v.Status.Phase == want, summary(v)
+	})
+	return vmi
+}
+
+func summary(v *vmletv1.VirtualMachineInstance) string {
+	var b strings.Builder
+	b.WriteString("phase=" + string(v.Status.Phase) + " reason=" + v.Status.Reason)
+	for _, c := range v.Status.Conditions {
+		b.WriteString(" " + c.Type + "=" + string(c.Status) + "(" + c.Reason + ": " + c.Message + ")")
+	}
+	return b.String()
+}
+
+func setPaused(t *testing.T, key client.ObjectKey, paused bool) {
+	t.Helper()
+	v, err := getVMI(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(v.DeepCopy())
+	v.Spec.Paused = paused
+	if err := env.Client.Patch(context.Background(), v, patch); err != nil {
+		t.Fatalf("patch paused=%v: %v", paused, err)
+	}
+}
+
+func alive(pid int) bool { return pid > 0 && unix.Kill(pid, 0) == nil }
+
+// assertNothingLeft checks the node-local state of a deleted VMI is gone.
+func assertNothingLeft(t *testing.T, uid string, pids ...int) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(runRoot, uid)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run dir left behind: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cgroupParent, "vmlet-"+uid)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("launcher cgroup left behind: %v", err)
+	}
+	for _, p := range pids {
+		if alive(p) {
+			t.Errorf("process %d still alive", p)
+		}
+	}
+}
+
+// TestVMILifecycle: create → Running with the guest's boot marker on its console; spec.paused
+// flips the Paused condition; delete → graceful shutdown → nothing left behind.
+func TestVMILifecycle(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	files := testguest.Assets(t)
+	a := startAgent(t, local.ImageDirs{guestImage: files.Dir})
+	defer a.stop(t)
+	ctx := context.Background()
+
+	vmi := newVMI("lifecycle")
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	uid := string(vmi.UID)
+	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
+	if running.Status.Phase != vmletv1.Running || running.Status.NodeName != testNode {
+		t.Fatalf("ready VMI: %s node=%s", summary(running), running.Status.NodeName)
+	}
+	l := running.Status.Launcher
+	if l == nil || l.PID == 0 || l.Accelerator == "" || l.QEMUVersion == "" {
+		t.Fatalf("launcher status incomplete: %+v", l)
+	}
+	t.Logf("running: qemu pid %d, %s (%s), QEMU %s", l.PID, l.Accelerator, l.AccelerationReason, l.QEMUVersion)
+	serial := filepath.Join(runRoot, uid, "logs", "serial.log")
+	eventually(t, 2*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
+		b, err := os.ReadFile(serial)
+		return err == nil && strings.Contains(string(b), testguest.MarkerReady), tail(b)
+	})
+	st, err := a.runtime.State(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcherPid, qemuPid := st.Pid, int(l.PID)
+
+	setPaused(t, key, true)
+	p := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)
+	if meta.IsStatusConditionTrue(p.Status.Conditions, vmletv1.VirtualMachineInstanceReady) {
+		t.Error("paused VMI still Ready")
+	}
+	setPaused(t, key, false)
+	waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionFalse, 30*time.Second)
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 30*time.Second)
+
+	if err := env.Client.Delete(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
+		v, err := getVMI(t, key)
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, summary(v)
+	})
+	assertNothingLeft(t, uid, launcherPid, qemuPid)
+}
+
+func tail(b []byte) string {
+	if len(b) > 300 {
+		b = b[len(b)-300:]
+	}
+	return string(b)
+}

@@ -1,0 +1,109 @@
+package storagetest
+
+import (
+	"bytes"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry is an in-process OCI registry on 127.0.0.1 (plain HTTP, which clients use for
+// loopback addresses). t.Cleanup stops it.
+type Registry struct {
+	Host string // 127.0.0.1:PORT
+	srv  *httptest.Server
+
+	mu      sync.Mutex
+	gets    map[string]int  // "manifests" / "blobs" → GET count
+	corrupt map[string]bool // digests whose content is served with a flipped byte
+}
+
+// StartRegistry starts a registry.
+func StartRegistry(tb testing.TB) *Registry {
+	tb.Helper()
+	r := &Registry{gets: map[string]int{}, corrupt: map[string]bool{}}
+	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.serve(inner, w, req)
+	}))
+	tb.Cleanup(r.srv.Close)
+	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
+	return r
+}
+
+func (r *Registry) serve(inner http.Handler, w http.ResponseWriter, req *http.Request) {
+	parts := strings.Split(req.URL.Path, "/")
+	var kind, ref string
+	if n := len(parts); n >= 3 && (parts[n-2] == "manifests" || parts[n-2] == "blobs") {
+		kind, ref = parts[n-2], parts[n-1]
+	}
+	r.mu.Lock()
+	if req.Method == http.MethodGet && kind != "" {
+		r.gets[kind]++
+	}
+	bad := r.corrupt[ref]
+	r.mu.Unlock()
+	if !bad || req.Method != http.MethodGet {
+		inner.ServeHTTP(w, req)
+		return
+	}
+	rec := httptest.NewRecorder()
+	inner.ServeHTTP(rec, req)
+	body := rec.Body.Bytes()
+	if len(body) > 0 {
+		body[len(body)/2] ^= 0xff
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = io.Copy(w, bytes.NewReader(body))
+}
+
+// Push uploads img as HOST/repoTag (e.g. "vm/disk:v1") and returns that reference.
+func (r *Registry) Push(tb testing.TB, repoTag string, img v1.Image) string {
+	tb.Helper()
+	ref := r.Host + "/" + repoTag
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		tb.Fatalf("parse %s: %v", ref, err)
+	}
+	if err := remote.Write(parsed, img); err != nil {
+		tb.Fatalf("push %s: %v", ref, err)
+	}
+	return ref
+}
+
+// Gets is the number of GET requests for manifests or blobs (kind "manifests" or "blobs").
+func (r *Registry) Gets(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gets[kind]
+}
+
+// Corrupt makes the registry serve the blob or manifest with this digest with one byte flipped
+// (same length, same headers).
+func (r *Registry) Corrupt(digest string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.corrupt[digest] = true
+}
+
+// Uncorrupt serves digest's content unchanged again.
+func (r *Registry) Uncorrupt(digest string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.corrupt, digest)
+}
+
+// Close stops the registry: later pulls fail to connect.
+func (r *Registry) Close() { r.srv.Close() }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -21,6 +20,7 @@ import (
 const delimiter = 0xFF
 
 // noReply are the commands qemu-ga does not answer on success ("success-response": false).
+// Shutdown handles guest-shutdown; Execute only writes the others.
 var noReply = map[string]bool{
 	"guest-shutdown": true, "guest-suspend-disk": true, "guest-suspend-ram": true, "guest-suspend-hybrid": true,
 }
@@ -100,24 +100,14 @@ func (a *Agent) Sync(ctx context.Context) error {
 }
 
 // Execute runs agent command cmd with args (nil for none) and decodes "return" into reply (nil
-// to ignore it). For commands that send no reply on success (guest-shutdown, guest-suspend-*)
-// it returns once the command is written.
+// to ignore it). For commands that send no reply on success (guest-suspend-*) it returns once
+// the command is written; Shutdown confirms its outcome instead.
 //
 // Equivalent to: {"execute": cmd, "arguments": args, "id": "vmlet-…"}.
 func (a *Agent) Execute(ctx context.Context, cmd string, args, reply any) error {
-	req := struct {
-		Execute   string          `json:"execute"`
-		Arguments json.RawMessage `json:"arguments,omitempty"`
-		ID        string          `json:"id"`
-	}{Execute: cmd}
-	if args != nil {
-		raw, err := json.Marshal(args)
-		if err != nil {
-			return fmt.Errorf("encode %s arguments: %w", cmd, err)
-		}
-		if !bytes.Equal(raw, []byte("null")) {
-			req.Arguments = raw
-		}
+	rawArgs, err := encodeArgs(cmd, args)
+	if err != nil {
+		return err
 	}
 	return a.do(ctx, cmd, func(ctx context.Context) error {
 		if !a.synced {
@@ -125,20 +115,15 @@ func (a *Agent) Execute(ctx context.Context, cmd string, args, reply any) error 
 				return err
 			}
 		}
-		a.seq++
-		req.ID = a.prefix + strconv.FormatUint(a.seq, 10)
-		line, err := json.Marshal(req)
+		id, err := a.send(cmd, rawArgs)
 		if err != nil {
-			return fmt.Errorf("encode %s: %w", cmd, err)
-		}
-		if err := a.write(line); err != nil {
 			return err
 		}
 		if noReply[cmd] {
 			a.synced = false // an error reply, if any, must not be read as another's answer
 			return nil
 		}
-		ret, err := a.readReply(req.ID)
+		ret, err := a.readReply(id)
 		if err != nil {
 			return err
 		}
@@ -149,6 +134,35 @@ func (a *Agent) Execute(ctx context.Context, cmd string, args, reply any) error 
 		}
 		return nil
 	})
+}
+
+func encodeArgs(cmd string, args any) (json.RawMessage, error) {
+	if args == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s arguments: %w", cmd, err)
+	}
+	if bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	return raw, nil
+}
+
+// send writes one request with a fresh id and returns the id. Called under the request lock.
+func (a *Agent) send(cmd string, args json.RawMessage) (string, error) {
+	a.seq++
+	req := struct {
+		Execute   string          `json:"execute"`
+		Arguments json.RawMessage `json:"arguments,omitempty"`
+		ID        string          `json:"id"`
+	}{cmd, args, a.prefix + strconv.FormatUint(a.seq, 10)}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", cmd, err)
+	}
+	return req.ID, a.write(line)
 }
 
 // do runs fn holding the request lock, with the connection's deadline set to the request's and
@@ -201,7 +215,7 @@ func (a *Agent) do(ctx context.Context, cmd string, fn func(context.Context) err
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return expired(ctx.Err())
-	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrClosedPipe):
+	case peerGone(err), errors.Is(err, net.ErrClosed):
 		a.setBroken(err)
 		return fmt.Errorf("execute %s: %w", cmd, a.brokenErr())
 	}

@@ -5,7 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"syscall"
 	"time"
+
+	"github.com/vmlet/vmlet/qemu/qmp"
 )
 
 // Ping checks that the agent answers. Equivalent to: {"execute": "guest-ping"}.
@@ -134,10 +138,16 @@ func (a *Agent) Run(ctx context.Context, path string, args ...string) (ExecStatu
 	}
 }
 
-// Shutdown asks the guest to power down ("powerdown" or ""), "reboot" or "halt". The agent does
-// not answer on success, so Shutdown returns once the request is written; watch QMP's SHUTDOWN
-// event or QEMU's exit for the outcome.
-// Equivalent to: {"execute": "guest-shutdown", "arguments": {"mode": mode}}.
+// Shutdown asks the guest to power down ("powerdown" or ""), "reboot" or "halt", and confirms
+// the outcome. qemu-ga sends no reply when guest-shutdown succeeds but does send an error when it
+// fails (e.g. the guest has no /sbin/shutdown), so Shutdown follows it with a guest-ping in the
+// same exchange: an error reply to guest-shutdown is returned as *Error; the ping's reply, or the
+// socket closing because QEMU exited with the powered-off guest, means it went through. If the
+// agent goes silent instead (its guest is going down but QEMU lives on), Shutdown returns
+// ErrTimeout at ctx's deadline: watch QMP's SHUTDOWN event or QEMU's exit for the outcome.
+//
+// Equivalent to: {"execute": "guest-shutdown", "arguments": {"mode": mode}} then
+// {"execute": "guest-ping"}.
 func (a *Agent) Shutdown(ctx context.Context, mode string) error {
 	switch mode {
 	case "":
@@ -146,5 +156,61 @@ func (a *Agent) Shutdown(ctx context.Context, mode string) error {
 	default:
 		return fmt.Errorf("shut down guest: %w: %q", ErrBadMode, mode)
 	}
-	return a.Execute(ctx, "guest-shutdown", map[string]string{"mode": mode}, nil)
+	args, err := encodeArgs("guest-shutdown", map[string]string{"mode": mode})
+	if err != nil {
+		return err
+	}
+	return a.do(ctx, "guest-shutdown", func(ctx context.Context) error {
+		if !a.synced {
+			if err := a.sync("guest-shutdown"); err != nil {
+				return err
+			}
+		}
+		a.synced = false
+		shutID, err := a.send("guest-shutdown", args)
+		if err != nil {
+			return err
+		}
+		pingID, err := a.send("guest-ping", nil)
+		if peerGone(err) {
+			a.setBroken(err) // QEMU closed the socket: the guest is off
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for {
+			line, err := a.readLine()
+			if peerGone(err) {
+				a.setBroken(err)
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read guest-shutdown outcome: %w", err)
+			}
+			rep, ok := parseReply(line)
+			switch {
+			case ok && rep.err != nil && (rep.id == shutID || !rep.hasID):
+				a.tap(qmp.Received, qmp.KindReply, line)
+				return fmt.Errorf("execute guest-shutdown: %w", rep.err)
+			case ok && rep.err == nil && (rep.id == pingID || !rep.hasID):
+				a.tap(qmp.Received, qmp.KindReply, line)
+				a.synced = true
+				return nil
+			case ok && rep.id == pingID:
+				a.tap(qmp.Received, qmp.KindReply, line)
+				return fmt.Errorf("confirm guest-shutdown: %w", rep.err)
+			case ok && rep.id == shutID: // an agent that answers a successful guest-shutdown
+				a.tap(qmp.Received, qmp.KindReply, line)
+				continue
+			}
+			a.tap(qmp.Received, qmp.KindUnknown, line)
+		}
+	})
+}
+
+// peerGone reports whether err means the other end closed the connection.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }

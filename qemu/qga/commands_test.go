@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,34 +89,66 @@ func TestExecInputAndRunTimeout(t *testing.T) {
 	}
 }
 
-func TestShutdownExpectsNoReply(t *testing.T) {
-	ag := fakeAgent(t, qgatest.Options{})
-	// This agent answers guest-shutdown with an error after all; the reply must not be taken
-	// for the answer to the next request.
-	ag.Handle("guest-shutdown", func(json.RawMessage) (any, *qgatest.Error) {
-		return nil, &qgatest.Error{Class: "GenericError", Desc: "shutdown failed"}
+func TestShutdownOutcomes(t *testing.T) {
+	t.Run("accepted: no reply, then the ping answers", func(t *testing.T) {
+		ag := fakeAgent(t, qgatest.Options{}) // default guest-shutdown: no reply, like qemu-ga
+		a := connect(t, ag, qga.Options{})
+		if err := a.Shutdown(ctxT(t, 5*time.Second), ""); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		reqs := ag.Requests()
+		if got := strings.Join(names(reqs), ","); got != "guest-sync-delimited,guest-shutdown,guest-ping" {
+			t.Fatalf("requests = %s", got)
+		}
+		if string(reqs[1].Args) != `{"mode":"powerdown"}` {
+			t.Errorf("guest-shutdown arguments = %s, want mode powerdown", reqs[1].Args)
+		}
+		if err := a.Ping(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("Ping after Shutdown: %v", err)
+		}
+		if n := len(ag.Requests()); n != 4 {
+			t.Errorf("%d requests; want no resync after a confirmed Shutdown", n)
+		}
 	})
-	ag.Handle("guest-get-osinfo", func(json.RawMessage) (any, *qgatest.Error) {
-		return map[string]string{"id": "debian"}, nil
+	t.Run("refused: the error reply is returned", func(t *testing.T) {
+		ag := fakeAgent(t, qgatest.Options{})
+		ag.Handle("guest-shutdown", func(json.RawMessage) (any, *qgatest.Error) {
+			return nil, &qgatest.Error{Class: "GenericError", Desc: "child process has failed to shutdown"}
+		})
+		ag.Handle("guest-get-osinfo", func(json.RawMessage) (any, *qgatest.Error) {
+			return map[string]string{"id": "debian"}, nil
+		})
+		a := connect(t, ag, qga.Options{})
+		var qe *qga.Error
+		if err := a.Shutdown(ctxT(t, 5*time.Second), "reboot"); !errors.As(err, &qe) || qe.Class != "GenericError" {
+			t.Fatalf("Shutdown refused by the agent = %v, want GenericError", err)
+		}
+		// The ping's reply is still in the stream; the next request must not take it.
+		os, err := a.OSInfo(ctxT(t, 5*time.Second))
+		if err != nil || os.ID != "debian" {
+			t.Fatalf("OSInfo after a refused Shutdown = %+v, %v", os, err)
+		}
 	})
-	a := connect(t, ag, qga.Options{})
-	if err := a.Shutdown(ctxT(t, 5*time.Second), ""); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	req, err := ag.WaitRequests(ctxT(t, 5*time.Second), "guest-shutdown", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(req[0].Args) != `{"mode":"powerdown"}` {
-		t.Errorf("guest-shutdown arguments = %s, want mode powerdown", req[0].Args)
-	}
-	os, err := a.OSInfo(ctxT(t, 5*time.Second))
-	if err != nil || os.ID != "debian" {
-		t.Fatalf("OSInfo after Shutdown = %+v, %v", os, err)
-	}
-	if err := a.Shutdown(ctxT(t, 5*time.Second), "explode"); !errors.Is(err, qga.ErrBadMode) {
-		t.Fatalf("Shutdown(explode) = %v, want ErrBadMode", err)
-	}
+	t.Run("guest gone: QEMU closes the socket", func(t *testing.T) {
+		ag := fakeAgent(t, qgatest.Options{})
+		ag.Handle("guest-shutdown", func(json.RawMessage) (any, *qgatest.Error) {
+			_ = ag.CloseConn()
+			return qgatest.NoReply, nil
+		})
+		a := connect(t, ag, qga.Options{})
+		if err := a.Shutdown(ctxT(t, 5*time.Second), "halt"); err != nil {
+			t.Fatalf("Shutdown ending in EOF = %v, want nil", err)
+		}
+		if err := a.Ping(ctxT(t, 5*time.Second)); !errors.Is(err, qga.ErrDisconnected) {
+			t.Fatalf("Ping after the guest went = %v, want ErrDisconnected", err)
+		}
+	})
+	t.Run("bad mode", func(t *testing.T) {
+		a := connect(t, fakeAgent(t, qgatest.Options{}), qga.Options{})
+		if err := a.Shutdown(ctxT(t, 5*time.Second), "explode"); !errors.Is(err, qga.ErrBadMode) {
+			t.Fatalf("Shutdown(explode) = %v, want ErrBadMode", err)
+		}
+	})
 }
 
 // Replies as qemu-ga 7.2 sends them (captured from the test guest), decoded by the wrappers.

@@ -82,30 +82,48 @@ func (a *Agent) readReply(id string) (json.RawMessage, error) {
 	}
 }
 
-// decodeReply returns the "return" value of the reply to the command with id, the *qmp.Error of
-// an error reply, or errStale for anything else: replies carrying another id, undecodable lines.
-// A reply without an id is accepted: the stream was synchronised before the command (the id-less
-// parse error the agent answers our 0xFF with comes before the sync delimiter and is skipped),
-// and older agents do not echo ids.
-func decodeReply(line []byte, id string) (json.RawMessage, error) {
-	var rep struct {
+// reply is one decoded reply line.
+type reply struct {
+	ret   json.RawMessage
+	err   *qmp.Error
+	id    string
+	hasID bool // the line carried a string id (id holds it)
+}
+
+// parseReply decodes a {"return"|"error", "id"} line; ok is false for anything else.
+func parseReply(line []byte) (rep reply, ok bool) {
+	var w struct {
 		Return json.RawMessage `json:"return"`
 		Error  *qmp.Error      `json:"error"`
 		ID     json.RawMessage `json:"id"`
 	}
-	if len(line) == 0 || json.Unmarshal(line, &rep) != nil || (rep.Return == nil && rep.Error == nil) {
+	if len(line) == 0 || json.Unmarshal(line, &w) != nil || (w.Return == nil && w.Error == nil) {
+		return reply{}, false
+	}
+	rep = reply{ret: w.Return, err: w.Error}
+	if w.ID != nil {
+		if json.Unmarshal(w.ID, &rep.id) != nil {
+			rep.id = string(w.ID) // a non-string id: never one of ours
+		}
+		rep.hasID = true
+	}
+	return rep, true
+}
+
+// decodeReply returns the "return" value of the reply to the command with id, the *qmp.Error of
+// an error reply, or errStale for anything else: replies carrying another id, undecodable lines.
+// A reply without an id is accepted: the stream was synchronised before the command (the id-less
+// parse error the agent answers our 0xFF with comes before the sync delimiter and is skipped),
+// and agents older than QEMU 2.12 do not echo ids.
+func decodeReply(line []byte, id string) (json.RawMessage, error) {
+	rep, ok := parseReply(line)
+	if !ok || (rep.hasID && rep.id != id) {
 		return nil, errStale
 	}
-	if rep.ID != nil {
-		var got string
-		if json.Unmarshal(rep.ID, &got) != nil || got != id {
-			return nil, errStale
-		}
+	if rep.err != nil {
+		return nil, rep.err
 	}
-	if rep.Error != nil {
-		return nil, rep.Error
-	}
-	return rep.Return, nil
+	return rep.ret, nil
 }
 
 // readLine reads one line of any length, without its line ending and stray delimiters.

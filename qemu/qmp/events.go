@@ -16,14 +16,15 @@ func EventNamed(name string) func(Event) bool {
 // in order, from now on. Each subscriber has its own unbounded queue: a slow reader never
 // blocks command replies or other subscribers, and nothing is dropped. When the connection is
 // gone, the events already read are still delivered, then the channel is closed. Always call
-// cancel (it is idempotent); after cancel the channel is closed and undelivered events are
-// dropped. filter runs on the reader goroutine: keep it fast and never call the Monitor from it.
+// cancel (it is idempotent): it returns once the subscription's goroutine has exited, the
+// channel is closed and undelivered events are dropped. filter runs on the reader goroutine: keep it fast and never call the Monitor from it.
 func (m *Monitor) Subscribe(filter func(Event) bool) (events <-chan Event, cancel func()) {
 	s := &subscriber{
 		filter: filter,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		out:    make(chan Event),
+		exited: make(chan struct{}),
 	}
 	m.mu.Lock()
 	if m.subs == nil {
@@ -38,6 +39,7 @@ func (m *Monitor) Subscribe(filter func(Event) bool) (events <-chan Event, cance
 		delete(m.subs, s) // no-op on a nil map
 		m.mu.Unlock()
 		close(s.stop)
+		<-s.exited // prompt: every blocking point of pump also selects on stop
 	})
 	return s.out, cancel
 }
@@ -142,9 +144,10 @@ type subscriber struct {
 	queue    []Event
 	finished bool // the connection is gone: deliver what is queued, then close out
 
-	wake chan struct{} // capacity 1: "queue or finished changed"
-	stop chan struct{} // closed by cancel
-	out  chan Event
+	wake   chan struct{} // capacity 1: "queue or finished changed"
+	stop   chan struct{} // closed by cancel
+	out    chan Event
+	exited chan struct{} // closed when pump returns
 }
 
 func (s *subscriber) push(e Event) {
@@ -169,6 +172,7 @@ func (s *subscriber) notify() {
 }
 
 func (s *subscriber) pump() {
+	defer close(s.exited)
 	defer close(s.out)
 	for {
 		s.mu.Lock()

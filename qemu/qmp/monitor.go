@@ -149,10 +149,10 @@ func (m *Monitor) readLoop() {
 	subs := m.subs
 	m.subs = nil
 	m.mu.Unlock()
-	close(m.done)
 	for s := range subs {
 		s.finish()
 	}
+	close(m.done)
 }
 
 func (m *Monitor) dispatch(line []byte, greeted *bool) {

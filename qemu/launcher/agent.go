@@ -2,26 +2,32 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/vmlet/vmlet/qemu/qga"
 )
 
-// agentPingTimeout bounds one connect-and-ping attempt and each liveness ping.
-const agentPingTimeout = 3 * time.Second
+// agentPingTimeout bounds one ping (with the resynchronisation before it when needed).
+const agentPingTimeout = 2 * time.Second
 
-// agentPoller keeps the launcher's one connection to the guest agent: it connects and pings
-// with a capped exponential back-off (Config.AgentRetryMin doubling to AgentRetryMax) while
-// the agent does not answer, pings a connected agent every AgentPingInterval, and reports
-// every change as an agent event. RPCs borrow the connection with use (one QGA command at a
-// time: the channel is a byte stream with a single reader). QGA has no "agent started" event
-// (the host side of the virtio-serial port is always open), so polling is the only way.
+// agentPoller keeps the launcher's one connection to the guest agent (QEMU serves one client
+// on the channel's socket): it pings with a capped exponential back-off (Config.AgentRetryMin
+// doubling to AgentRetryMax) while the agent does not answer, pings an answering agent every
+// AgentPingInterval, and reports every change as an agent event. The socket stays connected
+// across agent restarts and guest reboots (package qga resynchronises the stream); it is
+// redialled only when QEMU closed it. RPCs borrow the connection with use. QGA has no "agent
+// started" event (the host side of the virtio-serial port is always open), so polling is the
+// only way.
 type agentPoller struct {
 	d      *domain
 	socket string
 
-	mu     sync.Mutex // held while a command runs on client
-	client agentClient
+	mu     sync.Mutex // held while a command runs on conn
+	conn   *qga.Agent // nil until dialled, and after QEMU closed it
+	up     bool       // the last ping was answered
 
 	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
 	stop chan struct{}
@@ -38,26 +44,24 @@ func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
 func (a *agentPoller) run() {
 	cfg := a.d.l.cfg
 	backoff := cfg.AgentRetryMin
-	defer a.disconnect()
+	defer a.shutdown()
 	for {
-		var wait time.Duration
-		if a.connected() {
-			if err := a.ping(); err != nil {
-				a.d.l.log.Info("guest agent lost", "err", err)
-				a.disconnect()
-				backoff = cfg.AgentRetryMin
-				continue
-			}
-			wait = cfg.AgentPingInterval
-		} else if err := a.connect(); err != nil {
+		wait := cfg.AgentPingInterval
+		err := a.ping()
+		switch {
+		case err == nil && !a.isUp():
+			a.d.l.log.Info("guest agent connected")
+			a.setUp(true)
+			backoff = cfg.AgentRetryMin
+		case err != nil && a.isUp():
+			a.d.l.log.Info("guest agent lost", "err", err)
+			a.setUp(false)
+			backoff = cfg.AgentRetryMin
+			wait = backoff
+		case err != nil:
 			a.d.l.log.Debug("guest agent not answering", "err", err, "retry", backoff)
 			wait = backoff
 			backoff = min(backoff*2, cfg.AgentRetryMax)
-		} else {
-			a.d.l.log.Info("guest agent connected")
-			a.d.setAgent(true)
-			backoff = cfg.AgentRetryMin
-			wait = cfg.AgentPingInterval
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -71,64 +75,72 @@ func (a *agentPoller) run() {
 	}
 }
 
-func (a *agentPoller) connected() bool {
+func (a *agentPoller) isUp() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.client != nil
+	return a.up
 }
 
-// connect dials the agent socket and pings once.
-func (a *agentPoller) connect() error {
+func (a *agentPoller) setUp(up bool) {
+	a.mu.Lock()
+	a.up = up
+	a.mu.Unlock()
+	a.d.setAgent(up)
+}
+
+// ping dials when needed and pings once; a closed socket is dropped for a redial next time.
+func (a *agentPoller) ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), agentPingTimeout)
 	defer cancel()
-	c, err := dialAgent(ctx, a.socket)
-	if err != nil {
-		return err
-	}
-	if err := c.Ping(ctx); err != nil {
-		c.Close()
-		return err
-	}
-	a.mu.Lock()
-	a.client = c
-	a.mu.Unlock()
-	return nil
-}
-
-func (a *agentPoller) ping() error {
-	return a.use(context.Background(), func(ctx context.Context, c agentClient) error {
-		ctx, cancel := context.WithTimeout(ctx, agentPingTimeout)
-		defer cancel()
-		return c.Ping(ctx)
-	})
-}
-
-// disconnect drops the connection and reports the agent gone.
-func (a *agentPoller) disconnect() {
-	a.mu.Lock()
-	c := a.client
-	a.client = nil
-	a.mu.Unlock()
-	if c != nil {
-		c.Close()
-		a.d.setAgent(false)
-	}
-}
-
-// use runs f with the connected client, one caller at a time. ErrAgentNotConnected when
-// there is none; a failure of f makes the poller re-check the agent at once.
-func (a *agentPoller) use(ctx context.Context, f func(context.Context, agentClient) error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.client == nil {
+	if a.conn == nil {
+		c, err := qga.Dial(ctx, a.socket, qga.Options{DefaultTimeout: agentPingTimeout})
+		if err != nil {
+			return err
+		}
+		a.conn = c
+	}
+	err := a.conn.Ping(ctx)
+	if errors.Is(err, qga.ErrDisconnected) {
+		a.conn.Close()
+		a.conn = nil
+	}
+	return err
+}
+
+// shutdown closes the connection and reports the agent gone.
+func (a *agentPoller) shutdown() {
+	a.mu.Lock()
+	if a.conn != nil {
+		a.conn.Close()
+		a.conn = nil
+	}
+	a.mu.Unlock()
+	if a.isUp() {
+		a.setUp(false)
+	}
+}
+
+// use runs f with the connection of an answering agent, one caller at a time:
+// ErrAgentNotConnected when the agent does not answer (then the poller re-checks at once);
+// ErrAgentCommand when the agent answered with an error.
+func (a *agentPoller) use(ctx context.Context, f func(context.Context, *qga.Agent) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn == nil || !a.up {
 		return ErrAgentNotConnected
 	}
-	if err := f(ctx, a.client); err != nil {
+	err := f(ctx, a.conn)
+	if _, isAgentErr := errors.AsType[*qga.Error](err); isAgentErr {
+		return fmt.Errorf("%w: %w", ErrAgentCommand, err)
+	}
+	if errors.Is(err, qga.ErrTimeout) || errors.Is(err, qga.ErrDisconnected) {
 		select {
 		case a.kick <- struct{}{}:
 		default:
 		}
 		return fmt.Errorf("%w: %w", ErrAgentNotConnected, err)
 	}
-	return nil
+	return err
 }

@@ -29,8 +29,13 @@ var (
 	ErrNoFreePort = errors.New("no free hotplug slot")
 	// ErrNotHotpluggable: the device's bus cannot be hotplugged.
 	ErrNotHotpluggable = errors.New("device not hotpluggable")
+	// ErrTapNotFound: a NIC names a tap device that does not exist (in its namespace).
+	ErrTapNotFound = errors.New("tap device not found")
 	// ErrAgentNotConnected: the guest agent does not answer (not started, or gone).
 	ErrAgentNotConnected = errors.New("guest agent not connected")
+	// ErrAgentCommand: the guest agent answered a command with an error
+	// (RemoteError.Metadata["class"]).
+	ErrAgentCommand = errors.New("guest agent command failed")
 	// ErrMigrationFailed: the migration ended failed or cancelled.
 	ErrMigrationFailed = errors.New("migration failed")
 	// ErrQMP: QEMU answered a command with a QMP error (RemoteError.Metadata["class"]).

@@ -53,6 +53,10 @@ func openTapHere(ref tapRef, queues int) ([]*os.File, error) {
 	if queues > 1 {
 		flags |= unix.IFF_MULTI_QUEUE
 	}
+	// TUNSETIFF creates a missing device: make sure the tap exists (the agent made it).
+	if err := linkExists(ref.Name); err != nil {
+		return nil, err
+	}
 	var files []*os.File
 	for q := range queues {
 		f, err := attachTap(ref.Name, flags)
@@ -65,6 +69,27 @@ func openTapHere(ref tapRef, queues int) ([]*os.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// linkExists checks that the network interface name exists in the calling thread's
+// namespace (SIOCGIFINDEX).
+func linkExists(name string) error {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("look up link %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return fmt.Errorf("look up link %q: %w", name, err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("look up link %s: %w", name, ErrTapNotFound)
+		}
+		return fmt.Errorf("look up link %s: %w", name, err)
+	}
+	return nil
 }
 
 // enterNetNS switches the calling (locked) thread into the namespace at path.

@@ -1,0 +1,57 @@
+package launcher_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+)
+
+// guestAgent checks the guest agent RPCs and the agent state in GetDomain and events.
+func guestAgent(t *testing.T, p *proc, rec *recorder) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := rec.waitEvent(ctx, 0, "agent connected", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := p.client.GetDomain(ctx)
+	if err != nil || !d.GetAgentConnected() {
+		t.Fatalf("GetDomain agent_connected=%v (%v), want true", d.GetAgentConnected(), err)
+	}
+	if err := p.client.GuestPing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := p.client.GuestInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetAgentVersion() == "" || info.GetOs().GetKernelRelease() == "" || info.GetHostname() != "vmlet-guest" {
+		t.Errorf("guest info: version %q os %v hostname %q", info.GetAgentVersion(), info.GetOs(), info.GetHostname())
+	}
+	if !slices.ContainsFunc(info.GetInterfaces(), func(i *pb.GuestInterface) bool { return i.GetName() == "lo" }) {
+		t.Errorf("guest interfaces %v lack lo", info.GetInterfaces())
+	}
+	r, err := p.client.GuestExec(ctx, "/bin/sh", []string{"-c", "echo out; echo err >&2; exit 3"}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetExitCode() != 3 || string(r.GetStdout()) != "out\n" || string(r.GetStderr()) != "err\n" {
+		t.Errorf("guest exec: exit %d stdout %q stderr %q", r.GetExitCode(), r.GetStdout(), r.GetStderr())
+	}
+	r, err = p.client.GuestExec(ctx, "/bin/cat", nil, []byte("piped input"), 0)
+	if err != nil || string(r.GetStdout()) != "piped input" {
+		t.Errorf("guest exec with input: %q %v", r.GetStdout(), err)
+	}
+	_, err = p.client.GuestExec(ctx, "/no/such/program", nil, nil, 0)
+	var re *launcher.RemoteError
+	if !errors.Is(err, launcher.ErrAgentCommand) || !errors.As(err, &re) || re.Metadata["class"] == "" {
+		t.Errorf("guest exec of a missing program: %v, want ErrAgentCommand with a class", err)
+	}
+	if err := p.client.GuestPing(ctx); err != nil {
+		t.Errorf("agent unusable after a failed command: %v", err)
+	}
+}

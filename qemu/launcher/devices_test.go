@@ -1,0 +1,156 @@
+package launcher_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// hotplugDisk attaches an overlay of the data disk, checks the guest sees it and the events,
+// then unplugs it.
+func hotplugDisk(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	disk := &pb.Disk{Id: "data1", Path: testguest.Overlay(t, testguest.Assets(t).DataDisk), Format: "qcow2"}
+	from, off := rec.len(), con.Len()
+	if err := p.client.HotplugDisk(ctx, disk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.waitEvent(ctx, from, "disk added", isDevice(pb.DeviceEvent_ACTION_ADDED, "data1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerDiskAdded+" vd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.client.HotplugDisk(ctx, disk); !errors.Is(err, launcher.ErrDeviceExists) {
+		t.Errorf("second hotplug of data1: %v, want ErrDeviceExists", err)
+	}
+	d, err := p.client.GetDomain(ctx)
+	if err != nil || !slices.Contains(d.GetDisks(), "data1") {
+		t.Errorf("GetDomain disks %v (%v), want data1", d.GetDisks(), err)
+	}
+	if i := slices.IndexFunc(d.GetLiveSpec().GetDisks(), func(x *pb.Disk) bool { return x.GetId() == "data1" }); i < 0 ||
+		d.GetLiveSpec().GetDisks()[i].GetPort() == 0 {
+		t.Errorf("live spec lacks data1 with a pinned port: %v", d.GetLiveSpec().GetDisks())
+	}
+	st, err := p.client.DomainStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(st.GetBlock(), func(b *pb.BlockStats) bool { return b.GetId() == "data1" }); i < 0 {
+		t.Errorf("block stats lack data1: %v", st.GetBlock())
+	} else if st.GetBlock()[i].GetRdBytes() == 0 {
+		t.Errorf("data1 read 0 bytes although the guest scanned it: %v", st.GetBlock()[i])
+	}
+	from, off = rec.len(), con.Len()
+	if err := p.client.UnplugDisk(ctx, "data1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.waitEvent(ctx, from, "disk removed", isDevice(pb.DeviceEvent_ACTION_REMOVED, "data1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerDiskRemoved+" vd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.client.UnplugDisk(ctx, "data1"); !errors.Is(err, launcher.ErrUnknownDevice) {
+		t.Errorf("second unplug of data1: %v, want ErrUnknownDevice", err)
+	}
+}
+
+// testNetns creates a network namespace with a tap in it (removed by Cleanup) and returns the
+// namespace's path and the tap's name.
+func testNetns(t *testing.T) (string, string) {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	ns := "vmlet-lt-" + hex.EncodeToString(b)
+	run := func(args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	run("-n", ns, "tuntap", "add", "dev", "vt0", "mode", "tap", "vnet_hdr")
+	run("-n", ns, "link", "set", "vt0", "up")
+	return "/var/run/netns/" + ns, "vt0"
+}
+
+// hotplugNIC attaches a NIC on a tap in a test-made netns, checks guest, events and stats,
+// then unplugs it.
+func hotplugNIC(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
+	netns, tap := testNetns(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	from, off := rec.len(), con.Len()
+	nic := &pb.NIC{Id: "net1", Mac: "52:54:00:12:34:99", TapName: tap, Netns: netns}
+	if err := p.client.HotplugNIC(ctx, nic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.waitEvent(ctx, from, "nic added", isDevice(pb.DeviceEvent_ACTION_ADDED, "net1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerNICAdded+" eth"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.client.DomainStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(st.GetNet(), func(n *pb.NetStats) bool { return n.GetId() == "net1" }); i < 0 || st.GetNet()[i].GetTap() != tap {
+		t.Errorf("net stats lack net1 on %s: %v", tap, st.GetNet())
+	}
+	d, err := p.client.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(d.GetLiveSpec().GetNics(), func(n *pb.NIC) bool { return n.GetId() == "net1" }); i < 0 ||
+		d.GetLiveSpec().GetNics()[i].GetTapName() != tap || d.GetLiveSpec().GetNics()[i].GetNetns() != netns {
+		t.Errorf("live spec NICs %v, want net1 on %s in %s", d.GetLiveSpec().GetNics(), tap, netns)
+	}
+	bad := &pb.NIC{Id: "net2", Mac: "52:54:00:12:34:98", TapName: "nosuchtap", Netns: netns}
+	if err := p.client.HotplugNIC(ctx, bad); !errors.Is(err, launcher.ErrTapNotFound) {
+		t.Errorf("hotplug on a missing tap: %v, want ErrTapNotFound", err)
+	}
+	from, off = rec.len(), con.Len()
+	if err := p.client.UnplugNIC(ctx, "net1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.waitEvent(ctx, from, "nic removed", isDevice(pb.DeviceEvent_ACTION_REMOVED, "net1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerNICRemoved+" eth"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// domainStats checks the counters of a running guest.
+func domainStats(t *testing.T, p *proc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := p.client.DomainStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetVcpus()) != 1 || st.GetVcpus()[0].GetThreadId() == 0 || st.GetVcpus()[0].GetTimeNs() == 0 {
+		t.Errorf("vcpus %v, want one with a thread and cpu time", st.GetVcpus())
+	}
+	if st.GetCpuUserNs()+st.GetCpuSystemNs() == 0 {
+		t.Errorf("qemu cpu time 0")
+	}
+	if m := st.GetMemory(); m.GetGuestBytes() != 256<<20 || m.GetQemuRssBytes() == 0 || m.GetQemuPssBytes() == 0 {
+		t.Errorf("memory %v, want 256 MiB guest and a non-zero RSS/PSS", m)
+	}
+}

@@ -1,0 +1,170 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/qemu/qga"
+)
+
+// defaultExecTimeout bounds GuestExec when the request names no timeout.
+const defaultExecTimeout = 30 * time.Second
+
+// agent returns the running domain's agent poller.
+func (l *Launcher) agent() (*agentPoller, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	if d.agent == nil {
+		return nil, fmt.Errorf("%w: the domain has no guest agent channel", ErrAgentNotConnected)
+	}
+	return d.agent, nil
+}
+
+// GuestPing implements the RPC (guest-ping).
+func (l *Launcher) GuestPing(ctx context.Context, _ *pb.GuestPingRequest) (*pb.GuestPingResponse, error) {
+	a, err := l.agent()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.use(ctx, func(ctx context.Context, g *qga.Agent) error { return g.Ping(ctx) }); err != nil {
+		return nil, fmt.Errorf("guest ping: %w", err)
+	}
+	return &pb.GuestPingResponse{}, nil
+}
+
+// GuestInfo implements the RPC: guest-info, guest-get-osinfo, guest-get-host-name,
+// guest-network-get-interfaces, guest-get-users, guest-get-fsinfo. Commands the agent does not
+// support are left out of the answer.
+func (l *Launcher) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestInfoResponse, error) {
+	a, err := l.agent()
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.GuestInfoResponse{}
+	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
+		info, err := g.Info(ctx)
+		if err != nil {
+			return err
+		}
+		out.AgentVersion = info.Version
+		if info.Supports("guest-get-osinfo") {
+			os, err := g.OSInfo(ctx)
+			if err != nil {
+				return err
+			}
+			out.Os = &pb.GuestOS{
+				Id: os.ID, Name: os.Name, PrettyName: os.PrettyName, Version: os.Version,
+				VersionId: os.VersionID, KernelRelease: os.KernelRelease, KernelVersion: os.KernelVersion,
+				Machine: os.Machine,
+			}
+		}
+		if info.Supports("guest-get-host-name") {
+			var h struct {
+				Name string `json:"host-name"`
+			}
+			if err := g.Execute(ctx, "guest-get-host-name", nil, &h); err != nil {
+				return err
+			}
+			out.Hostname = h.Name
+		}
+		if info.Supports("guest-network-get-interfaces") {
+			ifs, err := g.NetworkInterfaces(ctx)
+			if err != nil {
+				return err
+			}
+			for _, i := range ifs {
+				gi := &pb.GuestInterface{Name: i.Name, Mac: i.HardwareAddress}
+				for _, ip := range i.IPAddresses {
+					gi.IpAddresses = append(gi.IpAddresses, ip.Address+"/"+strconv.Itoa(ip.Prefix))
+				}
+				out.Interfaces = append(out.Interfaces, gi)
+			}
+		}
+		if info.Supports("guest-get-users") {
+			users, err := g.Users(ctx)
+			if err != nil {
+				return err
+			}
+			for _, u := range users {
+				out.Users = append(out.Users, &pb.GuestUser{Name: u.Name, Domain: u.Domain,
+					LoginTimeUnixNano: int64(u.LoginTime * 1e9)})
+			}
+		}
+		if info.Supports("guest-get-fsinfo") {
+			fss, err := g.FSInfo(ctx)
+			if err != nil {
+				return err
+			}
+			for _, f := range fss {
+				gf := &pb.GuestFilesystem{Name: f.Name, Mountpoint: f.Mountpoint, Type: f.Type}
+				if f.UsedBytes != nil {
+					gf.UsedBytes = *f.UsedBytes
+				}
+				if f.TotalBytes != nil {
+					gf.TotalBytes = *f.TotalBytes
+				}
+				out.Filesystems = append(out.Filesystems, gf)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guest info: %w", err)
+	}
+	return out, nil
+}
+
+// GuestExec implements the RPC: guest-exec, then guest-exec-status until the process exited.
+func (l *Launcher) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.GuestExecResponse, error) {
+	a, err := l.agent()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPath() == "" {
+		return nil, fmt.Errorf("guest exec: %w: path missing", ErrInvalidRequest)
+	}
+	timeout := defaultExecTimeout
+	if ms := req.GetTimeoutMs(); ms > 0 {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var st qga.ExecStatus
+	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
+		pid, err := g.Exec(ctx, req.GetPath(), req.GetArgs(), req.GetInput())
+		if err != nil {
+			return err
+		}
+		st, err = waitExec(ctx, g, pid)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guest exec %s: %w", req.GetPath(), err)
+	}
+	return &pb.GuestExecResponse{ExitCode: int32(st.ExitCode), Signal: int32(st.Signal), Stdout: st.Stdout, Stderr: st.Stderr}, nil
+}
+
+// waitExec polls guest-exec-status (the agent has no exit notification) with a growing
+// interval until the process exited or ctx ends.
+func waitExec(ctx context.Context, g *qga.Agent, pid int) (qga.ExecStatus, error) {
+	interval := 2 * time.Millisecond
+	for {
+		st, err := g.ExecStatus(ctx, pid)
+		if err != nil || st.Exited {
+			return st, err
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, fmt.Errorf("wait for guest pid %d: %w", pid, ctx.Err())
+		case <-t.C:
+		}
+		interval = min(2*interval, 100*time.Millisecond)
+	}
+}

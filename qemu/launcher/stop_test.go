@@ -1,0 +1,99 @@
+package launcher_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// TestSIGTERMForcedQuit: a guest that ignores the ACPI power button (CmdlineNoACPI) gets its
+// full grace period, then QEMU is told to quit: exit status ExitForced, nothing left behind.
+func TestSIGTERMForcedQuit(t *testing.T) {
+	const grace = 3 * time.Second
+	p := startLauncher(t, launchOpts{grace: grace})
+	rec := watch(t, p.client, 0)
+	_, con := syncGuest(t, p, guestSpec(t, "noacpi", testguest.CmdlineNoACPI))
+	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline+2*time.Minute)
+	defer cancel()
+	if err := con.Wait(ctx, testguest.MarkerReady); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	p.signal(syscall.SIGTERM)
+	code, err := p.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(t0)
+	if code != launcher.ExitForced {
+		t.Errorf("exit code %d, want ExitForced (%d)", code, launcher.ExitForced)
+	}
+	if elapsed < grace {
+		t.Errorf("QEMU was stopped after %s, before the %s grace period ended", elapsed, grace)
+	}
+	if _, err := con.WaitFrom(ctx, 0, testguest.MarkerPowerdownIgnored); err != nil {
+		t.Errorf("the guest never saw the power button: %v", err)
+	}
+	if _, err := rec.waitEvent(ctx, 0, "forced shutoff", func(e *pb.Event) bool {
+		return isState(pb.State_STATE_SHUTOFF)(e) && e.GetLifecycle().GetReason() == "forced"
+	}); err != nil {
+		t.Error(err)
+	}
+	p.assertClean(t)
+}
+
+// TestKill: the Kill RPC kills QEMU at once: ExitForced, reason "killed".
+func TestKill(t *testing.T) {
+	p := startLauncher(t, launchOpts{})
+	rec := watch(t, p.client, 0)
+	syncGuest(t, p, guestSpec(t, "kill"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := p.client.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != launcher.ExitForced {
+		t.Errorf("exit code %d, want ExitForced (%d)", code, launcher.ExitForced)
+	}
+	if _, err := rec.waitEvent(ctx, 0, "killed", func(e *pb.Event) bool {
+		return isState(pb.State_STATE_SHUTOFF)(e) && e.GetLifecycle().GetReason() == "killed"
+	}); err != nil {
+		t.Error(err)
+	}
+	p.assertClean(t)
+}
+
+// TestQEMUDies: QEMU killed behind the launcher's back: the launcher reports a crash, exits
+// ExitQEMUDied and cleans up.
+func TestQEMUDies(t *testing.T) {
+	p := startLauncher(t, launchOpts{})
+	rec := watch(t, p.client, 0)
+	syncGuest(t, p, guestSpec(t, "dies"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := syscall.Kill(p.qemu, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != launcher.ExitQEMUDied {
+		t.Errorf("exit code %d, want ExitQEMUDied (%d)", code, launcher.ExitQEMUDied)
+	}
+	if _, err := rec.waitEvent(ctx, 0, "crashed", func(e *pb.Event) bool {
+		return isState(pb.State_STATE_CRASHED)(e) && e.GetLifecycle().GetReason() == "crashed"
+	}); err != nil {
+		t.Error(err)
+	}
+	p.assertClean(t)
+}

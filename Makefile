@@ -58,9 +58,14 @@ lint: ## Run golangci-lint (pinned) incl. the import rule for host packages and 
 build: ## Build vmlet, vmlet-launcher and vmctl into bin/.
 	go build -o $(BIN)/ ./cmd/...
 
+LOCAL_STATE ?= /var/lib/vmlet/local
+
 .PHONY: run
-run: deps assets build ## Bring up the local single-node stack and boot a demo VM (see README).
-	$(BIN)/vmlet local
+run: deps assets build ## Bring up the local single-node stack and boot a demo VM (see README). Ctrl-C stops it.
+	$(BIN)/vmlet local --state-dir $(LOCAL_STATE) \
+		--assets "$$(bash test/assets/controlplane/build.sh)" \
+		--image vmlet.dev/testguest:latest="$$(bash test/assets/guest/build.sh)" \
+		--crds config/crd/bases --demo config/samples/vmi-demo.yaml
 
 ##@ Test
 

@@ -74,7 +74,26 @@ func run(m *testing.M) int {
 		}
 		defer os.Remove(cgroupParent)
 	}
-	return m.Run()
+	code := m.Run()
+	if n := removeLeftoverLaunchers(); n > 0 {
+		fmt.Fprintf(os.Stderr, "removed %d launcher(s) left running by failed tests\n", n)
+	}
+	return code
+}
+
+// removeLeftoverLaunchers kills what a failed test left: launchers are deliberately detached from
+// the agent (they survive its restarts), so nothing else would stop them.
+func removeLeftoverLaunchers() int {
+	rt := &process.Runtime{RunRoot: runRoot, CgroupParent: cgroupParent}
+	ids, _ := rt.List()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range ids {
+		if err := rt.Remove(ctx, id); err != nil {
+			fmt.Fprintln(os.Stderr, "remove leftover launcher:", err)
+		}
+	}
+	return len(ids)
 }
 
 // agent is one running node agent (manager + reconcilers), stoppable to simulate a crash.

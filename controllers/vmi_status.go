@@ -79,6 +79,10 @@ func (r *VMIReconciler) observe(vmi *vmletv1.VirtualMachineInstance, d DomainSta
 		QEMUVersion:        d.QEMUVersion,
 	}
 	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, true, "Synced", "domain matches the spec")
+	// The launcher can migrate (PrepareMigrationTarget/Migrate), but no migration controller
+	// drives VirtualMachineInstanceMigrations yet: say so rather than promise it.
+	setCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, false, "MigrationControllerMissing",
+		"this vmlet build has no migration controller yet")
 	if d.AgentConnected {
 		setCondition(vmi, vmletv1.VirtualMachineInstanceAgentConnected, true, "AgentConnected", "qemu-guest-agent answers")
 	} else {

@@ -94,7 +94,7 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 		return fmt.Errorf("new manager: %w", err)
 	}
 	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun}
-	hb := &controllers.Heartbeat{Client: mgr.GetClient(), NodeName: cfg.NodeName, Facts: facts, Register: true}
+	hb := &controllers.Heartbeat{Client: s.CP.Client, NodeName: cfg.NodeName, Facts: facts, Register: true}
 	if err := hb.Beat(ctx); err != nil {
 		return err
 	}

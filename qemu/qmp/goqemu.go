@@ -30,16 +30,23 @@ func NewGoQEMUMonitor(path string, opts Options) *GoQEMU {
 	return &GoQEMU{path: path, opts: opts}
 }
 
-// Connect dials the socket and negotiates capabilities, bounded by Options.DefaultTimeout.
+// Connect dials the socket and negotiates capabilities, bounded by Options.DefaultTimeout. It is
+// a no-op while connected; after the connection was lost it dials again.
 func (g *GoQEMU) Connect() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m != nil && g.m.Err() == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout("qmp_capabilities"))
 	defer cancel()
 	m, err := Dial(ctx, g.path, g.opts)
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	if g.stop != nil {
+		g.stop() // the previous connection's unclaimed early events
+	}
 	g.m = m
 	g.early, g.stop = m.Subscribe(nil)
 	return nil

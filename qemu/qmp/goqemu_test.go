@@ -123,3 +123,32 @@ func TestGoQEMUNotConnected(t *testing.T) {
 		t.Errorf("Disconnect before Connect = %v", err)
 	}
 }
+
+func TestGoQEMUConnectIdempotentAndReconnect(t *testing.T) {
+	srv := fake(t, qmptest.Options{})
+	srv.On("query-status").Return(map[string]any{"status": "running", "running": true})
+	mon := qmp.NewGoQEMUMonitor(listenFake(t, srv), qmp.Options{})
+	if err := mon.Connect(); err != nil {
+		t.Fatal(err)
+	}
+	first := mon.Monitor()
+	if err := mon.Connect(); err != nil || mon.Monitor() != first {
+		t.Fatalf("second Connect = %v, new monitor %v; want a no-op", err, mon.Monitor() != first)
+	}
+	if err := mon.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mon.Run([]byte(`{"execute": "query-status"}`)); !errors.Is(err, qmp.ErrDisconnected) {
+		t.Fatalf("Run after Disconnect = %v, want ErrDisconnected", err)
+	}
+	if err := mon.Connect(); err != nil {
+		t.Fatalf("Connect after Disconnect: %v", err)
+	}
+	defer mon.Disconnect()
+	if _, err := mon.Run([]byte(`{"execute": "query-status"}`)); err != nil {
+		t.Fatalf("Run after reconnect: %v", err)
+	}
+	if n := len(srv.Commands()); n != 3 { // two handshakes, one query-status
+		t.Errorf("fake saw %d commands, want 3", n)
+	}
+}

@@ -91,8 +91,8 @@ func runLocal(ctx context.Context, cfg local.Config, bootTimeout time.Duration) 
 		}
 		fmt.Fprintf(out, "vmlet local: VMI %s is %s (reason %q, accelerator %s)\n", key, vmi.Status.Phase, vmi.Status.Reason, accel(vmi.Status.Launcher))
 		fmt.Fprintf(out, `
-Try:
-  export KUBECONFIG=%[1]s
+Try (kubectl %[4]s, built with the control plane):
+  export KUBECONFIG=%[1]s PATH=%[4]s:$PATH
   kubectl get vmis -o wide
   kubectl get vmi %[2]s -o yaml
   kubectl patch vmi %[2]s --type merge -p '{"spec":{"paused":true}}'
@@ -100,7 +100,7 @@ Try:
   kubectl delete vmi %[2]s
 
 Ctrl-C stops everything (VMIs stay in etcd and run again on the next start).
-`, kc, key.Name, s.Runtime.Dir(string(vmi.UID)))
+`, kc, key.Name, s.Runtime.Dir(string(vmi.UID)), cfg.AssetsDir)
 	}
 	<-ctx.Done()
 	return nil

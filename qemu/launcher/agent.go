@@ -25,9 +25,9 @@ type agentPoller struct {
 	d      *domain
 	socket string
 
-	mu     sync.Mutex // held while a command runs on conn
-	conn   *qga.Agent // nil until dialled, and after QEMU closed it
-	up     bool       // the last ping was answered
+	mu   sync.Mutex // held while a command runs on conn
+	conn *qga.Agent // nil until dialled, and after QEMU closed it
+	up   bool       // the last ping was answered
 
 	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
 	stop chan struct{}

@@ -91,7 +91,7 @@ func runLocal(ctx context.Context, cfg local.Config, bootTimeout time.Duration) 
 		}
 		fmt.Fprintf(out, "vmlet local: VMI %s is %s (reason %q, accelerator %s)\n", key, vmi.Status.Phase, vmi.Status.Reason, accel(vmi.Status.Launcher))
 		fmt.Fprintf(out, `
-Try (kubectl %[4]s, built with the control plane):
+Try (kubectl from %[4]s, built with the control plane):
   export KUBECONFIG=%[1]s PATH=%[4]s:$PATH
   kubectl get vmis -o wide
   kubectl get vmi %[2]s -o yaml

@@ -1,0 +1,131 @@
+package launcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// TestMigration migrates a running guest (with a hotplugged disk) between two launchers on
+// this host through the API: target prepared from the source's live spec, source migrated,
+// both finalized. The guest is verified alive on the target (agent ping, a file written
+// before is read after, the hotplugged disk still reads), the source launcher exits 0 with
+// reason "migrated", and the target shuts down cleanly through the Shutdown RPC.
+func TestMigration(t *testing.T) {
+	src := startLauncher(t, launchOpts{})
+	dst := startLauncher(t, launchOpts{})
+	srcRec, dstRec := watch(t, src.client, 0), watch(t, dst.client, 0)
+	spec := guestSpec(t, "mig")
+	spec.Migratable = true
+	_, con := syncGuest(t, src, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bootCtx, bootCancel := context.WithTimeout(ctx, bootDeadline)
+	defer bootCancel()
+	if err := con.Wait(bootCtx, testguest.MarkerReady); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srcRec.waitEvent(bootCtx, 0, "agent connected", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	const payload = "written-before-migration"
+	if r, err := src.client.GuestExec(ctx, "/bin/sh", []string{"-c", "echo " + payload + " > /tmp/mig.txt"}, nil, 0); err != nil || r.GetExitCode() != 0 {
+		t.Fatalf("write file in guest: %v %v", r, err)
+	}
+	disk := &pb.Disk{Id: "data1", Path: testguest.Overlay(t, testguest.Assets(t).DataDisk), Format: "qcow2"}
+	off := con.Len()
+	if err := src.client.HotplugDisk(ctx, disk); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerDiskAdded+" vd"); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := src.client.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &pb.MigrationOptions{AutoConverge: true, DowntimeMs: 300}
+	uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td, err := dst.client.GetDomain(ctx); err != nil || td.GetState() != pb.State_STATE_MIGRATING_IN {
+		t.Fatalf("target state %v (%v), want MIGRATING_IN", td.GetState(), err)
+	} else {
+		dst.qemu = int(td.GetPid())
+	}
+	if err := src.client.Migrate(ctx, uri, opts); err != nil {
+		t.Fatal(err)
+	}
+	st, err := dst.client.FinalizeMigration(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetStatus() != "completed" || st.GetRole() != "target" {
+		t.Errorf("target finalize: %v", st)
+	}
+	st, err = src.client.FinalizeMigration(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetStatus() != "completed" || st.GetRole() != "source" || st.GetTotalTimeMs() == 0 {
+		t.Errorf("source finalize: %v", st)
+	}
+	t.Logf("migration: total %d ms, downtime %d ms, setup %d ms, %d bytes", st.GetTotalTimeMs(),
+		st.GetDowntimeMs(), st.GetSetupTimeMs(), st.GetTransferredBytes())
+	code, err := src.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != launcher.ExitOK {
+		t.Errorf("source launcher exit %d, want 0 (migrated)", code)
+	}
+	if _, err := srcRec.waitEvent(ctx, 0, "source completed", isMigration("completed")); err != nil {
+		t.Error(err)
+	}
+	if _, err := srcRec.waitEvent(ctx, 0, "migrated", func(e *pb.Event) bool {
+		return isState(pb.State_STATE_SHUTOFF)(e) && e.GetLifecycle().GetReason() == "migrated"
+	}); err != nil {
+		t.Error(err)
+	}
+	src.assertClean(t)
+
+	// The guest lives on at the target.
+	if _, err := dstRec.waitEvent(ctx, 0, "target running", isState(pb.State_STATE_RUNNING)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dstRec.waitEvent(ctx, 0, "target agent", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.client.GuestPing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dst.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
+	if err != nil || string(r.GetStdout()) != payload+"\n" {
+		t.Errorf("read file after migration: %q %v", r.GetStdout(), err)
+	}
+	r, err = dst.client.GuestExec(ctx, "/bin/sh", []string{"-c", "head -c 15 /dev/vda"}, nil, 0)
+	if err != nil || string(r.GetStdout()) != testguest.DataDiskLabel {
+		t.Errorf("read the hotplugged disk after migration: %q %v", r.GetStdout(), err)
+	}
+	td, err := dst.client.GetDomain(ctx)
+	if err != nil || td.GetState() != pb.State_STATE_RUNNING || len(td.GetDisks()) != 1 {
+		t.Errorf("target domain %v (%v), want RUNNING with data1", td, err)
+	}
+	sr, err := dst.client.Shutdown(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.GetForced() || sr.GetReason() != "guest-shutdown" {
+		t.Errorf("target shutdown: %v, want a guest shutdown", sr)
+	}
+	if code, err := dst.wait(ctx); err != nil || code != launcher.ExitOK {
+		t.Errorf("target launcher exit %d (%v), want 0", code, err)
+	}
+	dst.assertClean(t)
+}

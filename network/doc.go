@@ -1,3 +1,47 @@
-// Package network wires guest NICs to the pod network (masquerade and bridge bindings, DHCP,
-// NAT): a pure plan and a thin netlink/nftables apply. No Kubernetes types.
+// Package network wires guest NICs to the pod network the way KubeVirt's bindings do, without
+// libvirt: a pure plan and a thin, idempotent, self-reverting netlink/nftables apply. It takes
+// plain Go structs; no Kubernetes types.
+//
+// It owns three things:
+//
+// Local-mode pod network (Node): when vmlet runs without a CNI it acts as one. Every launcher
+// gets a netns (bind-mounted under NodeConfig.NetnsDir, /run/netns by default) with an "eth0"
+// that is one end of a veth whose other end is a port of the node bridge (vmlet0). Pods get
+// addresses from the node subnet (DefaultNodeSubnet, 198.19.118.0/24, see its doc for why),
+// their default route points at the bridge, and an nftables table (inet vmlet_node)
+// masquerades what leaves the subnet. The kernel is the only state: each pod's host veth
+// carries "vmlet-pod ID ADDR" in its alias. PlanPod is the pure part, Node.CreatePod and
+// Node.DeletePod apply it.
+//
+// Bindings in the launcher's netns (Discover, PlanBindings, ApplyPlan, RemovePlan, or
+// Attach which does all and starts DHCP):
+//   - masquerade (KubeVirt's default): bridge k6t-eth0 with 10.0.2.1/24 and the guest's
+//     multiqueue vnet_hdr tap; the guest leases 10.0.2.2; table inet vmlet masquerades its
+//     egress to the pod address and DNATs the declared ports (all when none) from the pod
+//     address, and from 127.0.0.1 inside the pod, to the guest.
+//   - bridge: the pod interface joins k6t-eth0 with the tap, loses its address and its MAC
+//     (the guest takes both: the MAC directly, the address by DHCP); table bridge vmlet keeps
+//     DHCP on the guest's side of eth0. The original state is kept in eth0's alias, so plans
+//     are reproducible and RemovePlan restores it.
+//
+// DHCP (ServeDHCP, in-process): one server per binding, its socket created inside the
+// launcher's netns and bound to the bridge; it offers exactly one address to exactly one MAC,
+// with router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU
+// and classless routes for off-link gateways. Leases are reported through a callback and
+// WaitLease, which is how callers learn the guest's address (Attachment.Status).
+//
+// QEMU gets the tap through OpenTap, which attaches one queue file per vCPU on a thread inside
+// the launcher's netns; the files go to QEMU over SCM_RIGHTS (qemu.NIC.TapFDs). vhost is used
+// only where /dev/vhost-net exists (VhostNetAvailable).
+//
+// Kernel calls that depend on the calling thread's namespace (tap creation, /proc/sys/net,
+// sockets) run on a fresh locked OS thread switched into the target namespace that is never
+// unlocked, so Go discards it afterwards (doInNetns). Links that vmlet creates carry an alias
+// marking them as its own; a foreign link of the same name is reported as ErrNameCollision and
+// never reused or deleted.
+//
+// IPv6: the masquerade plan adds fd10:0:2::/120 on the bridge and IPv6 DNAT/masquerade when the
+// pod has a global IPv6 address, but guests are not yet told their IPv6 address (no router
+// advertisement or DHCPv6), so IPv6 inside guests is not usable yet. The bridge binding is
+// IPv4 only.
 package network

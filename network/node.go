@@ -1,0 +1,202 @@
+package network
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// NodeConfig configures the local-mode pod network: vmlet acts as the CNI and gives every
+// launcher a netns with an "eth0" on a node bridge.
+type NodeConfig struct {
+	// NetnsPath is the node's network namespace (where the bridge lives); empty means the
+	// calling process's, i.e. the host's. Tests pass a namespace of their own.
+	NetnsPath string
+	// Bridge is the node bridge; empty means DefaultBridge.
+	Bridge string
+	// Subnet is the pod subnet; zero means DefaultNodeSubnet. The bridge takes its first
+	// address (the pods' gateway), pods the following ones.
+	Subnet netip.Prefix
+	// NetnsDir is where pod namespaces are bind-mounted; empty means DefaultNetnsDir (where
+	// `ip netns` looks).
+	NetnsDir string
+	// MTU of the bridge and the veths; zero means 1500.
+	MTU int
+	// Table is the node's nftables table (inet family); empty means DefaultNodeTable.
+	Table string
+	// NoMasquerade leaves pod traffic leaving the node un-NATed (a routed pod subnet).
+	NoMasquerade bool
+}
+
+// Defaults of the local-mode pod network.
+var (
+	// DefaultNodeSubnet is 198.19.118.0/24, inside 198.18.0.0/15, which RFC 2544 reserves for
+	// benchmarking and which is never routed on the Internet. Unlike RFC 1918 ranges (home and
+	// corporate LANs, Docker's 172.17/16, Kubernetes' usual 10.x pod and service CIDRs) or
+	// 100.64.0.0/10 (carrier-grade NAT, Tailscale), hosts essentially never sit in it; and
+	// 198.18.0.0/16, used by some proxies for fake-IP DNS, is avoided. Creating the bridge
+	// still refuses a subnet that overlaps an existing route (ErrSubnetConflict).
+	DefaultNodeSubnet = netip.MustParsePrefix("198.19.118.0/24")
+)
+
+const (
+	// DefaultBridge is the node bridge.
+	DefaultBridge = "vmlet0"
+	// DefaultNetnsDir is where `ip netns add` puts named namespaces.
+	DefaultNetnsDir = "/run/netns"
+	// DefaultNodeTable is the node's nftables table (family inet).
+	DefaultNodeTable = "vmlet_node"
+	// podAliasPrefix marks host-side veths vmlet created; the alias records the pod and its
+	// address, so the kernel is the only IPAM state and nothing can go stale elsewhere.
+	podAliasPrefix = "vmlet-pod "
+)
+
+// PodNetwork is the plan (and, once created, the state) of one launcher's pod network.
+type PodNetwork struct {
+	ID        string
+	NetnsPath string           // the launcher's netns, e.g. /run/netns/vmlet-<id>
+	HostVeth  string           // host end, a port of the node bridge
+	Interface string           // pod end inside the netns: "eth0"
+	MAC       net.HardwareAddr // of the pod end, stable per ID
+	Addr      netip.Prefix     // the pod address with the node subnet's prefix length
+	Gateway   netip.Addr       // the node bridge's address
+	MTU       int
+	Bridge    string
+}
+
+var podIDRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+// withDefaults fills in the defaults and validates the configuration.
+func (c NodeConfig) withDefaults() (NodeConfig, error) {
+	if c.Bridge == "" {
+		c.Bridge = DefaultBridge
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = DefaultNodeSubnet
+	}
+	if c.NetnsDir == "" {
+		c.NetnsDir = DefaultNetnsDir
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.Table == "" {
+		c.Table = DefaultNodeTable
+	}
+	switch {
+	case len(c.Bridge) > 15 || strings.ContainsAny(c.Bridge, "/ \t\n:"):
+		return c, fieldErr("bridge", c.Bridge, ErrInvalidSpec, "want an interface name of at most 15 characters")
+	case !c.Subnet.Addr().Is4() || c.Subnet.Bits() > 29 || c.Subnet.Bits() < 8 || c.Subnet != c.Subnet.Masked():
+		return c, fieldErr("subnet", c.Subnet.String(), ErrInvalidSpec, "want an IPv4 network between /8 and /29")
+	case c.MTU < 576 || c.MTU > 65535:
+		return c, fieldErr("mtu", fmt.Sprint(c.MTU), ErrInvalidSpec, "want 576..65535")
+	case !filepath.IsAbs(c.NetnsDir):
+		return c, fieldErr("netnsDir", c.NetnsDir, ErrInvalidSpec, "want an absolute path")
+	case c.NetnsPath != "" && !filepath.IsAbs(c.NetnsPath):
+		return c, fieldErr("netnsPath", c.NetnsPath, ErrInvalidSpec, "want an absolute path")
+	}
+	return c, nil
+}
+
+// Gateway is the node bridge's address: the subnet's first address.
+func (c NodeConfig) gateway() netip.Prefix {
+	return netip.PrefixFrom(c.Subnet.Addr().Next(), c.Subnet.Bits())
+}
+
+// PlanPod computes the pod network of pod id on a node: names, MAC and the lowest address of
+// the subnet not in inUse (nor the network, gateway or broadcast address). Pure.
+func PlanPod(cfg NodeConfig, id string, inUse []netip.Addr) (PodNetwork, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return PodNetwork{}, err
+	}
+	if err := checkPodID(id); err != nil {
+		return PodNetwork{}, err
+	}
+	addr, err := freeAddr(cfg, inUse)
+	if err != nil {
+		return PodNetwork{}, err
+	}
+	return podPlan(cfg, id, addr), nil
+}
+
+func checkPodID(id string) error {
+	if !podIDRE.MatchString(id) {
+		return fieldErr("pod id", id, ErrInvalidSpec, "want 1-63 of [a-z0-9._-], starting and ending alphanumeric")
+	}
+	return nil
+}
+
+func podPlan(cfg NodeConfig, id string, addr netip.Addr) PodNetwork {
+	return PodNetwork{
+		ID:        id,
+		NetnsPath: filepath.Join(cfg.NetnsDir, "vmlet-"+id),
+		HostVeth:  hostVethName(id),
+		Interface: DefaultPodInterface,
+		MAC:       GenerateMAC(id, "pod-eth0"),
+		Addr:      netip.PrefixFrom(addr, cfg.Subnet.Bits()),
+		Gateway:   cfg.gateway().Addr(),
+		MTU:       cfg.MTU,
+		Bridge:    cfg.Bridge,
+	}
+}
+
+// hostVethName is "vmh" + 12 hex digits of the pod id's hash: fits IFNAMSIZ for any id.
+func hostVethName(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "vmh" + hex.EncodeToString(sum[:6])
+}
+
+func freeAddr(cfg NodeConfig, inUse []netip.Addr) (netip.Addr, error) {
+	used := map[netip.Addr]bool{}
+	for _, a := range inUse {
+		used[a] = true
+	}
+	last := lastAddr(cfg.Subnet)
+	for a := cfg.gateway().Addr().Next(); a.Less(last) && cfg.Subnet.Contains(a); a = a.Next() {
+		if !used[a] {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("allocate pod address in %s: %w", cfg.Subnet, ErrSubnetExhausted)
+}
+
+// lastAddr is the broadcast address of an IPv4 prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// podAlias is the alias of a pod's host veth: "vmlet-pod <id> <addr>/<bits>".
+func podAlias(p PodNetwork) string { return podAliasPrefix + p.ID + " " + p.Addr.String() }
+
+// parsePodAlias reverses podAlias.
+func parsePodAlias(s string) (id string, addr netip.Prefix, ok bool) {
+	rest, found := strings.CutPrefix(s, podAliasPrefix)
+	if !found {
+		return "", netip.Prefix{}, false
+	}
+	id, a, found := strings.Cut(rest, " ")
+	if !found {
+		return "", netip.Prefix{}, false
+	}
+	addr, err := netip.ParsePrefix(a)
+	return id, addr, err == nil
+}
+
+// nodeTable is the node's NAT: pod traffic leaving the pod subnet is masqueraded to the
+// node's address on the way out.
+func nodeTable(cfg NodeConfig) *Table {
+	post := Chain{Name: "postrouting", Type: "nat", Hook: "postrouting", Priority: prioSrcNAT}
+	if !cfg.NoMasquerade {
+		post.Rules = []Rule{{Saddr: cfg.Subnet, Daddr: cfg.Subnet, NotDaddr: true, Action: ActionMasquerade}}
+	}
+	return &Table{Family: FamilyInet, Name: cfg.Table, Chains: []Chain{post}}
+}

@@ -1,0 +1,123 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+)
+
+// ensureBridge creates the node bridge (after checking that the subnet is free) or checks the
+// existing one, and makes sure it has the gateway address, is up, forwards, and that the
+// node's NAT table is current. It reports whether it created the bridge.
+//
+// Equivalent to: `ip link add vmlet0 type bridge; ip addr add GW/BITS dev vmlet0; ip link set
+// vmlet0 up; sysctl -w net.ipv4.ip_forward=1; nft -f <table inet vmlet_node>`.
+func (n *Node) ensureBridge(h *netlink.Handle) (netlink.Link, bool, error) {
+	created := false
+	l, err := h.LinkByName(n.cfg.Bridge)
+	switch {
+	case err == nil && l.Type() != "bridge":
+		return nil, false, fmt.Errorf("ensure bridge %s: %w: it is a %s", n.cfg.Bridge, ErrNameCollision, l.Type())
+	case err != nil && !isLinkNotFound(err):
+		return nil, false, fmt.Errorf("ensure bridge %s: %w", n.cfg.Bridge, err)
+	case err != nil:
+		if err := n.checkSubnet(h); err != nil {
+			return nil, false, err
+		}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{
+			Name: n.cfg.Bridge,
+			MTU:  n.cfg.MTU,
+			// A fixed MAC: a bridge without one takes its lowest port MAC, which changes as
+			// pods come and go and leaves the pods' neighbour entries for the gateway stale.
+			HardwareAddr: GenerateMAC("vmlet-node", n.cfg.Bridge),
+		}}
+		if err := h.LinkAdd(br); err != nil {
+			return nil, false, fmt.Errorf("create bridge %s: %w", n.cfg.Bridge, err)
+		}
+		created = true
+		if l, err = h.LinkByName(n.cfg.Bridge); err != nil {
+			h.LinkDel(br)
+			return nil, false, fmt.Errorf("create bridge %s: %w", n.cfg.Bridge, err)
+		}
+	}
+	err = n.configureBridge(h, l)
+	if err != nil && created {
+		n.removeBridge(h)
+	}
+	return l, created, err
+}
+
+func (n *Node) configureBridge(h *netlink.Handle, l netlink.Link) error {
+	if err := h.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(n.cfg.gateway())}); err != nil {
+		return fmt.Errorf("add bridge address %s: %w", n.cfg.gateway(), err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("set bridge %s up: %w", n.cfg.Bridge, err)
+	}
+	if err := setSysctl(n.cfg.NetnsPath, "net/ipv4/ip_forward", "1"); err != nil {
+		return err
+	}
+	return replaceTable(n.cfg.NetnsPath, nodeTable(n.cfg))
+}
+
+// removeBridge deletes the bridge and the node's NAT table (missing ones are fine). The
+// ip_forward sysctl stays as it is: other software may rely on it.
+//
+// Equivalent to: `ip link del vmlet0; nft delete table inet vmlet_node`.
+func (n *Node) removeBridge(h *netlink.Handle) error {
+	if l, err := h.LinkByName(n.cfg.Bridge); err == nil {
+		if err := h.LinkDel(l); err != nil {
+			return fmt.Errorf("delete bridge %s: %w", n.cfg.Bridge, err)
+		}
+	}
+	return deleteTable(n.cfg.NetnsPath, FamilyInet, n.cfg.Table)
+}
+
+// checkSubnet refuses a node subnet that overlaps an address or a (non-default) route of the
+// node that is not the bridge's: traffic for those would be hijacked.
+func (n *Node) checkSubnet(h *netlink.Handle) error {
+	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 0}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		p, ok := netPrefix(r.Dst)
+		if !ok || p.Bits() == 0 || p.Addr().IsLoopback() {
+			continue
+		}
+		if p.Overlaps(n.cfg.Subnet) {
+			return fmt.Errorf("check subnet %s: %w: route %s", n.cfg.Subnet, ErrSubnetConflict, p)
+		}
+	}
+	return nil
+}
+
+func isLinkNotFound(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
+}
+
+// prefixNet converts a prefix to the *net.IPNet netlink takes, keeping the host bits.
+func prefixNet(p netip.Prefix) *net.IPNet {
+	bits := 32
+	if p.Addr().Is6() {
+		bits = 128
+	}
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}
+}
+
+// netPrefix converts a *net.IPNet (nil: default route) to a prefix.
+func netPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}

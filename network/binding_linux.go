@@ -2,8 +2,10 @@ package network
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 )
@@ -190,6 +192,11 @@ func applySysctls(nsPath string, ip *InterfacePlan) error {
 // go, and a bridge binding's pod interface gets its address, MAC and default route back.
 // Sysctls stay. Removing the launcher's netns (Node.DeletePod) removes all of it as well.
 func RemovePlan(netnsPath string, p *Plan) error {
+	if netnsPath != "" {
+		if _, err := os.Stat(netnsPath); errors.Is(err, os.ErrNotExist) {
+			return nil // the netns is gone, and everything in it
+		}
+	}
 	h, done, err := nsHandle(netnsPath)
 	if err != nil {
 		return fmt.Errorf("remove network plan: %w", err)

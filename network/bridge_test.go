@@ -88,3 +88,38 @@ func TestBridgeBinding(t *testing.T) {
 		t.Errorf("pod -> remote after Detach = %q, %v", got, err)
 	}
 }
+
+// TestReattach: an agent restart (Close without Detach, then Attach again) finds the applied
+// state, plans the same (for the bridge binding from the pod interface's recorded state),
+// changes no link and serves the guest again.
+func TestReattach(t *testing.T) {
+	tn := newTestNode(t)
+	for _, spec := range []*Spec{bridgeSpec("vm-re"), masqSpec("vm-re", Port{Port: 22})} {
+		t.Run(string(spec.Interfaces[0].Binding), func(t *testing.T) {
+			pod, err := tn.CreatePod("vm-re")
+			must(t, err)
+			defer func() { must(t, tn.DeletePod("vm-re")) }()
+			a, err := Attach(pod.NetnsPath, spec, AttachOptions{})
+			must(t, err)
+			must(t, a.Close())
+			links := linkNames(t, pod.NetnsPath)
+			b := attach(t, pod, spec)
+			if got, want := b.Plan().Render(), a.Plan().Render(); got != want {
+				t.Errorf("plan after re-attach:\n%s\nwant:\n%s", got, want)
+			}
+			if got := linkNames(t, pod.NetnsPath); !slices.Equal(got, links) {
+				t.Errorf("links after re-attach = %v, want %v", got, links)
+			}
+			ip := b.Plan().Interfaces[0]
+			guestNS := fakeGuest(t, tn.dir, pod.NetnsPath, ip.Bridge, ip.MAC)
+			defer deleteLink(t, pod.NetnsPath, "fg0")
+			lease := dhcpLease(t, guestNS, "")
+			if lease.ACK.YourIPAddr.String() != ip.DHCP.ClientAddr.Addr().String() {
+				t.Errorf("lease %s, want %s", lease.ACK.YourIPAddr, ip.DHCP.ClientAddr)
+			}
+			deleteLink(t, pod.NetnsPath, "fg0")
+			must(t, b.Detach())
+			removeNetns(guestNS)
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // A fake guest: a netns whose eth0 (with the guest's MAC) is a veth whose other end is a port
@@ -39,7 +40,41 @@ func fakeGuest(t testing.TB, dir, podNS, br string, mac net.HardwareAddr) string
 	l, err := gh.LinkByName("eth0")
 	must(t, err)
 	must(t, gh.LinkSetUp(l))
+	// The bridge forwards through the port only once it has carrier, which the kernel
+	// announces asynchronously: wait for it rather than lose the first DISCOVER.
+	waitOperUp(t, podNS, "fg0")
 	return guestNS
+}
+
+// waitOperUp waits until link name in netns ns is operationally up, on netlink link events.
+func waitOperUp(t testing.TB, ns, name string) {
+	t.Helper()
+	nsh, err := netns.GetFromPath(ns)
+	must(t, err)
+	defer nsh.Close()
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	must(t, netlink.LinkSubscribeAt(nsh, updates, done)) // subscribe first, then look: no lost event
+	h, hdone, err := nsHandle(ns)
+	must(t, err)
+	defer hdone()
+	l, err := h.LinkByName(name)
+	must(t, err)
+	if l.Attrs().OperState == netlink.OperUp {
+		return
+	}
+	deadline := time.After(opTimeout)
+	for {
+		select {
+		case u := <-updates:
+			if u.Attrs().Name == name && u.Attrs().OperState == netlink.OperUp {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s never came up", name)
+		}
+	}
 }
 
 // dhcpLease runs DISCOVER/OFFER/REQUEST/ACK from the fake guest's eth0 and configures the

@@ -114,11 +114,10 @@ func loopDevice(t *testing.T) (string, int64, int64) {
 	if err := unix.Stat(dev, &s); err != nil {
 		t.Fatal(err)
 	}
-	return dev, int64(unix.Major(uint64(s.Rdev))), int64(unix.Minor(uint64(s.Rdev)))
+	return dev, int64(unix.Major(s.Rdev)), int64(unix.Minor(s.Rdev))
 }
 
-// waitSerial waits until the serial log has one more line containing marker than it had when
-// called... simply: contains it (markers here appear once per test).
+// waitSerial waits until the serial log contains marker (each marker appears once per test).
 func waitSerial(t *testing.T, path, marker string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, strconv.Quote(marker)+" on the serial console", func() (bool, string) {

@@ -107,10 +107,10 @@ func TestDomainSpec(t *testing.T) {
 			if se.Field != tt.field {
 				t.Errorf("field = %q, want %q (%v)", se.Field, tt.field, err)
 			}
-			if tt.wantErr == ErrUnsupported && !errors.Is(err, ErrUnsupported) {
+			if errors.Is(tt.wantErr, ErrUnsupported) && !errors.Is(err, ErrUnsupported) {
 				t.Errorf("err = %v, want ErrUnsupported", err)
 			}
-			if tt.wantErr == errInvalid && errors.Is(err, ErrUnsupported) {
+			if errors.Is(tt.wantErr, errInvalid) && errors.Is(err, ErrUnsupported) {
 				t.Errorf("err = %v is unsupported, want invalid", err)
 			}
 		})

@@ -121,7 +121,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		switch {
 		case apierrors.IsConflict(uerr):
 			// Someone wrote the VMI since we read it: read everything again.
-			return ctrl.Result{Requeue: true}, err
+			return ctrl.Result{RequeueAfter: time.Millisecond}, err
 		case uerr != nil && !apierrors.IsNotFound(uerr):
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
 		}

@@ -318,7 +318,7 @@ func validID(id string) error {
 		return fmt.Errorf("launcher id %q: bad length", id)
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
 			return fmt.Errorf("launcher id %q: only [a-z0-9-]", id)
 		}
 	}

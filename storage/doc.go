@@ -1,3 +1,25 @@
-// Package storage turns volume sources (containerDisk, emptyDisk, hostDisk, PVC, ephemeral
-// overlays, cloud-init) into disks QEMU can open. No Kubernetes types.
+// Package storage turns KubeVirt's volume sources into disks the QEMU driver can open, with no
+// Kubernetes types: the node agent translates a VMI's volumes and disks into the plain structs
+// here.
+//
+// Plan is pure: volumes + disks + options → an ordered list of actions (pull an image, create
+// an overlay, create an empty disk, build a cloud-init ISO, use a host path, link a kernel)
+// and the resulting []qemu.Disk (and kernel boot paths). (*Host).Apply carries a plan out
+// idempotently and undoes what it created if a step fails; Cleanup removes everything a VM's
+// plans created (its VM folder). Host disks and claims outside the VM folder are never deleted.
+//
+// Sources (KubeVirt semantics):
+//   - containerDisk: an OCI image with one disk under /disk/ (storage/oci), pulled into a shared
+//     cache; the VM writes to a per-VM qcow2 overlay, deleted with the VM.
+//   - emptyDisk: a sparse qcow2 of the capacity, deleted with the VM.
+//   - hostDisk: Disk (must exist) or DiskOrCreate (sparse raw file made when missing), only
+//     beneath a configured root; symlinks cannot lead out of it (openat2 RESOLVE_BENEATH).
+//   - persistentVolumeClaim / dataVolume (local mode): a configured folder holding disk.img
+//     (KubeVirt's filesystem PVC convention) or a block device.
+//   - ephemeral: a qcow2 overlay over a claim's image.
+//   - cloudInitNoCloud / cloudInitConfigDrive: an ISO built in Go (storage/cloudinit).
+//   - kernelBoot (not a volume): kernel and initrd from an OCI image.
+//
+// Disk ids derive from volume names (DiskID) within QEMU's id alphabet; paths only reach QEMU
+// inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.
 package storage

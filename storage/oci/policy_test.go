@@ -136,3 +136,20 @@ func TestRemove(t *testing.T) {
 		t.Errorf("IfNotPresent after Remove: %v", err)
 	}
 }
+
+func TestPin(t *testing.T) {
+	d := "sha256:" + hex64
+	for in, want := range map[string]string{
+		"quay.io/vm/disk:v1":         "quay.io/vm/disk@" + d,
+		"disk":                       "index.docker.io/library/disk@" + d,
+		"oci:/img/x:v1":              "oci:/img/x@" + d,
+		"oci:/img/x@sha256:" + hex64: "oci:/img/x@" + d,
+	} {
+		if got, err := Pin(in, d); err != nil || got != want {
+			t.Errorf("Pin(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := Pin("quay.io/vm/disk:v1", "sha256:short"); !errors.Is(err, ErrInvalidReference) {
+		t.Errorf("Pin with a bad digest: %v", err)
+	}
+}

@@ -114,3 +114,26 @@ func DefaultPullPolicy(image string) PullPolicy {
 	}
 	return PullIfNotPresent
 }
+
+// CheckReference reports whether image parses as a registry or OCI layout reference (the
+// error wraps ErrInvalidReference).
+func CheckReference(image string) error {
+	_, err := parseSource(image)
+	return err
+}
+
+// Pin returns image's reference to exactly digest ("repo@sha256:…", "oci:/dir@sha256:…"), for
+// pulling the same content again later whatever the tag points to then.
+func Pin(image, digest string) (string, error) {
+	s, err := parseSource(image)
+	if err != nil {
+		return "", err
+	}
+	if _, err := v1.NewHash(digest); err != nil {
+		return "", fmt.Errorf("pin %q to %q: %w: %w", image, digest, ErrInvalidReference, err)
+	}
+	if s.registry != nil {
+		return s.registry.Context().Digest(digest).Name(), nil
+	}
+	return layoutPrefix + s.layoutDir + "@" + digest, nil
+}

@@ -1,0 +1,158 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage/oci"
+	"github.com/vmlet/vmlet/storage/qemuimg"
+)
+
+// stateFile marks a VM folder as storage's and pins the image digests of its first Apply.
+const stateFile = ".vmlet-storage.json"
+
+// Host is the host-wide side of storage: the image cache and qemu-img.
+type Host struct {
+	Images  *oci.Cache
+	QemuImg qemuimg.Tool
+}
+
+// Result is what Apply made: the disks (host paths resolved to their real, symlink-free
+// paths), the kernel boot, and the image digests used.
+type Result struct {
+	Disks  []qemu.Disk
+	Boot   qemu.Boot
+	Images map[string]string // image reference → "sha256:…" of the manifest used
+}
+
+// state is stateFile's content.
+type state struct {
+	Images map[string]string `json:"images"` // pinned at the first successful Apply
+}
+
+// Apply carries out a plan. It is idempotent: files that exist as planned are kept (an overlay
+// keeps the guest's writes), and images are pinned to the digests of the first Apply, so a
+// moved tag never changes a VM's disks. If a step fails, Apply removes what this call created
+// (files, the VM folder) and returns a *VolumeError; pulled images stay in the shared cache.
+func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
+	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}}, images: map[string]*oci.Image{}}
+	defer a.undo()
+	if err := a.prepareDir(); err != nil {
+		return nil, &VolumeError{Err: err}
+	}
+	resolvedPaths := map[string]string{}
+	for _, act := range p.Actions {
+		real, err := a.do(ctx, act)
+		if err != nil {
+			return nil, &VolumeError{Volume: act.Volume, Err: fmt.Errorf("%s: %w", act.Kind, err)}
+		}
+		if real != "" {
+			resolvedPaths[act.Volume] = real
+		}
+	}
+	if err := a.saveState(); err != nil {
+		return nil, &VolumeError{Err: err}
+	}
+	for _, d := range p.Disks {
+		if real, ok := resolvedPaths[p.DiskVolumes[d.ID]]; ok {
+			d.Path = real
+		}
+		a.res.Disks = append(a.res.Disks, d)
+	}
+	a.res.Boot = p.Boot
+	a.created = nil // success: nothing to undo
+	return a.res, nil
+}
+
+type applier struct {
+	h       *Host
+	p       *VMPlan
+	res     *Result
+	st      state
+	images  map[string]*oci.Image
+	created []string // paths to remove if Apply fails, in creation order
+}
+
+func (a *applier) undo() {
+	for i := len(a.created) - 1; i >= 0; i-- {
+		_ = os.RemoveAll(a.created[i])
+	}
+}
+
+// prepareDir makes VMDir (with its state file) and its sub-folders, or reads the state of an
+// earlier Apply.
+func (a *applier) prepareDir() error {
+	dir := a.p.VMDir
+	switch b, err := os.ReadFile(filepath.Join(dir, stateFile)); {
+	case err == nil:
+		if err := json.Unmarshal(b, &a.st); err != nil {
+			return fmt.Errorf("read %s: %w", stateFile, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			a.created = append(a.created, dir)
+		} else if !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create vm folder: %w", err)
+		} else if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			return fmt.Errorf("vm folder %s: %w (it holds files but no %s)", dir, ErrNotStorageDir, stateFile)
+		}
+		if err := a.saveState(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("read %s: %w", stateFile, err)
+	}
+	if a.st.Images == nil {
+		a.st.Images = map[string]string{}
+	}
+	for _, sub := range []string{disksDir, bootDir} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create vm folder: %w", err)
+		}
+	}
+	return nil
+}
+
+func (a *applier) saveState() error {
+	b, err := json.Marshal(a.st)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", stateFile, err)
+	}
+	tmp := filepath.Join(a.p.VMDir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", stateFile, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(a.p.VMDir, stateFile)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", stateFile, err)
+	}
+	return nil
+}
+
+// Cleanup removes a VM folder made by Apply and everything in it (overlays, empty disks,
+// ISOs, kernel links). It is idempotent; a folder that exists but was not made by Apply (no
+// state file, not empty) is refused with ErrNotStorageDir. Host disks and claims are not in
+// the folder and are left alone.
+func Cleanup(vmDir string) error {
+	if !filepath.IsAbs(vmDir) || filepath.Clean(vmDir) != vmDir || vmDir == "/" {
+		return fmt.Errorf("clean up %q: %w", vmDir, ErrNotStorageDir)
+	}
+	if _, err := os.Lstat(vmDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Lstat(filepath.Join(vmDir, stateFile)); err != nil {
+		if ents, rerr := os.ReadDir(vmDir); rerr != nil || len(ents) > 0 {
+			return fmt.Errorf("clean up %s: %w", vmDir, ErrNotStorageDir)
+		}
+	}
+	if err := os.RemoveAll(vmDir); err != nil {
+		return fmt.Errorf("clean up %s: %w", vmDir, err)
+	}
+	return nil
+}

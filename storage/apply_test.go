@@ -1,0 +1,215 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage/cloudinit"
+	"github.com/vmlet/vmlet/storage/storagetest"
+	"github.com/vmlet/vmlet/test/prereq"
+)
+
+// TestApply: every source applied for real; a second Apply changes nothing (not even after the
+// image tag moved); Cleanup removes the VM folder and only it, twice.
+func TestApply(t *testing.T) {
+	prereq.Root(t) // mknod of a block device node for the Block claim
+	e := newEnv(t)
+	src := t.TempDir()
+	ref := e.reg.Push(t, "vm/disk:v1", storagetest.ContainerDisk(t, qcow2(t, src, "disk.qcow2", 8<<20, "CONTAINER-DISK")))
+	kernel, initrd := filepath.Join(src, "vmlinuz"), filepath.Join(src, "initrd")
+	os.WriteFile(kernel, []byte("kernel"), 0o644)
+	os.WriteFile(initrd, []byte("initrd"), 0o644)
+	kref := e.reg.Push(t, "vm/kernel:v1", storagetest.KernelBoot(t, kernel, initrd))
+
+	existing := filepath.Join(e.hdRoot, "existing.img")
+	os.WriteFile(existing, []byte("HOST"), 0o644)
+	dataClaim, emptyClaim := filepath.Join(e.claims, "data"), filepath.Join(e.claims, "empty")
+	os.MkdirAll(dataClaim, 0o755)
+	os.MkdirAll(emptyClaim, 0o755)
+	os.WriteFile(filepath.Join(dataClaim, ClaimImage), make([]byte, 1<<20), 0o644)
+	blk := filepath.Join(e.dir, "blk")
+	if err := syscall.Mknod(blk, syscall.S_IFBLK|0o600, int(7<<8|200)); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.opts()
+	opts.Claims = map[string]Claim{"data": {Path: dataClaim}, "empty": {Path: emptyClaim, CapacityBytes: 4 << 20},
+		"fast": {Path: blk, Mode: Block}}
+	opts.KernelBoot = &KernelBoot{Image: kref, KernelPath: storagetest.KernelPath, InitrdPath: storagetest.InitrdPath}
+	volumes := []Volume{
+		{Name: "root", ContainerDisk: &ContainerDisk{Image: ref}},
+		{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 30}},
+		{Name: "created", HostDisk: &HostDisk{Path: filepath.Join(e.hdRoot, "created.img"), Type: HostDiskOrCreate, CapacityBytes: 64 << 20}},
+		{Name: "existing", HostDisk: &HostDisk{Path: existing, Type: HostDiskExisting}},
+		{Name: "data", PersistentVolumeClaim: &ClaimRef{ClaimName: "data"}},
+		{Name: "dv", DataVolume: &ClaimRef{ClaimName: "empty"}},
+		{Name: "fast", PersistentVolumeClaim: &ClaimRef{ClaimName: "fast"}},
+		{Name: "eph", Ephemeral: &ClaimRef{ClaimName: "data"}},
+		{Name: "ci", CloudInitNoCloud: &cloudinit.Source{UserData: "#cloud-config\n"}},
+	}
+	p, err := Plan(volumes, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.host.Apply(ctxT(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]qemu.Disk{}
+	for _, d := range res.Disks {
+		byID[d.ID] = d
+	}
+	// containerDisk: an overlay over the cached, read-only disk of the pulled digest.
+	ov := info(t, byID["root"].Path)
+	if ov.Format != "qcow2" || ov.BackingFormat != "qcow2" || filepath.Dir(filepath.Dir(ov.BackingFilename)) == "" ||
+		!bytes.HasPrefix([]byte(ov.BackingFilename), []byte(e.host.Images.Dir())) || res.Images[ref] == "" {
+		t.Errorf("root overlay %+v, images %v", ov, res.Images)
+	}
+	if em := info(t, byID["scratch"].Path); em.Format != "qcow2" || em.VirtualSize != 1<<30 || em.BackingFilename != "" {
+		t.Errorf("empty disk %+v", em)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(byID["created"].Path, &st); err != nil || st.Size != 64<<20 || st.Blocks != 0 {
+		t.Errorf("DiskOrCreate file: size %d blocks %d (%v), want a sparse 64 MiB file", st.Size, st.Blocks, err)
+	}
+	if got := byID["existing"].Path; got != existing {
+		t.Errorf("existing host disk path %s", got)
+	}
+	if fi, err := os.Stat(filepath.Join(emptyClaim, ClaimImage)); err != nil || fi.Size() != 4<<20 {
+		t.Errorf("empty claim image: %v, %v", fi, err)
+	}
+	if got := byID["fast"].Path; got != blk {
+		t.Errorf("block claim path %s", got)
+	}
+	if eph := info(t, byID["eph"].Path); eph.BackingFilename != filepath.Join(dataClaim, ClaimImage) || eph.BackingFormat != "raw" {
+		t.Errorf("ephemeral overlay %+v", eph)
+	}
+	if label, files, err := cloudinit.ReadISO(byID["ci"].Path); err != nil || label != "cidata" || string(files["user-data"]) != "#cloud-config\n" {
+		t.Errorf("cloud-init iso: %q %q %v", label, files, err)
+	}
+	for p, want := range map[string]string{res.Boot.Kernel: "kernel", res.Boot.Initrd: "initrd"} {
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v", p, b, err)
+		}
+	}
+
+	// Apply again, after the tag moved: same files (same inodes), same digest.
+	inodes := map[string]uint64{}
+	for _, id := range []string{"root", "scratch", "eph", "created"} {
+		inodes[id] = inode(t, byID[id].Path)
+	}
+	e.reg.Push(t, "vm/disk:v1", storagetest.ContainerDisk(t, qcow2(t, src, "disk2.qcow2", 8<<20, "OTHER")))
+	res2, err := e.host.Apply(ctxT(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Images[ref] != res.Images[ref] {
+		t.Errorf("second Apply used %s, first %s", res2.Images[ref], res.Images[ref])
+	}
+	for id, ino := range inodes {
+		if inode(t, byID[id].Path) != ino {
+			t.Errorf("second Apply replaced %s", id)
+		}
+	}
+
+	for range 2 {
+		if err := Cleanup(e.vmDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if exists(e.vmDir) {
+		t.Errorf("%s still exists", e.vmDir)
+	}
+	for _, p := range []string{byID["created"].Path, existing, filepath.Join(dataClaim, ClaimImage), filepath.Join(emptyClaim, ClaimImage), blk} {
+		if !exists(p) {
+			t.Errorf("Cleanup removed %s, which is not the VM's", p)
+		}
+	}
+}
+
+// TestApplyUndo: a failing step removes what this Apply created (and only that).
+func TestApplyUndo(t *testing.T) {
+	e := newEnv(t)
+	opts := e.opts()
+	created := filepath.Join(e.hdRoot, "created.img")
+	good := []Volume{{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}}}
+	bad := append(append([]Volume{}, good...),
+		Volume{Name: "more", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}},
+		Volume{Name: "created", HostDisk: &HostDisk{Path: created, Type: HostDiskOrCreate, CapacityBytes: 1 << 20}},
+		Volume{Name: "ci", CloudInitNoCloud: &cloudinit.Source{UserData: "x"}},
+		Volume{Name: "missing", HostDisk: &HostDisk{Path: filepath.Join(e.hdRoot, "missing.img"), Type: HostDiskExisting}})
+	pBad, err := Plan(bad, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.host.Apply(ctxT(t), pBad)
+	if !errors.Is(err, ErrNotFound) || Reason(err) != ReasonVolumeNotFound {
+		t.Fatalf("Apply = %v (reason %s), want ErrNotFound", err, Reason(err))
+	}
+	if exists(e.vmDir) || exists(created) {
+		t.Errorf("failed first Apply left vm folder %v, created host disk %v", exists(e.vmDir), exists(created))
+	}
+
+	pGood, err := Plan(good, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.host.Apply(ctxT(t), pGood)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Apply(ctxT(t), pBad); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Apply = %v, want ErrNotFound", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(e.vmDir, disksDir))
+	if !exists(res.Disks[0].Path) || len(ents) != 1 || exists(created) {
+		t.Errorf("failed re-Apply: first disk kept %v, disks/ has %d entries (want 1), created host disk %v",
+			exists(res.Disks[0].Path), len(ents), exists(created))
+	}
+}
+
+// TestApplyConflict: a file at a planned path that is not what the plan would make is refused,
+// never overwritten.
+func TestApplyConflict(t *testing.T) {
+	e := newEnv(t)
+	p, err := Plan([]Volume{{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}}}, nil, e.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Apply(ctxT(t), p); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := Plan([]Volume{{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 2 << 20}}}, nil, e.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Apply(ctxT(t), p2); !errors.Is(err, ErrConflict) {
+		t.Fatalf("Apply over a different empty disk = %v, want ErrConflict", err)
+	}
+	if got := info(t, p.Disks[0].Path).VirtualSize; got != 1<<20 {
+		t.Errorf("existing disk changed to %d bytes", got)
+	}
+}
+
+// TestCleanupRefuses: Cleanup only removes folders Apply made.
+func TestCleanupRefuses(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "precious"), []byte("x"), 0o644)
+	for _, d := range []string{dir, "relative/dir", "/", dir + "/../x"} {
+		if err := Cleanup(d); !errors.Is(err, ErrNotStorageDir) {
+			t.Errorf("Cleanup(%q) = %v, want ErrNotStorageDir", d, err)
+		}
+	}
+	if !exists(filepath.Join(dir, "precious")) {
+		t.Error("Cleanup removed a foreign file")
+	}
+	empty := filepath.Join(dir, "empty")
+	os.Mkdir(empty, 0o755)
+	if err := Cleanup(empty); err != nil || exists(empty) {
+		t.Errorf("Cleanup of an empty folder: %v (exists %v)", err, exists(empty))
+	}
+}

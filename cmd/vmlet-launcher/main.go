@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -60,6 +61,11 @@ func run(args []string, stderr io.Writer) int {
 
 	// Everything the launcher (and QEMU, which inherits it) creates is private.
 	syscall.Umask(0o077)
+	// One launcher runs per VM and idles most of its life: a small heap target keeps its RSS
+	// down (≈2 MiB less than Go's default) for a negligible CPU cost. $GOGC still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(25)
+	}
 
 	l, err := launcher.New(launcher.Config{
 		RunDir: *runDir, Name: *name, GracePeriod: *grace, Logger: log, QEMUBinary: *qemuBin,

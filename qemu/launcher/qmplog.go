@@ -20,7 +20,7 @@ const (
 )
 
 // qmpLogRetention is how many entries QMPLog can replay from memory.
-const qmpLogRetention = 2000
+const qmpLogRetention = 1000
 
 // qmpLog records QMP traffic: to a size-capped file rotated to path.1 … path.N, and to an
 // in-memory feed for the QMPLog RPC. Writes never fail the caller: the log serves humans and

@@ -97,3 +97,32 @@ func TestQEMUDies(t *testing.T) {
 	}
 	p.assertClean(t)
 }
+
+// TestLauncherKilled: SIGKILL of the launcher takes QEMU with it (Pdeathsig), and a new
+// launcher on the same run dir starts over its stale sockets.
+func TestLauncherKilled(t *testing.T) {
+	p := startLauncher(t, launchOpts{})
+	syncGuest(t, p, guestSpec(t, "killed"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p.signal(syscall.SIGKILL)
+	if _, err := p.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPidGone(ctx, p.qemu); err != nil {
+		t.Fatalf("qemu outlived its launcher: %v", err)
+	}
+	if len(findSockets(t, p.runDir)) == 0 {
+		t.Fatal("a SIGKILLed launcher removed its sockets?")
+	}
+	// The agent restarts a launcher on the same run dir: stale sockets are no obstacle.
+	p2 := startLauncher(t, launchOpts{runDir: p.runDir})
+	syncGuest(t, p2, guestSpec(t, "killed"))
+	if err := p2.client.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p2.wait(ctx); err != nil || code != launcher.ExitForced {
+		t.Errorf("second launcher: exit %d %v, want %d", code, err, launcher.ExitForced)
+	}
+	p2.assertClean(t)
+}

@@ -1,0 +1,161 @@
+package launcher_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/qmp"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// Benchmarks report; they assert nothing about speed. Run serially:
+//
+//	go test -run '^$' -bench . -benchtime 10x -p 1 ./qemu/launcher/
+
+// BenchmarkLauncherMemory reports the launcher process's own RSS and PSS
+// (/proc/<pid>/smaps_rollup) while it runs a booted guest with the agent connected, after a
+// round of RPCs (the goal is ≤ 15 MiB). QEMU is not included.
+func BenchmarkLauncherMemory(b *testing.B) {
+	p := startLauncher(b, launchOpts{env: strings.Fields(os.Getenv("BENCH_LAUNCHER_ENV"))})
+	rec := watch(b, p.client, 0)
+	_, con := syncGuest(b, p, guestSpec(b, "bench-mem"))
+	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
+	defer cancel()
+	if err := con.Wait(ctx, testguest.MarkerReady); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rec.waitEvent(ctx, 0, "agent", isAgent(true)); err != nil {
+		b.Fatal(err)
+	}
+	var rss, pss, anon float64
+	for b.Loop() {
+		for range 20 {
+			if _, err := p.client.GetDomain(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.client.DomainStats(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := p.client.GuestPing(ctx); err != nil {
+			b.Fatal(err)
+		}
+		rss, pss, anon = smapsRollup(b, p.cmd.Process.Pid)
+	}
+	b.ReportMetric(rss/(1<<20), "rss-MiB")
+	b.ReportMetric(pss/(1<<20), "pss-MiB")
+	b.ReportMetric(anon/(1<<20), "anon-MiB")
+	qrss, qpss, _ := smapsRollup(b, p.qemu)
+	b.ReportMetric(qrss/(1<<20), "qemu-rss-MiB")
+	b.ReportMetric(qpss/(1<<20), "qemu-pss-MiB")
+}
+
+// smapsRollup reads Rss, Pss and Anonymous (bytes) of pid.
+func smapsRollup(b *testing.B, pid int) (rss, pss, anon float64) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "Rss:":
+			rss = v * 1024
+		case "Pss:":
+			pss = v * 1024
+		case "Anonymous:":
+			anon = v * 1024
+		}
+	}
+	return rss, pss, anon
+}
+
+// BenchmarkSyncToRunning measures the Sync RPC on a fresh launcher until it answers with the
+// domain running (QEMU exec, QMP handshake, cold plug, cont); launcher start and teardown are
+// not timed.
+func BenchmarkSyncToRunning(b *testing.B) {
+	spec := guestSpec(b, "bench-sync")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for b.Loop() {
+		b.StopTimer()
+		p := startLauncher(b, launchOpts{})
+		b.StartTimer()
+		r, err := p.client.Sync(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		p.qemu = int(r.GetDomain().GetPid())
+		if err := p.client.Kill(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkPauseRTT measures one pause + resume round (two round trips) three ways in the
+// same run: through the launcher API (gRPC → QMP), through qmp-debug.sock (QMP proxied by the
+// launcher), and raw QMP straight to another QEMU (testguest.Boot, package qmp client).
+func BenchmarkPauseRTT(b *testing.B) {
+	p := startLauncher(b, launchOpts{})
+	syncGuest(b, p, guestSpec(b, "bench-pause"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	b.Run("api", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.client.Pause(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.client.Unpause(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("qmp-debug-sock", func(b *testing.B) {
+		q := dialDebug(b, p.paths.DebugSocket())
+		if _, err := q.next(ctx, "QMP"); err != nil {
+			b.Fatal(err)
+		}
+		q.send(`{"execute":"qmp_capabilities"}`)
+		if _, err := q.next(ctx, "return"); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			for _, cmd := range []string{`{"execute":"stop"}`, `{"execute":"cont"}`} {
+				q.send(cmd)
+				if _, err := q.next(ctx, "return"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("raw-qmp", func(b *testing.B) {
+		vm := testguest.Boot(b, testguest.BootOptions{})
+		mon, err := qmp.Dial(ctx, vm.QMPSocket, qmp.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer mon.Close()
+		for b.Loop() {
+			if err := mon.Execute(ctx, "stop", nil, nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := mon.Execute(ctx, "cont", nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -28,7 +28,7 @@ type Attachment struct {
 // Attach wires spec's interfaces in the launcher's network namespace at netnsPath: Discover,
 // PlanBindings, ApplyPlan, then a DHCP server per interface. On failure everything it did is
 // undone. Open the taps for QEMU with OpenTaps.
-func Attach(netnsPath string, spec *Spec, opts AttachOptions) (*Attachment, error) {
+func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, err error) {
 	st, err := Discover(netnsPath, spec)
 	if err != nil {
 		return nil, fmt.Errorf("attach network: %w", err)
@@ -38,18 +38,18 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (*Attachment, erro
 		return nil, fmt.Errorf("attach network: %w", err)
 	}
 	r := &reverter{}
-	defer r.fail()
+	defer func() { err = r.fail(err) }()
 	if err := ApplyPlan(netnsPath, plan); err != nil {
 		return nil, fmt.Errorf("attach network: %w", err)
 	}
-	r.add(func() { RemovePlan(netnsPath, plan) })
+	r.add(func() error { return RemovePlan(netnsPath, plan) })
 	a := &Attachment{netns: netnsPath, plan: plan}
 	for _, ip := range plan.Interfaces {
 		s, err := ServeDHCP(netnsPath, ip.Name, ip.DHCP, opts.OnLease, opts.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("attach network: %w", err)
 		}
-		r.add(func() { s.Close() })
+		r.add(s.Close)
 		a.servers = append(a.servers, s)
 	}
 	r.success()

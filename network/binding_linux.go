@@ -14,17 +14,17 @@ import (
 // in-netns bridge and the guest's tap, plus NAT (masquerade) or the pod interface moved into
 // the bridge (bridge binding), and the nftables table. It is idempotent (applying the same
 // plan again changes nothing) and, if a step fails, removes what it built.
-func ApplyPlan(netnsPath string, p *Plan) error {
+func ApplyPlan(netnsPath string, p *Plan) (err error) {
 	h, done, err := nsHandle(netnsPath)
 	if err != nil {
 		return fmt.Errorf("apply network plan: %w", err)
 	}
 	defer done()
 	r := &reverter{}
-	defer r.fail()
+	defer func() { err = r.fail(err) }()
 	for i := range p.Interfaces {
 		ip := &p.Interfaces[i]
-		r.add(func() { removeInterface(h, netnsPath, ip) })
+		r.add(func() error { return removeInterface(h, netnsPath, ip) })
 		if err := applyInterface(h, netnsPath, ip); err != nil {
 			return fmt.Errorf("apply network plan: interface %s: %w", ip.Name, err)
 		}
@@ -116,8 +116,7 @@ func ensureLink(h *netlink.Handle, name, typ, owner string, create func() error)
 		return nil, fmt.Errorf("create %s %s: %w", typ, name, err)
 	}
 	if err := h.LinkSetAlias(l, owner); err != nil {
-		h.LinkDel(l)
-		return nil, fmt.Errorf("mark %s %s: %w", typ, name, err)
+		return nil, errors.Join(fmt.Errorf("mark %s %s: %w", typ, name, err), h.LinkDel(l))
 	}
 	return l, nil
 }

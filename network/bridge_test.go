@@ -119,7 +119,7 @@ func TestReattach(t *testing.T) {
 			}
 			deleteLink(t, pod.NetnsPath, "fg0")
 			must(t, b.Detach())
-			removeNetns(guestNS)
+			must(t, removeNetns(guestNS))
 		})
 	}
 }

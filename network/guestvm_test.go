@@ -157,7 +157,9 @@ func httpHello(ns, addr string) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(opTimeout))
+	if err := c.SetDeadline(time.Now().Add(opTimeout)); err != nil {
+		return "", err
+	}
 	if _, err := c.Write([]byte("GET /cgi-bin/ip HTTP/1.0\r\n\r\n")); err != nil {
 		return "", err
 	}

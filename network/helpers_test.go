@@ -80,7 +80,9 @@ func nsDir(t testing.TB) string {
 			ents, _ := os.ReadDir(sub)
 			for _, e := range ents {
 				if !e.IsDir() {
-					removeNetns(filepath.Join(sub, e.Name()))
+					if err := removeNetns(filepath.Join(sub, e.Name())); err != nil {
+						t.Error(err)
+					}
 				}
 			}
 		}
@@ -130,7 +132,7 @@ func attachHost(t testing.TB, tn *testNode, name string, net netip.Prefix) (stri
 	t.Cleanup(func() {
 		if h, done, err := nsHandle(tn.ns); err == nil {
 			if l, err := h.LinkByName("up-" + name); err == nil {
-				h.LinkDel(l)
+				must(t, h.LinkDel(l))
 			}
 			done()
 		}
@@ -231,7 +233,9 @@ func exchange(ns, addr string) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return "", err
+	}
 	b, err := io.ReadAll(c)
 	return string(b), err
 }

@@ -114,8 +114,7 @@ func createNetns(path string) (bool, error) {
 		done()
 	}
 	if err != nil {
-		removeNetns(path)
-		return false, fmt.Errorf("create netns %s: set lo up: %w", path, err)
+		return false, errors.Join(fmt.Errorf("create netns %s: set lo up: %w", path, err), removeNetns(path))
 	}
 	return true, nil
 }

@@ -40,7 +40,7 @@ func (n *Node) Config() NodeConfig { return n.cfg }
 // Equivalent to: `ip netns add vmlet-ID; ip link add vmhXXXX master vmlet0 type veth peer
 // eth0 netns vmlet-ID; ip -n vmlet-ID addr add ADDR dev eth0; ip -n vmlet-ID route add default
 // via GW` (plus the bridge and `nft` table on first use).
-func (n *Node) CreatePod(id string) (PodNetwork, error) {
+func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 	if err := checkPodID(id); err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
@@ -52,14 +52,14 @@ func (n *Node) CreatePod(id string) (PodNetwork, error) {
 	}
 	defer done()
 	r := &reverter{}
-	defer r.fail()
+	defer func() { err = r.fail(err) }()
 
 	br, created, err := n.ensureBridge(h)
 	if err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	if created {
-		r.add(func() { n.removeBridge(h) })
+		r.add(func() error { return n.removeBridge(h) })
 	}
 	pods, err := n.scan(h, br)
 	if err != nil {
@@ -80,7 +80,7 @@ func (n *Node) CreatePod(id string) (PodNetwork, error) {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	if nsCreated {
-		r.add(func() { removeNetns(pod.NetnsPath) })
+		r.add(func() error { return removeNetns(pod.NetnsPath) })
 	}
 	if err := n.ensureVeth(h, br, pod, exists, r); err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
@@ -125,7 +125,7 @@ func (n *Node) ensureVeth(h *netlink.Handle, br netlink.Link, pod PodNetwork, ex
 	if err := h.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s: %w", pod.HostVeth, err)
 	}
-	r.add(func() { h.LinkDel(veth) })
+	r.add(func() error { return h.LinkDel(veth) })
 	// The kernel ignores IFLA_IFALIAS when creating a link: set it afterwards.
 	if err := h.LinkSetAlias(veth, podAlias(pod)); err != nil {
 		return fmt.Errorf("set %s alias: %w", pod.HostVeth, err)

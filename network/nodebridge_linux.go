@@ -39,15 +39,16 @@ func (n *Node) ensureBridge(h *netlink.Handle) (netlink.Link, bool, error) {
 		}
 		created = true
 		if l, err = h.LinkByName(n.cfg.Bridge); err != nil {
-			h.LinkDel(br)
-			return nil, false, fmt.Errorf("create bridge %s: %w", n.cfg.Bridge, err)
+			return nil, false, errors.Join(fmt.Errorf("create bridge %s: %w", n.cfg.Bridge, err), h.LinkDel(br))
 		}
 	}
-	err = n.configureBridge(h, l)
-	if err != nil && created {
-		n.removeBridge(h)
+	if err := n.configureBridge(h, l); err != nil {
+		if created {
+			err = errors.Join(err, n.removeBridge(h))
+		}
+		return nil, false, err
 	}
-	return l, created, err
+	return l, created, nil
 }
 
 func (n *Node) configureBridge(h *netlink.Handle, l netlink.Link) error {

@@ -14,7 +14,7 @@ import (
 // expects for offloads).
 const tapFlags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_MULTI_QUEUE | unix.IFF_VNET_HDR
 
-// ErrNotTap: OpenTap's link exists but is not a tap.
+// ErrNotTap means OpenTap's link exists but is not a tap.
 var ErrNotTap = errors.New("link is not a tap")
 
 // createTap creates a persistent multiqueue vnet_hdr tap in the namespace at nsPath and

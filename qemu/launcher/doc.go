@@ -1,3 +1,119 @@
-// Package launcher is the per-VM launcher runtime: its command server and versioned API, the
-// client the node agent uses, the event stream, and the QMP log and debug proxy.
+// Package launcher is the per-VM launcher runtime (KubeVirt's virt-launcher without libvirt):
+// its command server and versioned gRPC API (api/v1), the typed client the node agent uses
+// (Dial), the event stream, the guest agent poller, and the QMP log and debug proxy. It drives
+// QEMU only through package qemu; it links no Kubernetes package.
+//
+// # Lifecycle
+//
+// One vmlet-launcher process runs per VM, with a run dir of its own (see Paths). Run performs
+// the startup steps (prepare-dirs, open-qmp-log, listen-api, serve-api, mark-ready); a failing
+// step is reported by name (*StepError). The API socket is bound as launcher.sock.starting and
+// renamed to launcher.sock once it takes commands: the agent tells "starting" from "ready" by
+// the name. Every socket is 0600 (the process umask is 077).
+//
+// Sync (or PrepareMigrationTarget) starts the one domain, also as named steps (check-spec,
+// open-taps, start-qemu, watch-events, serve-qmp-debug, poll-agent, publish) that undo
+// themselves on failure. Sync is idempotent: the spec of the running domain again is a no-op,
+// another spec is ErrDomainExists (devices change through the hotplug RPCs). When QEMU exits,
+// for whatever reason, the launcher emits the final event, ends the API streams, removes its
+// sockets and exits; logs stay.
+//
+// # Exit status
+//
+// SIGTERM (or Run's context ending) presses the ACPI power button, waits up to the grace period
+// (--grace-period, $VMLET_GRACE_PERIOD, default 30 s; the Shutdown RPC takes its own), then
+// tells QEMU to quit, then kills it. The exit status says how the VM ended:
+//
+//	0 ExitOK        the guest powered off (also within the grace period after SIGTERM or
+//	                Shutdown), the domain migrated away, or no domain was ever started
+//	1 ExitError     the launcher failed (a startup step, the API server)
+//	2 ExitUsage     bad flags
+//	3 ExitForced    the launcher stopped QEMU by force: grace period over (quit or kill),
+//	                or the Kill RPC
+//	4 ExitQEMUDied  QEMU ended without the launcher asking: crash, killed from outside,
+//	                error exit, or "quit" typed on qmp-debug.sock
+//
+// A pod's terminationGracePeriodSeconds must exceed the launcher's grace period plus ≈45 s
+// (quit, then SIGKILL and reaping).
+//
+// # State and events
+//
+// The domain state (GetDomain) is level-based: QMP events (STOP, RESUME, SHUTDOWN, RESET,
+// GUEST_PANICKED, MIGRATION, ...) only trigger a query-status, so a late or stale event can
+// never set a wrong state, and changes made behind the API's back (qmp-debug.sock) are noticed
+// like any other. Each change is one event; events are numbered 1, 2, 3, ... without gaps and
+// time-stamped. WatchEvents replays the retained events (the newest 1024) after after_seq, then
+// streams; GetDomain's last_event_seq is the number to resume from (EVENTS_LOST if too old).
+// The guest agent is polled (QGA has no "agent started" event) with a back-off that doubles up
+// to a cap; its connected state is in GetDomain and in events.
+//
+// # NICs: tap names, not fds
+//
+// gRPC cannot carry file descriptors, so a NIC names an existing tap device and the network
+// namespace it lives in (a path such as /var/run/netns/NAME or /proc/PID/ns/net; empty: the
+// launcher's own). The launcher opens the tap itself (TUNSETIFF on /dev/net/tun, in that
+// namespace on a throw-away OS thread) and hands the fds to QEMU with getfd, so QEMU never
+// needs CAP_NET_ADMIN or access to /dev/net/tun. A missing tap is ErrTapNotFound (the launcher
+// never creates one). A side-channel fd-passing socket was not built: the agent creates the
+// taps anyway and a name is simpler to log, retry and migrate.
+//
+// # Serial console
+//
+// sockets/console.sock is QEMU's serial chardev (one client at a time: `vmctl console`); the
+// output is also written to logs/serial.log whether or not a client is attached.
+//
+// # QMP debugging for humans
+//
+// Every line on the launcher's QMP connection (commands, replies, events, the greeting) is
+// written with a timestamp to logs/qmp.log, rotated at 4 MiB to qmp.log.1 … qmp.log.3:
+//
+//	2026-11-29T07:52:27.258117Z wire cmd {"execute":"stop","id":"42"}
+//	2026-11-29T07:52:27.259003Z wire event {"event":"STOP","timestamp":{...}}
+//	2026-11-29T07:52:27.259120Z wire reply {"return":{},"id":"42"}
+//
+// Lines with origin "debug" are what a qmp-debug.sock client typed (its wire line follows).
+// The QMPLog RPC (`vmctl qmp-log [-f]`) streams the same entries from memory; the QMP RPC
+// (`vmctl qmp '{"execute":"query-status"}'`) sends one raw command.
+//
+// While QEMU runs, sockets/qmp-debug.sock speaks QMP itself: a greeting with QEMU's version,
+// qmp_capabilities negotiation, then every command is proxied through the launcher's own
+// monitor connection (QEMU serves one client) and every event is forwarded. Any number of
+// clients may attach, concurrently with the API:
+//
+//	socat - UNIX-CONNECT:/run/vmlet/<id>/sockets/qmp-debug.sock
+//	{"execute":"qmp_capabilities"}
+//	{"execute":"query-status"}
+//
+// or qmp-shell /run/vmlet/<id>/sockets/qmp-debug.sock. The launcher stays in control: a stop
+// typed there shows up as a PAUSED event and in GetDomain. Not offered: out-of-band execution,
+// and fd passing (getfd/add-fd). Do not hotplug through it: the launcher's device records
+// (GetDomain, live_spec, migration) would not know. "quit" there ends the VM like a crash
+// would (exit status 4).
+//
+// # Migration
+//
+// The target launcher gets PrepareMigrationTarget with the source's GetDomain().live_spec (the
+// running devices, hotplugged ones included, every slot, machine type and CPU model pinned) and
+// the same MigrationOptions; it starts QEMU with -incoming defer and listens (default: a unix
+// socket in its run dir; tcp: URIs work too). The source gets Migrate(uri, options), then both
+// get FinalizeMigration: the target waits for completion with the guest running, the source
+// waits for completion and quits QEMU (exit 0, reason "migrated"). NICs need taps of their own
+// on the target (a tap cannot be attached twice).
+//
+// # Privileges
+//
+// In local mode the launcher is a child of the node agent (its own session, in a cgroup with a
+// device filter); in cluster mode it is a pod's main process. QEMU runs as the launcher's own
+// user: package qemu has no option to start QEMU as another user, so a root launcher means a
+// root QEMU. The launcher itself needs no privilege for a VM without NICs (tested: it runs as
+// nobody with TCG). What needs more:
+//   - NICs: read-write /dev/net/tun, and CAP_NET_ADMIN unless the agent made the tap with the
+//     launcher's uid as owner; CAP_SYS_ADMIN to enter another network namespace (none in
+//     cluster mode: the launcher lives in the pod's namespace, so netns stays empty);
+//   - KVM: /dev/kvm (the device filter allows it); post-copy: userfaultfd (root or
+//     vm.unprivileged_userfaultfd=1);
+//   - its run dir, the disk images and boot files, readable (and writable) by its user.
+//
+// So the cheap least-privilege setup is to run the launcher (and with it QEMU) as an
+// unprivileged user with taps owned by that user, not to drop privileges inside it.
 package launcher

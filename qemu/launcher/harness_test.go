@@ -47,6 +47,9 @@ func launcherBinary(t testing.TB) string {
 		if binError != nil {
 			return
 		}
+		if binError = os.Chmod(binDir, 0o755); binError != nil { // unprivileged launchers too
+			return
+		}
 		binPath = filepath.Join(binDir, "vmlet-launcher")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -83,6 +86,7 @@ type launchOpts struct {
 	args   []string
 	runDir string   // reuse this run dir (default: a fresh one)
 	env    []string // added to the launcher's environment
+	uid    int      // run the launcher as this user (and group) when non-zero
 }
 
 // startLauncher starts the real launcher binary on a fresh run dir, waits (on inotify, not
@@ -108,6 +112,9 @@ func startLauncher(t testing.TB, o launchOpts) *proc {
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), o.env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if o.uid != 0 {
+		p.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.uid)}
+	}
 	w, err := newDirWatch(runDir)
 	if err != nil {
 		t.Fatal(err)

@@ -23,11 +23,10 @@ import (
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
-// binDir holds the launcher binary built once per test process (TestMain removes it).
+// binDir holds the binaries built once per test process (TestMain removes it).
 var (
 	binDir   string
 	binOnce  sync.Once
-	binPath  string
 	binError error
 )
 
@@ -39,33 +38,50 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// launcherBinary builds cmd/vmlet-launcher once (go build into a temporary folder).
-func launcherBinary(t testing.TB) string {
+// launcherBinary builds cmd/vmlet-launcher once per test process.
+func launcherBinary(t testing.TB) string { return buildBinary(t, "vmlet-launcher") }
+
+// vmctlBinary builds cmd/vmctl once per test process.
+func vmctlBinary(t testing.TB) string { return buildBinary(t, "vmctl") }
+
+var built = map[string]*builtBinary{"vmlet-launcher": {}, "vmctl": {}}
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildBinary builds ./cmd/<name> into binDir (created once, world-readable so that
+// unprivileged launchers can run; TestMain removes it).
+func buildBinary(t testing.TB, name string) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binError = os.MkdirTemp("", "vmlet-launcher-bin-")
-		if binError != nil {
-			return
-		}
-		if binError = os.Chmod(binDir, 0o755); binError != nil { // unprivileged launchers too
-			return
-		}
-		binPath = filepath.Join(binDir, "vmlet-launcher")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		// CGO_ENABLED=0: the launcher needs no libc (no DNS, no user lookups); a static binary
-		// saves ≈1.3 MiB RSS per launcher.
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", binPath, "github.com/vmlet/vmlet/cmd/vmlet-launcher")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			binError = fmt.Errorf("go build vmlet-launcher: %w\n%s", err, out)
+		if binError == nil {
+			binError = os.Chmod(binDir, 0o755)
 		}
 	})
 	if binError != nil {
 		t.Fatal(binError)
 	}
-	return binPath
+	b := built[name]
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// CGO_ENABLED=0: the launcher needs no libc (no DNS, no user lookups); a static binary
+		// saves ≈1.3 MiB RSS per launcher.
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.path, "github.com/vmlet/vmlet/cmd/"+name)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", name, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
 }
 
 // proc is a running vmlet-launcher process started by startLauncher.

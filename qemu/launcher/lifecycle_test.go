@@ -100,6 +100,7 @@ func TestDomain(t *testing.T) {
 	})
 	t.Run("qmp-debug", func(t *testing.T) { debugSession(t, p, rec) })
 	t.Run("qmp-rpc-and-log", func(t *testing.T) { qmpRPCs(t, p) })
+	t.Run("vmctl", func(t *testing.T) { vmctlCommands(t, p) })
 	t.Run("stats", func(t *testing.T) { domainStats(t, p) })
 	t.Run("hotplug-disk", func(t *testing.T) { hotplugDisk(t, p, rec, con) })
 	t.Run("hotplug-nic", func(t *testing.T) { hotplugNIC(t, p, rec, con) })

@@ -70,14 +70,15 @@ type Info struct {
 }
 
 // Info inspects the image at path without opening its backing file, letting qemu-img probe the
-// format, under an address-space and CPU-time limit.
+// format, under an address-space and CPU-time limit. It shares the image with a QEMU that has it
+// open (-U): the header fields read here do not change while a guest writes.
 //
-// Equivalent to: prlimit --as=1G --cpu=10 qemu-img info --output=json PATH
+// Equivalent to: prlimit --as=1G --cpu=10 qemu-img info -U --output=json PATH
 func (t Tool) Info(ctx context.Context, path string) (*Info, error) {
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("inspect image: %w", err)
 	}
-	out, err := t.run(ctx, true, "info", "--output=json", path)
+	out, err := t.run(ctx, true, "info", "-U", "--output=json", path)
 	if err != nil {
 		return nil, fmt.Errorf("inspect image %s: %w", path, err)
 	}

@@ -213,3 +213,41 @@ func TestCleanupRefuses(t *testing.T) {
 		t.Errorf("Cleanup of an empty folder: %v (exists %v)", err, exists(empty))
 	}
 }
+
+// TestApplyImageErrors: image failures keep oci's reason through Apply's error, and leave no
+// VM folder behind.
+func TestApplyImageErrors(t *testing.T) {
+	e := newEnv(t)
+	empty := storagetest.Image(t, storagetest.Layer(t, storagetest.File{Path: "/etc/hostname", Content: []byte("x")}))
+	noDisk := e.reg.Push(t, "vm/nodisk:v1", empty)
+	kernelOnly := e.reg.Push(t, "vm/kernel-only:v1", storagetest.Image(t, storagetest.Layer(t,
+		storagetest.File{Path: storagetest.KernelPath, Content: []byte("k")})))
+	tests := []struct {
+		name   string
+		vols   []Volume
+		kernel *KernelBoot
+		reason string
+	}{
+		{"never pull", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk, PullPolicy: "Never"}}}, nil, "ErrImageNeverPull"},
+		{"not found", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: e.reg.Host + "/vm/none:v1"}}}, nil, "ErrImagePull"},
+		{"no disk", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk}}}, nil, "InvalidContainerDisk"},
+		{"no initrd", nil, &KernelBoot{Image: kernelOnly, KernelPath: storagetest.KernelPath, InitrdPath: storagetest.InitrdPath}, "InvalidKernelBootImage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := e.opts()
+			opts.KernelBoot = tt.kernel
+			p, err := Plan(tt.vols, nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.host.Apply(ctxT(t), p)
+			if err == nil || Reason(err) != tt.reason {
+				t.Fatalf("Apply = %v, reason %q; want reason %s", err, Reason(err), tt.reason)
+			}
+			if exists(e.vmDir) {
+				t.Error("failed Apply left the vm folder")
+			}
+		})
+	}
+}

@@ -22,16 +22,15 @@ func TestApply(t *testing.T) {
 	src := t.TempDir()
 	ref := e.reg.Push(t, "vm/disk:v1", storagetest.ContainerDisk(t, qcow2(t, src, "disk.qcow2", 8<<20, "CONTAINER-DISK")))
 	kernel, initrd := filepath.Join(src, "vmlinuz"), filepath.Join(src, "initrd")
-	os.WriteFile(kernel, []byte("kernel"), 0o644)
-	os.WriteFile(initrd, []byte("initrd"), 0o644)
+	writeFile(t, kernel, "kernel")
+	writeFile(t, initrd, "initrd")
 	kref := e.reg.Push(t, "vm/kernel:v1", storagetest.KernelBoot(t, kernel, initrd))
 
 	existing := filepath.Join(e.hdRoot, "existing.img")
-	os.WriteFile(existing, []byte("HOST"), 0o644)
+	writeFile(t, existing, "HOST")
 	dataClaim, emptyClaim := filepath.Join(e.claims, "data"), filepath.Join(e.claims, "empty")
-	os.MkdirAll(dataClaim, 0o755)
-	os.MkdirAll(emptyClaim, 0o755)
-	os.WriteFile(filepath.Join(dataClaim, ClaimImage), make([]byte, 1<<20), 0o644)
+	writeFile(t, filepath.Join(dataClaim, ClaimImage), string(make([]byte, 1<<20)))
+	mkdirAll(t, emptyClaim)
 	blk := filepath.Join(e.dir, "blk")
 	if err := syscall.Mknod(blk, syscall.S_IFBLK|0o600, int(7<<8|200)); err != nil {
 		t.Fatal(err)
@@ -198,7 +197,7 @@ func TestApplyConflict(t *testing.T) {
 // TestCleanupRefuses: Cleanup only removes folders Apply made.
 func TestCleanupRefuses(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "precious"), []byte("x"), 0o644)
+	writeFile(t, filepath.Join(dir, "precious"), "x")
 	for _, d := range []string{dir, "relative/dir", "/", dir + "/../x"} {
 		if err := Cleanup(d); !errors.Is(err, ErrNotStorageDir) {
 			t.Errorf("Cleanup(%q) = %v, want ErrNotStorageDir", d, err)
@@ -208,7 +207,7 @@ func TestCleanupRefuses(t *testing.T) {
 		t.Error("Cleanup removed a foreign file")
 	}
 	empty := filepath.Join(dir, "empty")
-	os.Mkdir(empty, 0o755)
+	mkdirAll(t, empty)
 	if err := Cleanup(empty); err != nil || exists(empty) {
 		t.Errorf("Cleanup of an empty folder: %v (exists %v)", err, exists(empty))
 	}

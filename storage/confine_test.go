@@ -14,11 +14,9 @@ import (
 func TestHostDiskConfinement(t *testing.T) {
 	e := newEnv(t)
 	outside := filepath.Join(e.dir, "outside")
-	os.MkdirAll(outside, 0o755)
-	os.WriteFile(filepath.Join(outside, "secret.img"), []byte("secret"), 0o644)
+	writeFile(t, filepath.Join(outside, "secret.img"), "secret")
 	r := e.hdRoot
-	os.MkdirAll(filepath.Join(r, "inner"), 0o755)
-	os.WriteFile(filepath.Join(r, "inner", "disk.img"), []byte("disk"), 0o644)
+	writeFile(t, filepath.Join(r, "inner", "disk.img"), "disk")
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +68,7 @@ func TestHostDiskConfinement(t *testing.T) {
 				if !errors.Is(err, tt.target) {
 					t.Fatalf("Apply = %v, want %v", err, tt.target)
 				}
-				if tt.target == ErrOutsideRoot && Reason(err) != ReasonPathNotAllowed {
+				if errors.Is(tt.target, ErrOutsideRoot) && Reason(err) != ReasonPathNotAllowed {
 					t.Errorf("reason %s", Reason(err))
 				}
 				return
@@ -95,7 +93,7 @@ func TestHostDiskConfinement(t *testing.T) {
 func TestClaimConfinement(t *testing.T) {
 	e := newEnv(t)
 	claim := filepath.Join(e.claims, "evil")
-	os.MkdirAll(claim, 0o755)
+	mkdirAll(t, claim)
 	if err := os.Symlink("/etc/shadow", filepath.Join(claim, ClaimImage)); err != nil {
 		t.Fatal(err)
 	}

@@ -91,6 +91,22 @@ func info(t testing.TB, p string) *qemuimg.Info {
 	return i
 }
 
+// writeFile writes content to p, making its folder.
+func writeFile(t testing.TB, p, content string) {
+	t.Helper()
+	mkdirAll(t, filepath.Dir(p))
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdirAll(t testing.TB, p string) {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return !errors.Is(err, fs.ErrNotExist)

@@ -107,7 +107,6 @@ type planner struct {
 
 // volumePlan is what a volume's disk looks like before disk options are applied.
 type volumePlan struct {
-	id       string
 	path     string
 	format   qemu.DiskFormat
 	readOnly bool // the source is read-only (a read-only claim)

@@ -87,7 +87,9 @@ func TestISOWithIsoinfo(t *testing.T) {
 			var size int64
 			for _, l := range strings.Split(pvd, "\n") {
 				if v, ok := strings.CutPrefix(l, "Volume size is: "); ok {
-					fmt.Sscan(v, &size)
+					if _, err := fmt.Sscan(v, &size); err != nil {
+						t.Fatalf("parse volume size %q: %v", v, err)
+					}
 				}
 			}
 			if fi, err := os.Stat(p); err != nil || size == 0 || fi.Size() < size*sectorSize {

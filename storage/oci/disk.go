@@ -127,7 +127,7 @@ func regularFile(img *Image, meta *imageMeta, p string, missing error) (string, 
 		return "", fmt.Errorf("%s: %w", clean, err)
 	case !fi.Mode().IsRegular():
 		return "", fmt.Errorf("%s is not a regular file: %w", clean, missing)
-	case fi.Size() == 0 && missing == ErrNoDisk:
+	case fi.Size() == 0 && errors.Is(missing, ErrNoDisk):
 		return "", fmt.Errorf("%s: %w", clean, ErrEmptyDisk)
 	case fi.Size() == 0:
 		return "", fmt.Errorf("%s is empty: %w", clean, missing)

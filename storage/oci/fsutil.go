@@ -19,17 +19,18 @@ func (c *Cache) lock(ctx context.Context, h v1.Hash) (unlock func(), err error) 
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", h, err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- unix.Flock(int(f.Fd()), unix.LOCK_EX) }()
+	type result struct{ err error }
+	got := make(chan result, 1)
+	go func() { got <- result{unix.Flock(int(f.Fd()), unix.LOCK_EX)} }()
 	select {
-	case err := <-got:
-		if err != nil {
+	case r := <-got:
+		if err := r.err; err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", h, err)
 		}
 		return func() { f.Close() }, nil // closing the file releases the flock
 	case <-ctx.Done():
-		go func() { <-got; f.Close() }()
+		go func() { <-got; f.Close() }() // a flock granted after all dies with its file
 		return nil, fmt.Errorf("lock %s: %w", h, ctx.Err())
 	}
 }

@@ -40,6 +40,8 @@ type state struct {
 // keeps the guest's writes), and images are pinned to the digests of the first Apply, so a
 // moved tag never changes a VM's disks. If a step fails, Apply removes what this call created
 // (files, the VM folder) and returns a *VolumeError; pulled images stay in the shared cache.
+// Apply runs once at a time per VM folder (the agent reconciles a VMI at a time); different VMs
+// may apply concurrently.
 func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}}, images: map[string]*oci.Image{}}
 	defer a.undo()

@@ -10,6 +10,7 @@ declare -A probe=(
   [iproute2]=/usr/sbin/ip
   [util-linux]=/usr/sbin/losetup
   [socat]=/usr/bin/socat
+  [genisoimage]=/usr/bin/isoinfo
 )
 
 missing=()

@@ -20,9 +20,11 @@ type AttachOptions struct {
 // Attachment is the network of one VM in its launcher's netns: the applied plan and one DHCP
 // server per interface.
 type Attachment struct {
-	netns   string
-	plan    *Plan
-	servers []*DHCPServer
+	netns    string
+	plan     *Plan
+	servers  []*DHCPServer // DHCPv4, per interface
+	servers6 []*DHCPServer // DHCPv6, per interface; nil entries without IPv6
+	ras      []*RAServer
 }
 
 // Attach wires spec's interfaces in the launcher's network namespace at netnsPath: Discover,
@@ -51,6 +53,20 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, er
 		}
 		r.add(s.Close)
 		a.servers = append(a.servers, s)
+		var s6 *DHCPServer
+		if ip.DHCP6 != nil {
+			if s6, err = ServeDHCPv6(netnsPath, ip.Name, *ip.DHCP6, opts.OnLease, opts.Logger); err != nil {
+				return nil, fmt.Errorf("attach network: %w", err)
+			}
+			r.add(s6.Close)
+			ra, err := ServeRA(netnsPath, *ip.RA, opts.Logger)
+			if err != nil {
+				return nil, fmt.Errorf("attach network: %w", err)
+			}
+			r.add(ra.Close)
+			a.ras = append(a.ras, ra)
+		}
+		a.servers6 = append(a.servers6, s6)
 	}
 	r.success()
 	return a, nil
@@ -99,18 +115,16 @@ func (a *Attachment) Status() []InterfaceStatus {
 		st := InterfaceStatus{Name: ip.Name, MAC: ip.MAC.String(), PodInterface: ip.Pod.Name, Queues: ip.Queues}
 		if l, ok := a.servers[i].Lease(); ok {
 			st.GuestIPs = append(st.GuestIPs, l.Addr.Addr())
-			if ip.GuestAddr6.IsValid() {
-				st.GuestIPs = append(st.GuestIPs, ip.GuestAddr6.Addr())
-			}
-			switch ip.Binding {
-			case BindingMasquerade:
-				for _, p := range []netip.Prefix{ip.Pod.Addr, ip.Pod.Addr6} {
-					if p.IsValid() {
-						st.IPs = append(st.IPs, p.Addr())
-					}
-				}
-			case BindingBridge:
+			if ip.Binding == BindingMasquerade {
+				st.IPs = append(st.IPs, ip.Pod.Addr.Addr())
+			} else {
 				st.IPs = append(st.IPs, l.Addr.Addr())
+			}
+		}
+		if s6 := a.servers6[i]; s6 != nil {
+			if l, ok := s6.Lease(); ok {
+				st.GuestIPs = append(st.GuestIPs, l.Addr.Addr())
+				st.IPs = append(st.IPs, ip.Pod.Addr6.Addr())
 			}
 		}
 		out = append(out, st)
@@ -121,10 +135,29 @@ func (a *Attachment) Status() []InterfaceStatus {
 // Close stops the DHCP servers; the kernel state stays (a guest keeps its address until the
 // lease expires). Use Detach to remove everything.
 func (a *Attachment) Close() error {
+	var errs []error
 	for _, s := range a.servers {
-		s.Close()
+		errs = append(errs, s.Close())
 	}
-	return nil
+	for _, s := range a.servers6 {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	for _, s := range a.ras {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// WaitLease6 waits until the guest NIC name holds a DHCPv6 lease (IPv6 pods only).
+func (a *Attachment) WaitLease6(ctx context.Context, name string) (Lease, error) {
+	for i, ip := range a.plan.Interfaces {
+		if ip.Name == name && a.servers6[i] != nil {
+			return a.servers6[i].WaitLease(ctx)
+		}
+	}
+	return Lease{}, fmt.Errorf("wait for ipv6 lease of %s: %w", name, ErrUnknownNetwork)
 }
 
 // Detach stops the DHCP servers and removes the plan from the netns (RemovePlan).

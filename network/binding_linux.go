@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ApplyPlan builds p in the launcher's network namespace at netnsPath: per interface an
@@ -65,7 +66,7 @@ func applyInterface(h *netlink.Handle, nsPath string, ip *InterfacePlan) error {
 	for _, a := range ip.BridgeAddrs {
 		addr := &netlink.Addr{IPNet: prefixNet(a)}
 		if a.Addr().Is6() {
-			addr.Flags = 0x02 // IFA_F_NODAD: the gateway must be usable at once
+			addr.Flags = unix.IFA_F_NODAD // the gateway must be usable at once
 		}
 		if err := h.AddrReplace(br, addr); err != nil {
 			return fmt.Errorf("add %s to %s: %w", a, ip.Bridge, err)

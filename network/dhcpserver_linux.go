@@ -11,15 +11,19 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/dhcpv6/server6"
+	"golang.org/x/net/ipv6"
 )
 
-// DHCPServer serves one fixed lease on one in-netns bridge. It runs in the calling process:
-// its socket is created inside the launcher's netns (bound to the bridge, port 67) and keeps
-// working from any goroutine.
+// DHCPServer serves one fixed lease on one in-netns bridge, by DHCPv4 (ServeDHCP) or DHCPv6
+// (ServeDHCPv6). It runs in the calling process: its socket is created inside the launcher's
+// netns, bound to the bridge, and keeps working from any goroutine.
 type DHCPServer struct {
 	name    string
-	cfg     DHCPConfig
+	iface   string
 	conn    *net.UDPConn
+	handle  func(req []byte, peer net.Addr) dhcpResult
 	onLease func(Lease)
 	log     *slog.Logger
 	done    chan struct{}
@@ -30,32 +34,112 @@ type DHCPServer struct {
 	closed  bool
 }
 
-// ServeDHCP starts a DHCP server for cfg in the network namespace at netnsPath. name is the
+// dhcpResult is what a handler decided for one request.
+type dhcpResult struct {
+	reply []byte
+	dst   net.Addr
+	event dhcpEvent
+	lease Lease // with eventAcked
+}
+
+// ServeDHCP starts a DHCPv4 server for cfg in the network namespace at netnsPath. name is the
 // interface's logical name (reported in leases). onLease, if not nil, is called (from the
 // server's goroutine) after every ACK. Close stops it.
 //
 // Equivalent to: a single-host `dnsmasq --dhcp-host=MAC,ADDR` bound to the bridge.
 func ServeDHCP(netnsPath, name string, cfg DHCPConfig, onLease func(Lease), log *slog.Logger) (*DHCPServer, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	var conn *net.UDPConn
-	err := doInNetns(netnsPath, func() error {
-		var err error
+	err := doInNetns(netnsPath, func() (err error) {
 		conn, err = server4.NewIPv4UDPConn(cfg.Interface, &net.UDPAddr{Port: dhcpv4.ServerPort})
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start dhcp server on %s: %w", cfg.Interface, err)
 	}
+	handle := func(b []byte, peer net.Addr) dhcpResult {
+		req, err := dhcpv4.FromBytes(b)
+		if err != nil {
+			return dhcpResult{}
+		}
+		reply, ev := dhcpReply(&cfg, req)
+		r := dhcpResult{event: ev}
+		if reply != nil {
+			r.reply = reply.ToBytes()
+			r.dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+			if up, ok := peer.(*net.UDPAddr); ok && !up.IP.IsUnspecified() && up.IP.To4() != nil {
+				r.dst = up // a bound client renewing by unicast
+			}
+		}
+		if ev == eventAcked {
+			now := time.Now()
+			r.lease = Lease{Interface: name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Hostname: req.HostName(), Acked: now, Expires: now.Add(cfg.LeaseTime)}
+		}
+		return r
+	}
+	return startServer(name, cfg.Interface, conn, handle, onLease, log), nil
+}
+
+// ServeDHCPv6 starts a stateful DHCPv6 server for cfg in the network namespace at netnsPath
+// (the address; the default route comes from router advertisements, see ServeRA). It joins
+// ff02::1:2 on the bridge. Like ServeDHCP otherwise.
+//
+// Equivalent to: `dnsmasq --dhcp-range=ADDR,ADDR` in IPv6 stateful mode on the bridge.
+func ServeDHCPv6(netnsPath, name string, cfg DHCPv6Config, onLease func(Lease), log *slog.Logger) (*DHCPServer, error) {
+	var conn *net.UDPConn
+	err := doInNetns(netnsPath, func() error {
+		ifi, err := net.InterfaceByName(cfg.Interface)
+		if err != nil {
+			return err
+		}
+		conn, err = server6.NewIPv6UDPConn(cfg.Interface, &net.UDPAddr{IP: net.IPv6unspecified, Port: dhcpv6.DefaultServerPort})
+		if err != nil {
+			return err
+		}
+		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
+		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
+			conn.Close()
+			return fmt.Errorf("join %s: %w", group.IP, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start dhcpv6 server on %s: %w", cfg.Interface, err)
+	}
+	handle := func(b []byte, peer net.Addr) dhcpResult {
+		d, err := dhcpv6.FromBytes(b)
+		if err != nil {
+			return dhcpResult{}
+		}
+		msg, ok := d.(*dhcpv6.Message)
+		if !ok {
+			return dhcpResult{} // relayed: not on a pod bridge
+		}
+		reply, ev := dhcp6Reply(&cfg, msg)
+		r := dhcpResult{event: ev, dst: peer}
+		if reply != nil {
+			r.reply = reply.ToBytes()
+		}
+		if ev == eventAcked {
+			now := time.Now()
+			r.lease = Lease{Interface: name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Acked: now, Expires: now.Add(cfg.LeaseTime)}
+		}
+		return r
+	}
+	return startServer(name, cfg.Interface, conn, handle, onLease, log), nil
+}
+
+func startServer(name, iface string, conn *net.UDPConn, handle func([]byte, net.Addr) dhcpResult, onLease func(Lease), log *slog.Logger) *DHCPServer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &DHCPServer{
-		name: name, cfg: cfg, conn: conn, onLease: onLease,
-		log:     log.With("dhcp", cfg.Interface),
+		name: name, iface: iface, conn: conn, handle: handle, onLease: onLease,
+		log:     log.With("dhcp", iface),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
 	}
 	go s.serve()
-	return s, nil
+	return s
 }
 
 func (s *DHCPServer) serve() {
@@ -69,36 +153,21 @@ func (s *DHCPServer) serve() {
 			}
 			return
 		}
-		req, err := dhcpv4.FromBytes(buf[:n])
-		if err != nil {
-			s.log.Debug("dhcp: ignoring malformed packet", "err", err)
-			continue
-		}
-		reply, ev := dhcpReply(&s.cfg, req)
-		if ev == eventRelease {
+		r := s.handle(buf[:n], peer)
+		if r.event == eventRelease {
 			s.setLease(nil)
 		}
-		if reply == nil {
+		if r.reply == nil {
 			continue
 		}
-		dst := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
-		if up, ok := peer.(*net.UDPAddr); ok && !up.IP.IsUnspecified() && up.IP.To4() != nil {
-			dst = up // a bound client renewing by unicast
-		}
-		if _, err := s.conn.WriteTo(reply.ToBytes(), dst); err != nil {
-			s.log.Warn("dhcp reply failed", "type", reply.MessageType(), "err", err)
+		if _, err := s.conn.WriteTo(r.reply, r.dst); err != nil {
+			s.log.Warn("dhcp reply failed", "to", r.dst, "err", err)
 			continue
 		}
-		s.log.Debug("dhcp reply", "type", reply.MessageType(), "to", dst)
-		if ev == eventAcked {
-			now := time.Now()
-			l := &Lease{
-				Interface: s.name, MAC: s.cfg.ClientMAC, Addr: s.cfg.ClientAddr,
-				Hostname: req.HostName(), Acked: now, Expires: now.Add(s.cfg.LeaseTime),
-			}
-			s.setLease(l)
+		if r.event == eventAcked {
+			s.setLease(&r.lease)
 			if s.onLease != nil {
-				s.onLease(*l)
+				s.onLease(r.lease)
 			}
 		}
 	}
@@ -132,7 +201,7 @@ func (s *DHCPServer) WaitLease(ctx context.Context) (Lease, error) {
 			return *l, nil
 		}
 		if closed {
-			return Lease{}, fmt.Errorf("wait for lease on %s: %w", s.cfg.Interface, ErrClosed)
+			return Lease{}, fmt.Errorf("wait for lease on %s: %w", s.iface, ErrClosed)
 		}
 		select {
 		case <-ch:
@@ -141,7 +210,7 @@ func (s *DHCPServer) WaitLease(ctx context.Context) (Lease, error) {
 			s.closed = true
 			s.mu.Unlock()
 		case <-ctx.Done():
-			return Lease{}, fmt.Errorf("wait for lease on %s: %w", s.cfg.Interface, ctx.Err())
+			return Lease{}, fmt.Errorf("wait for lease on %s: %w", s.iface, ctx.Err())
 		}
 	}
 }

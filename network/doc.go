@@ -40,8 +40,11 @@
 // marking them as its own; a foreign link of the same name is reported as ErrNameCollision and
 // never reused or deleted.
 //
-// IPv6: the masquerade plan adds fd10:0:2::/120 on the bridge and IPv6 DNAT/masquerade when the
-// pod has a global IPv6 address, but guests are not yet told their IPv6 address (no router
-// advertisement or DHCPv6), so IPv6 inside guests is not usable yet. The bridge binding is
-// IPv4 only.
+// IPv6: NodeConfig.Subnet6 makes the local pod network dual-stack (DefaultNodeSubnet6, a ULA
+// /64; pods get the IPv6 address with the same host part as their IPv4 one, and the node
+// masquerades IPv6 too). On a pod with a global IPv6 address the masquerade binding adds
+// fd10:0:2::/120 (gateway ::1, guest ::2) and fe80::1 on the bridge, router advertisements
+// from fe80::1 (ServeRA: default route, managed flag, on-link prefix, MTU), a stateful DHCPv6
+// server for the guest's address (ServeDHCPv6) and IPv6 DNAT/masquerade. The bridge binding is
+// IPv4 only: a pod's IPv6 address stays on the pod interface, unused.
 package network

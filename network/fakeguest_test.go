@@ -21,6 +21,11 @@ import (
 func fakeGuest(t testing.TB, dir, podNS, br string, mac net.HardwareAddr) string {
 	t.Helper()
 	guestNS := newNetns(t, dir, "guest-"+br)
+	// No duplicate address detection in the fake guest: its link-local address (DHCPv6's
+	// source) is usable as soon as the link is up.
+	must(t, setSysctl(guestNS, "net/ipv6/conf/default/accept_dad", "0"))
+	// A solicitation lost while the bridge port comes up is repeated after 1 s, not 4 s.
+	must(t, setSysctl(guestNS, "net/ipv6/conf/default/router_solicitation_interval", "1"))
 	h, done, err := nsHandle(podNS)
 	must(t, err)
 	defer done()

@@ -142,3 +142,39 @@ func checkTeardown(t *testing.T, tn *testNode, g *guestVM, a *Attachment, pod Po
 		}
 	}
 }
+
+// TestGuestMasqueradeDualStack: on a dual-stack pod the real guest kernel takes its IPv6
+// default route (via fe80::1) from the binding's router advertisements; with its IPv6
+// address configured it is reachable through the pod's IPv6 address on the declared port and
+// reaches the remote host over IPv6. The test guest has no DHCPv6 client (busybox-static in
+// Debian 12 lacks udhcpc6), so the address is set through the guest agent here; the DHCPv6
+// server itself is tested with a library client in TestMasqueradeDualStack.
+func TestGuestMasqueradeDualStack(t *testing.T) {
+	tn := newTestNodeWith(t, NodeConfig{Subnet6: DefaultNodeSubnet6})
+	clientNS, _, client6 := attachHost6(t, tn, "client", clientNet, clientNet6)
+	remoteNS, _, remote6 := attachHost6(t, tn, "remote", remoteNet, remoteNet6)
+	serveGreeting(listenIn(t, remoteNS, "[::]:7001"))
+	pod, err := tn.CreatePod("vm-ds")
+	must(t, err)
+	t.Cleanup(func() { must(t, tn.DeletePod("vm-ds")) })
+	a, err := Attach(pod.NetnsPath, masqSpec("vm-ds", Port{Port: 8080}), AttachOptions{})
+	must(t, err)
+	t.Cleanup(func() { must(t, a.Detach()) })
+	g := startGuest(t, a, "default")
+	if got := g.waitIP(t); got != "10.0.2.2" {
+		t.Fatalf("guest configured eth0 with %s, want 10.0.2.2", got)
+	}
+	// The guest has no event to block on: its shell waits (bounded) for the RA's route.
+	g.sh(t, `i=0; until ip -6 route show default | grep -q 'via fe80::1'; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done`)
+	g.sh(t, "echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad && ip -6 addr add fd10:0:2::2/128 dev eth0")
+	g.serveHTTP(t, 8080)
+	got, err := httpHello(clientNS, netip.AddrPortFrom(pod.Addr6.Addr(), 8080).String())
+	if want := fmt.Sprintf("hello %s", client6); err != nil || got != want {
+		t.Errorf("client -> [pod]:8080 -> guest = %q, %v; want %q", got, err, want)
+	}
+	out := g.sh(t, fmt.Sprintf("nc -w 30 %s 7001 </dev/null", remote6))
+	if out != "hello 2001:db8:e::1\n" {
+		t.Errorf("guest -> remote over IPv6 = %q, want the node's uplink address", out)
+	}
+	checkTeardown(t, tn, g, a, pod)
+}

@@ -171,6 +171,6 @@ func httpHello(ns, addr string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("no http body in %q", b.String())
 	}
-	// busybox httpd listens on an IPv6 socket: IPv4 clients show as [::ffff:a.b.c.d].
-	return strings.NewReplacer("[::ffff:", "", "]", "").Replace(strings.TrimSpace(body)), nil
+	// busybox httpd listens on an IPv6 socket and shows clients as [::ffff:a.b.c.d] or [v6].
+	return strings.NewReplacer("[::ffff:", "", "[", "", "]", "").Replace(strings.TrimSpace(body)), nil
 }

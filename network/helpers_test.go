@@ -17,6 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vmlet/vmlet/test/prereq"
+	"golang.org/x/sys/unix"
 )
 
 // Test topology. Every address below lives only inside namespaces the test creates (traffic
@@ -26,8 +27,10 @@ import (
 //	                                  │ bridge vmlet0 198.19.118.1/24 + nft masquerade
 //	                                  └── pods: netns vmlet-ID, eth0 198.19.118.N
 var (
-	clientNet = netip.MustParsePrefix("203.0.113.0/24")
-	remoteNet = netip.MustParsePrefix("198.51.100.0/24")
+	clientNet  = netip.MustParsePrefix("203.0.113.0/24")
+	remoteNet  = netip.MustParsePrefix("198.51.100.0/24")
+	clientNet6 = netip.MustParsePrefix("2001:db8:c::/64") // documentation prefixes (RFC 3849)
+	remoteNet6 = netip.MustParsePrefix("2001:db8:e::/64")
 )
 
 // testNode is a node network living in a namespace of the test's own.
@@ -39,13 +42,17 @@ type testNode struct {
 
 // newTestNode creates a node netns and a Node using it, all removed by t.Cleanup, which also
 // checks that nothing leaked: no pod netns, no link beyond lo and the uplinks, no nft table.
-func newTestNode(t testing.TB) *testNode {
+func newTestNode(t testing.TB) *testNode { return newTestNodeWith(t, NodeConfig{}) }
+
+// newTestNodeWith is newTestNode with cfg (its NetnsPath and NetnsDir are the test's).
+func newTestNodeWith(t testing.TB, cfg NodeConfig) *testNode {
 	t.Helper()
 	prereq.Root(t)
 	rootBefore := rootLinkNames(t)
 	dir := nsDir(t)
 	ns := newNetns(t, dir, "node")
-	n, err := NewNode(NodeConfig{NetnsPath: ns, NetnsDir: filepath.Join(dir, "pods")})
+	cfg.NetnsPath, cfg.NetnsDir = ns, filepath.Join(dir, "pods")
+	n, err := NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +112,13 @@ func newNetns(t testing.TB, dir, name string) string {
 // the host's netns and address.
 func attachHost(t testing.TB, tn *testNode, name string, net netip.Prefix) (string, netip.Addr) {
 	t.Helper()
+	ns, a, _ := attachHost6(t, tn, name, net, netip.Prefix{})
+	return ns, a
+}
+
+// attachHost6 is attachHost with an IPv6 network as well (::1 node side, ::2 host side).
+func attachHost6(t testing.TB, tn *testNode, name string, net, net6 netip.Prefix) (string, netip.Addr, netip.Addr) {
+	t.Helper()
 	hostNS := newNetns(t, tn.dir, name)
 	nodeAddr := netip.PrefixFrom(net.Addr().Next(), net.Bits())
 	hostAddr := netip.PrefixFrom(nodeAddr.Addr().Next(), net.Bits())
@@ -129,6 +143,14 @@ func attachHost(t testing.TB, tn *testNode, name string, net netip.Prefix) (stri
 	must(t, hh.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(hostAddr)}))
 	must(t, hh.LinkSetUp(l))
 	must(t, hh.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nodeAddr.Addr().AsSlice()}))
+	var hostAddr6 netip.Prefix
+	if net6.IsValid() {
+		nodeAddr6 := netip.PrefixFrom(net6.Addr().Next(), net6.Bits())
+		hostAddr6 = netip.PrefixFrom(nodeAddr6.Addr().Next(), net6.Bits())
+		must(t, h.AddrAdd(v, &netlink.Addr{IPNet: prefixNet(nodeAddr6), Flags: unix.IFA_F_NODAD}))
+		must(t, hh.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(hostAddr6), Flags: unix.IFA_F_NODAD}))
+		must(t, hh.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nodeAddr6.Addr().AsSlice(), Dst: prefixNet(netip.MustParsePrefix("::/0"))}))
+	}
 	t.Cleanup(func() {
 		if h, done, err := nsHandle(tn.ns); err == nil {
 			if l, err := h.LinkByName("up-" + name); err == nil {
@@ -137,7 +159,7 @@ func attachHost(t testing.TB, tn *testNode, name string, net netip.Prefix) (stri
 			done()
 		}
 	})
-	return hostNS, hostAddr.Addr()
+	return hostNS, hostAddr.Addr(), hostAddr6.Addr()
 }
 
 func openNS(t testing.TB, path string) (int, func()) {

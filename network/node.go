@@ -22,6 +22,12 @@ type NodeConfig struct {
 	// Subnet is the pod subnet; zero means DefaultNodeSubnet. The bridge takes its first
 	// address (the pods' gateway), pods the following ones.
 	Subnet netip.Prefix
+	// Subnet6 makes the pod network dual-stack: an IPv6 prefix (/64../120) whose first
+	// address is the bridge's and whose host part for each pod equals that of its IPv4
+	// address (198.19.118.5 -> PREFIX::5). Zero means IPv4 only. Enabling it turns on IPv6
+	// forwarding in the node's netns (which, on a host, stops it from accepting router
+	// advertisements on interfaces with accept_ra=1). DefaultNodeSubnet6 is a ULA choice.
+	Subnet6 netip.Prefix
 	// NetnsDir is where pod namespaces are bind-mounted; empty means DefaultNetnsDir (where
 	// `ip netns` looks).
 	NetnsDir string
@@ -42,6 +48,9 @@ var (
 	// 198.18.0.0/16, used by some proxies for fake-IP DNS, is avoided. Creating the bridge
 	// still refuses a subnet that overlaps an existing route (ErrSubnetConflict).
 	DefaultNodeSubnet = netip.MustParsePrefix("198.19.118.0/24")
+	// DefaultNodeSubnet6 is a unique local (RFC 4193) /64 whose global id spells "vmlet"
+	// (76 6d 6c 65 74): never routed on the Internet, and unlikely to meet another ULA.
+	DefaultNodeSubnet6 = netip.MustParsePrefix("fd76:6d6c:6574:1::/64")
 )
 
 const (
@@ -65,6 +74,8 @@ type PodNetwork struct {
 	MAC       net.HardwareAddr // of the pod end, stable per ID
 	Addr      netip.Prefix     // the pod address with the node subnet's prefix length
 	Gateway   netip.Addr       // the node bridge's address
+	Addr6     netip.Prefix     // the pod's IPv6 address (dual-stack nodes only)
+	Gateway6  netip.Addr
 	MTU       int
 	Bridge    string
 }
@@ -93,7 +104,11 @@ func (c NodeConfig) withDefaults() (NodeConfig, error) {
 		return c, fieldErr("bridge", c.Bridge, ErrInvalidSpec, "want an interface name of at most 15 characters")
 	case !c.Subnet.Addr().Is4() || c.Subnet.Bits() > 29 || c.Subnet.Bits() < 8 || c.Subnet != c.Subnet.Masked():
 		return c, fieldErr("subnet", c.Subnet.String(), ErrInvalidSpec, "want an IPv4 network between /8 and /29")
-	case c.MTU < 576 || c.MTU > 65535:
+	case c.Subnet6.IsValid() && (!c.Subnet6.Addr().Is6() || c.Subnet6.Addr().Is4In6() || c.Subnet6.Bits() < 64 || c.Subnet6.Bits() > 120 || c.Subnet6 != c.Subnet6.Masked()):
+		return c, fieldErr("subnet6", c.Subnet6.String(), ErrInvalidSpec, "want an IPv6 network between /64 and /120")
+	case c.Subnet6.IsValid() && 128-c.Subnet6.Bits() < 32-c.Subnet.Bits():
+		return c, fieldErr("subnet6", c.Subnet6.String(), ErrInvalidSpec, "its host part must be at least as large as the IPv4 subnet's")
+	case c.MTU < 1280 && c.Subnet6.IsValid(), c.MTU < 576 || c.MTU > 65535:
 		return c, fieldErr("mtu", fmt.Sprint(c.MTU), ErrInvalidSpec, "want 576..65535")
 	case !filepath.IsAbs(c.NetnsDir):
 		return c, fieldErr("netnsDir", c.NetnsDir, ErrInvalidSpec, "want an absolute path")
@@ -106,6 +121,30 @@ func (c NodeConfig) withDefaults() (NodeConfig, error) {
 // Gateway is the node bridge's address: the subnet's first address.
 func (c NodeConfig) gateway() netip.Prefix {
 	return netip.PrefixFrom(c.Subnet.Addr().Next(), c.Subnet.Bits())
+}
+
+// gateway6 is the node bridge's IPv6 address, when dual-stack.
+func (c NodeConfig) gateway6() netip.Prefix {
+	if !c.Subnet6.IsValid() {
+		return netip.Prefix{}
+	}
+	return netip.PrefixFrom(c.Subnet6.Addr().Next(), c.Subnet6.Bits())
+}
+
+// addr6 maps a pod's IPv4 address into Subnet6: the same host part.
+func (c NodeConfig) addr6(v4 netip.Addr) netip.Prefix {
+	if !c.Subnet6.IsValid() {
+		return netip.Prefix{}
+	}
+	n, a := c.Subnet.Addr().As4(), v4.As4()
+	host := (uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])) -
+		(uint32(n[0])<<24 | uint32(n[1])<<16 | uint32(n[2])<<8 | uint32(n[3]))
+	b := c.Subnet6.Addr().As16()
+	for i := 15; i >= 12; i-- {
+		b[i] |= byte(host)
+		host >>= 8
+	}
+	return netip.PrefixFrom(netip.AddrFrom16(b), c.Subnet6.Bits())
 }
 
 // PlanPod computes the pod network of pod id on a node: names, MAC and the lowest address of
@@ -141,6 +180,8 @@ func podPlan(cfg NodeConfig, id string, addr netip.Addr) PodNetwork {
 		MAC:       GenerateMAC(id, "pod-eth0"),
 		Addr:      netip.PrefixFrom(addr, cfg.Subnet.Bits()),
 		Gateway:   cfg.gateway().Addr(),
+		Addr6:     cfg.addr6(addr),
+		Gateway6:  cfg.gateway6().Addr(),
 		MTU:       cfg.MTU,
 		Bridge:    cfg.Bridge,
 	}
@@ -197,6 +238,9 @@ func nodeTable(cfg NodeConfig) *Table {
 	post := Chain{Name: "postrouting", Type: "nat", Hook: "postrouting", Priority: prioSrcNAT}
 	if !cfg.NoMasquerade {
 		post.Rules = []Rule{{Saddr: cfg.Subnet, Daddr: cfg.Subnet, NotDaddr: true, Action: ActionMasquerade}}
+		if cfg.Subnet6.IsValid() {
+			post.Rules = append(post.Rules, Rule{Saddr: cfg.Subnet6, Daddr: cfg.Subnet6, NotDaddr: true, Action: ActionMasquerade})
+		}
 	}
 	return &Table{Family: FamilyInet, Name: cfg.Table, Chains: []Chain{post}}
 }

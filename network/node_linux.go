@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Node is the local-mode pod network of one node: a bridge, NAT to the outside and one
@@ -167,6 +168,16 @@ func configurePodSide(pod PodNetwork) error {
 	def := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: pod.Gateway.AsSlice(), Dst: prefixNet(netip.MustParsePrefix("0.0.0.0/0"))}
 	if err := h.RouteReplace(def); err != nil {
 		return fmt.Errorf("add default route via %s: %w", pod.Gateway, err)
+	}
+	if !pod.Addr6.IsValid() {
+		return nil
+	}
+	if err := h.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(pod.Addr6), Flags: unix.IFA_F_NODAD}); err != nil {
+		return fmt.Errorf("add pod address %s: %w", pod.Addr6, err)
+	}
+	def6 := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: pod.Gateway6.AsSlice(), Dst: prefixNet(netip.MustParsePrefix("::/0"))}
+	if err := h.RouteReplace(def6); err != nil {
+		return fmt.Errorf("add default route via %s: %w", pod.Gateway6, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ensureBridge creates the node bridge (after checking that the subnet is free) or checks the
@@ -55,6 +56,14 @@ func (n *Node) configureBridge(h *netlink.Handle, l netlink.Link) error {
 	if err := h.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(n.cfg.gateway())}); err != nil {
 		return fmt.Errorf("add bridge address %s: %w", n.cfg.gateway(), err)
 	}
+	if gw6 := n.cfg.gateway6(); gw6.IsValid() {
+		if err := h.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(gw6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("add bridge address %s: %w", gw6, err)
+		}
+		if err := setSysctl(n.cfg.NetnsPath, "net/ipv6/conf/all/forwarding", "1"); err != nil {
+			return err
+		}
+	}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set bridge %s up: %w", n.cfg.Bridge, err)
 	}
@@ -80,17 +89,19 @@ func (n *Node) removeBridge(h *netlink.Handle) error {
 // checkSubnet refuses a node subnet that overlaps an address or a (non-default) route of the
 // node that is not the bridge's: traffic for those would be hijacked.
 func (n *Node) checkSubnet(h *netlink.Handle) error {
-	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 0}, netlink.RT_FILTER_TABLE)
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: 0}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
 	for _, r := range routes {
 		p, ok := netPrefix(r.Dst)
-		if !ok || p.Bits() == 0 || p.Addr().IsLoopback() {
+		if !ok || p.Bits() == 0 || p.Addr().IsLoopback() || p.Addr().IsLinkLocalUnicast() || p.Addr().IsMulticast() {
 			continue
 		}
-		if p.Overlaps(n.cfg.Subnet) {
-			return fmt.Errorf("check subnet %s: %w: route %s", n.cfg.Subnet, ErrSubnetConflict, p)
+		for _, s := range []netip.Prefix{n.cfg.Subnet, n.cfg.Subnet6} {
+			if s.IsValid() && p.Overlaps(s) {
+				return fmt.Errorf("check subnet %s: %w: route %s", s, ErrSubnetConflict, p)
+			}
 		}
 	}
 	return nil

@@ -49,10 +49,12 @@ type InterfacePlan struct {
 	PodMAC        net.HardwareAddr // bridge binding: the pod interface's new MAC
 	Ports         []Port           // normalized (protocol set); masquerade only
 	DHCP          DHCPConfig
-	GuestAddr6    netip.Prefix // masquerade with IPv6: the guest's static IPv6 address
-	Gateway6      netip.Addr
-	Table         *Table // nftables table of this interface in the netns
-	ForwardIPv4   bool   // enable net.ipv4.ip_forward in the netns
+	GuestAddr6    netip.Prefix  // masquerade with IPv6: the guest's address (by DHCPv6)
+	Gateway6      netip.Addr    // the bridge's global IPv6 address
+	DHCP6         *DHCPv6Config // nil without IPv6
+	RA            *RAConfig     // nil without IPv6
+	Table         *Table        // nftables table of this interface in the netns
+	ForwardIPv4   bool          // enable net.ipv4.ip_forward in the netns
 	ForwardIPv6   bool
 	RouteLocalnet bool // net.ipv4.conf.<bridge>.route_localnet=1 (DNAT of 127.0.0.1)
 }
@@ -200,8 +202,16 @@ func planMasquerade(spec *Spec, ifc Interface, n Network, ip *InterfacePlan) {
 		gw6 := cidr6.Addr().Next()
 		ip.Gateway6 = gw6
 		ip.GuestAddr6 = netip.PrefixFrom(gw6.Next(), cidr6.Bits())
-		ip.BridgeAddrs = append(ip.BridgeAddrs, netip.PrefixFrom(gw6, cidr6.Bits()))
+		ip.BridgeAddrs = append(ip.BridgeAddrs, netip.PrefixFrom(gw6, cidr6.Bits()), GatewayLinkLocal)
 		ip.ForwardIPv6 = true
+		ip.DHCP6 = &DHCPv6Config{
+			Interface: ip.Bridge, ServerMAC: ip.BridgeMAC, ClientMAC: ip.MAC, ClientAddr: ip.GuestAddr6,
+			DNS: ip.DHCP.DNS, Search: ip.DHCP.Search, LeaseTime: ip.DHCP.LeaseTime,
+		}
+		ip.RA = &RAConfig{
+			Interface: ip.Bridge, Source: GatewayLinkLocal.Addr(), SourceMAC: ip.BridgeMAC,
+			Prefix: cidr6, MTU: ip.MTU, RouterLifetime: 30 * time.Minute,
+		}
 	}
 	ip.Table = masqueradeTable(ip)
 }

@@ -17,8 +17,11 @@ func (p *Plan) Render() string {
 		if ip.PodMAC != nil {
 			fmt.Fprintf(&b, "  pod interface joins %s with mac %s\n", ip.Bridge, ip.PodMAC)
 		}
-		if ip.GuestAddr6.IsValid() {
-			fmt.Fprintf(&b, "  guest ipv6 %s gateway %s\n", ip.GuestAddr6, ip.Gateway6)
+		if d6 := ip.DHCP6; d6 != nil {
+			fmt.Fprintf(&b, "  dhcpv6 on %s as %s: %s dns %v search %v lease %s\n", d6.Interface, d6.ServerMAC, d6.ClientAddr, d6.DNS, d6.Search, d6.LeaseTime)
+		}
+		if ra := ip.RA; ra != nil {
+			fmt.Fprintf(&b, "  router advertisements on %s from %s (%s): managed, on-link %s, mtu %d, lifetime %s\n", ra.Interface, ra.Source, ra.SourceMAC, ra.Prefix, ra.MTU, ra.RouterLifetime)
 		}
 		fmt.Fprintf(&b, "  sysctl ip_forward=%t ipv6 forwarding=%t route_localnet=%t\n", ip.ForwardIPv4, ip.ForwardIPv6, ip.RouteLocalnet)
 		d := ip.DHCP

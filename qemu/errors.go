@@ -27,6 +27,9 @@ var (
 	ErrMigrationFailed = errors.New("migration failed")
 	// ErrWrongState: the VM is not in a state where the operation makes sense.
 	ErrWrongState = errors.New("wrong vm state")
+	// ErrUnsafe: the operation is known to damage the guest in this configuration (see the
+	// operation's documentation for the evidence).
+	ErrUnsafe = errors.New("unsafe in this configuration")
 )
 
 // SpecError says which field of a spec is wrong and why. It wraps ErrInvalidSpec.

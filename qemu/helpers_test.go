@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/qemu/qga"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -35,6 +36,7 @@ type guestOpts struct {
 	dir          string // socket/log folder; default a fresh short one
 	migratable   bool
 	incoming     bool
+	kvm          bool // Spec.Accel = AccelKVM with the host's real accelerator decision
 	mutate       func(*Spec)
 }
 
@@ -56,6 +58,9 @@ func guestSpec(t testing.TB, o guestOpts) *Spec {
 		HotplugPorts: o.hotplugPorts,
 		Migratable:   o.migratable,
 		Incoming:     o.incoming,
+	}
+	if o.kvm {
+		s.Accel = AccelKVM
 	}
 	if len(s.Name) > 60 {
 		s.Name = s.Name[:60]
@@ -94,7 +99,8 @@ type testVM struct {
 	console *testguest.Console
 	conn    net.Conn // serial socket connection
 	logs    *syncBuf
-	shell   *shell
+	agentMu sync.Mutex
+	qga     *qga.Agent
 }
 
 type syncBuf struct {
@@ -128,8 +134,12 @@ func startGuest(t testing.TB, spec *Spec) *testVM {
 	spec.StartPaused = true
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
+	decision := &tcg
+	if spec.Accel == AccelKVM {
+		decision = nil // the host's real decision (accel.Probe)
+	}
 	vm, err := Start(ctx, spec, StartOptions{
-		Binary: bin, Accel: &tcg, QMPSocket: filepath.Join(filepath.Dir(spec.Serial.Socket), "qmp.sock"),
+		Binary: bin, Accel: decision, QMPSocket: filepath.Join(filepath.Dir(spec.Serial.Socket), "qmp.sock"),
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Stderr: logs,
 	})
 	spec.StartPaused = paused
@@ -144,7 +154,6 @@ func startGuest(t testing.TB, spec *Spec) *testVM {
 	}
 	tv.conn = conn
 	tv.console = testguest.NewConsole(conn)
-	tv.shell = &shell{console: tv.console, w: conn}
 	if !wantPaused {
 		if err := vm.Resume(ctx); err != nil {
 			t.Fatalf("Resume: %v", err)
@@ -158,6 +167,9 @@ func startGuest(t testing.TB, spec *Spec) *testVM {
 func (tv *testVM) stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	if tv.qga != nil {
+		tv.qga.Close()
+	}
 	if _, done := tv.ExitInfo(); !done {
 		if err := tv.Kill(ctx); err != nil {
 			t.Errorf("kill: %v", err)
@@ -205,48 +217,33 @@ func (tv *testVM) waitExit(t testing.TB) ExitInfo {
 	return info
 }
 
-// shell runs commands on the guest's console root shell (after READY) and returns their
-// output. The markers are built by the shell ($((...))), so the echo of the typed command line
-// never matches them.
-type shell struct {
-	mu      sync.Mutex
-	console *testguest.Console
-	w       net.Conn
-	n       int
+// agent returns the guest-agent client, dialled on first use (after READY).
+func (tv *testVM) agent(t testing.TB) *qga.Agent {
+	t.Helper()
+	tv.agentMu.Lock()
+	defer tv.agentMu.Unlock()
+	if tv.qga == nil {
+		a, err := qga.Dial(ctxT(t, opTimeout), tv.spec.Agent.Socket, qga.Options{})
+		if err != nil {
+			t.Fatalf("dial guest agent: %v", err)
+		}
+		tv.qga = a
+	}
+	return tv.qga
 }
 
-func (s *shell) run(ctx context.Context, cmd string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.n++
-	begin, end := fmt.Sprintf("@B%d@", s.n), fmt.Sprintf("@E%d@", s.n)
-	from := s.console.Len()
-	line := fmt.Sprintf("echo @B$((%d))@; %s; echo @E$((%d))@\n", s.n, cmd, s.n)
-	if _, err := s.w.Write([]byte(line)); err != nil {
-		return "", fmt.Errorf("type command: %w", err)
-	}
-	stop, err := s.console.WaitFrom(ctx, from, end)
-	if err != nil {
-		return "", err
-	}
-	out := s.console.String()[from:stop]
-	i := strings.Index(out, begin)
-	if i < 0 {
-		return "", fmt.Errorf("no begin marker in %q", out)
-	}
-	out = out[i+len(begin) : len(out)-len(end)]
-	return strings.TrimSpace(strings.ReplaceAll(out, "\r", "")), nil
-}
-
+// sh runs cmd with the guest's /bin/sh through the guest agent (guest-exec), requires exit
+// status 0 and returns its trimmed standard output.
 func (tv *testVM) sh(t testing.TB, cmd string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	out, err := tv.shell.run(ctx, cmd)
+	st, err := tv.agent(t).Run(ctxT(t, opTimeout), "/bin/sh", "-c", cmd)
 	if err != nil {
-		t.Fatalf("guest shell %q: %v", cmd, err)
+		t.Fatalf("guest-exec %q: %v", cmd, err)
 	}
-	return out
+	if st.ExitCode != 0 || st.Signal != 0 {
+		t.Fatalf("guest-exec %q: exit %d signal %d: %s", cmd, st.ExitCode, st.Signal, st.Stderr)
+	}
+	return strings.TrimSpace(string(st.Stdout))
 }
 
 // guestUptime is the guest's /proc/uptime in seconds.

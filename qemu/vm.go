@@ -24,10 +24,10 @@ type VM struct {
 	mon      *qmp.Monitor
 	log      *slog.Logger
 	version  string
-	files    []string // sockets and folders vmlet created; removed once QEMU exited
 
 	devMu     sync.Mutex // serializes hotplug operations
-	mu        sync.Mutex // guards the device records
+	mu        sync.Mutex // guards the device records and files
+	files     []string   // sockets and folders created for this VM; removed once QEMU exited
 	rootPorts int
 	disks     []Disk // attached, in attach order, Port pinned to the slot
 	nics      []NIC  // attached, in attach order, Port pinned, TapFDs dropped
@@ -146,7 +146,10 @@ func (vm *VM) supervise() {
 	drain.Stop()
 	vm.mon.Close()
 	vm.exit = classifyExit(vm.proc, vm.shutdown.Load(), vm.killed.Load(), vm.stderr.String())
-	removeAll(vm.log, vm.files)
+	vm.mu.Lock()
+	files := vm.files
+	vm.mu.Unlock()
+	removeAll(vm.log, files)
 	vm.log.Info("qemu exited", "reason", vm.exit.Reason, "code", vm.exit.Code, "signal", vm.exit.Signal,
 		"killed", vm.exit.Killed, "shutdownReason", vm.exit.ShutdownReason)
 	close(vm.exited)

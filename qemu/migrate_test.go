@@ -39,8 +39,8 @@ type migration struct {
 }
 
 type migrationResult struct {
-	src, dst MigrationInfo
-	statuses []string
+	src, dst    MigrationInfo
+	statuses    []string
 	maxThrottle int
 }
 
@@ -302,4 +302,3 @@ func TestMigrateCancel(t *testing.T) {
 		t.Errorf("target exit = %+v, want status 1 after the broken stream", exit)
 	}
 }
-

@@ -20,9 +20,10 @@ import (
 
 // qmpPeer is a test client of qmp-debug.sock that reads QMP lines in the background.
 type qmpPeer struct {
-	t     testing.TB
-	c     net.Conn
-	lines chan map[string]json.RawMessage
+	t       testing.TB
+	c       net.Conn
+	lines   chan map[string]json.RawMessage
+	backlog []map[string]json.RawMessage // read but not asked for yet (events vs replies race)
 }
 
 func dialDebug(t testing.TB, path string) *qmpPeer {
@@ -54,9 +55,15 @@ func (q *qmpPeer) send(cmd string) {
 	}
 }
 
-// next returns the next message that has key (skipping others, e.g. events while waiting
-// for a reply).
+// next returns the oldest message that has key; others stay queued for later calls (QEMU
+// sends a command's event, e.g. STOP, before or after its reply).
 func (q *qmpPeer) next(ctx context.Context, key string) (map[string]json.RawMessage, error) {
+	for i, m := range q.backlog {
+		if _, has := m[key]; has {
+			q.backlog = append(q.backlog[:i], q.backlog[i+1:]...)
+			return m, nil
+		}
+	}
 	for {
 		select {
 		case m, ok := <-q.lines:
@@ -66,6 +73,7 @@ func (q *qmpPeer) next(ctx context.Context, key string) (map[string]json.RawMess
 			if _, has := m[key]; has {
 				return m, nil
 			}
+			q.backlog = append(q.backlog, m)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for %q on qmp-debug.sock: %w", key, ctx.Err())
 		}

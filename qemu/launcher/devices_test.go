@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,8 +29,18 @@ func hotplugDisk(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	if _, err := rec.waitEvent(ctx, from, "disk added", isDevice(pb.DeviceEvent_ACTION_ADDED, "data1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := con.WaitLine(ctx, off, testguest.MarkerDiskAdded+" vd"); err != nil {
+	line, _, err := con.WaitLine(ctx, off, testguest.MarkerDiskAdded+" vd")
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The guest reads the disk (through the agent), so the block counters must move.
+	dev := "/dev/" + strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, testguest.MarkerDiskAdded):], testguest.MarkerDiskAdded))
+	if _, err := rec.waitEvent(ctx, 0, "agent connected", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.client.GuestExec(ctx, "/bin/sh", []string{"-c", "head -c 15 " + dev}, nil, 0)
+	if err != nil || string(r.GetStdout()) != testguest.DataDiskLabel {
+		t.Fatalf("read %s in the guest: %q %v", dev, r.GetStdout(), err)
 	}
 	if err := p.client.HotplugDisk(ctx, disk); !errors.Is(err, launcher.ErrDeviceExists) {
 		t.Errorf("second hotplug of data1: %v, want ErrDeviceExists", err)
@@ -49,7 +60,7 @@ func hotplugDisk(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	if i := slices.IndexFunc(st.GetBlock(), func(b *pb.BlockStats) bool { return b.GetId() == "data1" }); i < 0 {
 		t.Errorf("block stats lack data1: %v", st.GetBlock())
 	} else if st.GetBlock()[i].GetRdBytes() == 0 {
-		t.Errorf("data1 read 0 bytes although the guest scanned it: %v", st.GetBlock()[i])
+		t.Errorf("data1 read 0 bytes although the guest read it: %v", st.GetBlock()[i])
 	}
 	from, off = rec.len(), con.Len()
 	if err := p.client.UnplugDisk(ctx, "data1"); err != nil {

@@ -72,8 +72,14 @@ func buildBinary(t testing.TB, name string) string {
 		defer cancel()
 		// CGO_ENABLED=0: the launcher needs no libc (no DNS, no user lookups); a static binary
 		// saves ≈1.3 MiB RSS per launcher.
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.path, "github.com/vmlet/vmlet/cmd/"+name)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// VMLET_TEST_RACE=1 builds them with the race detector instead (needs cgo).
+		args := []string{"build", "-o", b.path}
+		env := append(os.Environ(), "CGO_ENABLED=0")
+		if os.Getenv("VMLET_TEST_RACE") == "1" {
+			args, env = append(args, "-race"), append(os.Environ(), "CGO_ENABLED=1")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "github.com/vmlet/vmlet/cmd/"+name)...)
+		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %w\n%s", name, err, out)
 		}
@@ -205,6 +211,9 @@ func (p *proc) cleanup() {
 	}
 	if socks := findSockets(t, p.runDir); len(socks) > 0 {
 		t.Errorf("launcher left sockets behind: %v", socks)
+	}
+	if strings.Contains(p.stderr.String(), "DATA RACE") { // VMLET_TEST_RACE=1 builds
+		t.Errorf("the race detector fired in the launcher")
 	}
 	if t.Failed() {
 		t.Logf("launcher stderr:\n%s", p.stderr.String())

@@ -3,6 +3,7 @@ package launcher_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -33,7 +34,8 @@ func vmctlCommands(t *testing.T, p *proc) {
 	if out := vmctl(t, p, "status"); !strings.Contains(out, "state:   RUNNING") || !strings.Contains(out, "accel:   tcg") {
 		t.Errorf("vmctl status:\n%s", out)
 	}
-	if out := vmctl(t, p, "status", "--json"); !strings.Contains(out, `"state": "STATE_RUNNING"`) {
+	var st struct{ State string }
+	if out := vmctl(t, p, "status", "--json"); json.Unmarshal([]byte(out), &st) != nil || st.State != "STATE_RUNNING" {
 		t.Errorf("vmctl status --json:\n%s", out)
 	}
 	if out := vmctl(t, p, "pause"); strings.TrimSpace(out) != "PAUSED" {

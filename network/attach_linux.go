@@ -47,7 +47,8 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, er
 	r.add(func() error { return RemovePlan(netnsPath, plan) })
 	a := &Attachment{netns: netnsPath, plan: plan}
 	for _, ip := range plan.Interfaces {
-		s, err := ServeDHCP(netnsPath, ip.Name, ip.DHCP, opts.OnLease, opts.Logger)
+		sopts := ServerOptions{Name: ip.Name, OnLease: opts.OnLease, Logger: opts.Logger}
+		s, err := ServeDHCP(netnsPath, ip.DHCP, sopts)
 		if err != nil {
 			return nil, fmt.Errorf("attach network: %w", err)
 		}
@@ -55,7 +56,7 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, er
 		a.servers = append(a.servers, s)
 		var s6 *DHCPServer
 		if ip.DHCP6 != nil {
-			if s6, err = ServeDHCPv6(netnsPath, ip.Name, *ip.DHCP6, opts.OnLease, opts.Logger); err != nil {
+			if s6, err = ServeDHCPv6(netnsPath, *ip.DHCP6, sopts); err != nil {
 				return nil, fmt.Errorf("attach network: %w", err)
 			}
 			r.add(s6.Close)

@@ -60,6 +60,14 @@ func TestBridgeBinding(t *testing.T) {
 		t.Errorf("Discover after the binding = %+v, want the original %+v", again, before)
 	}
 
+	// An agent restart creates the pod again: that must not take the address back.
+	if again, err := tn.CreatePod("vm-b"); err != nil || again.Addr != pod.Addr {
+		t.Errorf("CreatePod again = %+v, %v", again, err)
+	}
+	if addrs, _ := h.AddrList(eth0, netlink.FAMILY_V4); len(addrs) != 0 {
+		t.Errorf("CreatePod again gave the pod interface %v back", addrs)
+	}
+
 	serveGreeting(listenIn(t, guestNS, ":8080"))
 	got, err := exchange(clientNS, netip.AddrPortFrom(pod.Addr.Addr(), 8080).String())
 	if want := fmt.Sprintf("hello %s\n", clientIP); err != nil || got != want {

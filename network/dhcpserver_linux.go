@@ -20,7 +20,6 @@ import (
 // (ServeDHCPv6). It runs in the calling process: its socket is created inside the launcher's
 // netns, bound to the bridge, and keeps working from any goroutine.
 type DHCPServer struct {
-	name    string
 	iface   string
 	conn    *net.UDPConn
 	handle  func(req []byte, peer net.Addr) dhcpResult
@@ -42,12 +41,20 @@ type dhcpResult struct {
 	lease Lease // with eventAcked
 }
 
-// ServeDHCP starts a DHCPv4 server for cfg in the network namespace at netnsPath. name is the
-// interface's logical name (reported in leases). onLease, if not nil, is called (from the
-// server's goroutine) after every ACK. Close stops it.
+// ServerOptions configure ServeDHCP and ServeDHCPv6.
+type ServerOptions struct {
+	// Name is the interface's logical name, reported in leases.
+	Name string
+	// OnLease, if set, is called from the server's goroutine after every acknowledged lease.
+	OnLease func(Lease)
+	Logger  *slog.Logger
+}
+
+// ServeDHCP starts a DHCPv4 server for cfg in the network namespace at netnsPath. Close stops
+// it.
 //
 // Equivalent to: a single-host `dnsmasq --dhcp-host=MAC,ADDR` bound to the bridge.
-func ServeDHCP(netnsPath, name string, cfg DHCPConfig, onLease func(Lease), log *slog.Logger) (*DHCPServer, error) {
+func ServeDHCP(netnsPath string, cfg DHCPConfig, opts ServerOptions) (*DHCPServer, error) {
 	var conn *net.UDPConn
 	err := doInNetns(netnsPath, func() (err error) {
 		conn, err = server4.NewIPv4UDPConn(cfg.Interface, &net.UDPAddr{Port: dhcpv4.ServerPort})
@@ -72,11 +79,11 @@ func ServeDHCP(netnsPath, name string, cfg DHCPConfig, onLease func(Lease), log 
 		}
 		if ev == eventAcked {
 			now := time.Now()
-			r.lease = Lease{Interface: name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Hostname: req.HostName(), Acked: now, Expires: now.Add(cfg.LeaseTime)}
+			r.lease = Lease{Interface: opts.Name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Hostname: req.HostName(), Acked: now, Expires: now.Add(cfg.LeaseTime)}
 		}
 		return r
 	}
-	return startServer(name, cfg.Interface, conn, handle, onLease, log), nil
+	return startServer(cfg.Interface, conn, handle, opts), nil
 }
 
 // ServeDHCPv6 starts a stateful DHCPv6 server for cfg in the network namespace at netnsPath
@@ -84,7 +91,7 @@ func ServeDHCP(netnsPath, name string, cfg DHCPConfig, onLease func(Lease), log 
 // ff02::1:2 on the bridge. Like ServeDHCP otherwise.
 //
 // Equivalent to: `dnsmasq --dhcp-range=ADDR,ADDR` in IPv6 stateful mode on the bridge.
-func ServeDHCPv6(netnsPath, name string, cfg DHCPv6Config, onLease func(Lease), log *slog.Logger) (*DHCPServer, error) {
+func ServeDHCPv6(netnsPath string, cfg DHCPv6Config, opts ServerOptions) (*DHCPServer, error) {
 	var conn *net.UDPConn
 	err := doInNetns(netnsPath, func() error {
 		ifi, err := net.InterfaceByName(cfg.Interface)
@@ -121,19 +128,20 @@ func ServeDHCPv6(netnsPath, name string, cfg DHCPv6Config, onLease func(Lease), 
 		}
 		if ev == eventAcked {
 			now := time.Now()
-			r.lease = Lease{Interface: name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Acked: now, Expires: now.Add(cfg.LeaseTime)}
+			r.lease = Lease{Interface: opts.Name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Acked: now, Expires: now.Add(cfg.LeaseTime)}
 		}
 		return r
 	}
-	return startServer(name, cfg.Interface, conn, handle, onLease, log), nil
+	return startServer(cfg.Interface, conn, handle, opts), nil
 }
 
-func startServer(name, iface string, conn *net.UDPConn, handle func([]byte, net.Addr) dhcpResult, onLease func(Lease), log *slog.Logger) *DHCPServer {
+func startServer(iface string, conn *net.UDPConn, handle func([]byte, net.Addr) dhcpResult, opts ServerOptions) *DHCPServer {
+	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &DHCPServer{
-		name: name, iface: iface, conn: conn, handle: handle, onLease: onLease,
+		iface: iface, conn: conn, handle: handle, onLease: opts.OnLease,
 		log:     log.With("dhcp", iface),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),

@@ -148,7 +148,8 @@ func podSideExists(pod PodNetwork) bool {
 	return err == nil && l.Type() == "veth"
 }
 
-// configurePodSide gives the pod end its address and default route and sets it up.
+// configurePodSide gives the pod end its address and default route and sets it up, unless a
+// bridge binding has taken it over (its address now belongs to the guest).
 func configurePodSide(pod PodNetwork) error {
 	h, done, err := nsHandle(pod.NetnsPath)
 	if err != nil {
@@ -158,6 +159,9 @@ func configurePodSide(pod PodNetwork) error {
 	l, err := h.LinkByName(pod.Interface)
 	if err != nil {
 		return fmt.Errorf("find %s in pod: %w", pod.Interface, err)
+	}
+	if _, taken := parseBridgeAlias(pod.Interface, l.Attrs().Alias); taken {
+		return nil
 	}
 	if err := h.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(pod.Addr)}); err != nil {
 		return fmt.Errorf("add pod address %s: %w", pod.Addr, err)

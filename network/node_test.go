@@ -128,3 +128,30 @@ func TestNodeNameCollision(t *testing.T) {
 		t.Errorf("tables after failed CreatePod = %v", got)
 	}
 }
+
+// TestNodeConcurrentPods: pods created at the same time get distinct addresses.
+func TestNodeConcurrentPods(t *testing.T) {
+	tn := newTestNode(t)
+	const n = 8
+	addrs := make(chan netip.Prefix, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			p, err := tn.CreatePod(fmt.Sprintf("pod-%d", i))
+			addrs <- p.Addr
+			errs <- err
+		}()
+	}
+	seen := map[netip.Prefix]bool{}
+	for range n {
+		must(t, <-errs)
+		a := <-addrs
+		if seen[a] {
+			t.Errorf("address %s given twice", a)
+		}
+		seen[a] = true
+	}
+	for i := range n {
+		must(t, tn.DeletePod(fmt.Sprintf("pod-%d", i)))
+	}
+}

@@ -101,6 +101,7 @@ type testVM struct {
 	logs    *syncBuf
 	agentMu sync.Mutex
 	qga     *qga.Agent
+	stopped sync.Once
 }
 
 type syncBuf struct {
@@ -163,8 +164,12 @@ func startGuest(t testing.TB, spec *Spec) *testVM {
 }
 
 // stop kills QEMU if it still runs and checks the aftermath: reaped, console closed, sockets
-// and the QMP socket gone. Logs everything when the test failed.
+// and the QMP socket gone. Logs everything when the test failed. Only the first call acts.
 func (tv *testVM) stop(t testing.TB) {
+	tv.stopped.Do(func() { tv.doStop(t) })
+}
+
+func (tv *testVM) doStop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if tv.qga != nil {

@@ -92,9 +92,9 @@ func TestBootPowerdown(t *testing.T) {
 	}
 }
 
-// TestPauseStopsGuestClock: while paused the guest's clock stands still. The guest's uptime
-// advances by about the host's elapsed time minus the paused window.
-func TestPauseStopsGuestClock(t *testing.T) {
+// TestPauseResetKill: while paused the guest's clock stands still (its uptime advances by the
+// host's elapsed time minus the paused window); Reset reboots it; Kill is a crash by us.
+func TestPauseResetKill(t *testing.T) {
 	vm := startGuest(t, guestSpec(t, guestOpts{}))
 	vm.waitReady(t)
 	ctx := ctxT(t, opTimeout)
@@ -131,6 +131,16 @@ func TestPauseStopsGuestClock(t *testing.T) {
 	}
 	if guestDelta <= 0 {
 		t.Fatalf("guest clock did not advance at all (%.2fs): it did not resume", guestDelta)
+	}
+
+	// Reset reboots the guest: READY a second time, and its tmpfs starts empty.
+	vm.sh(t, "touch /tmp/before-reset")
+	if err := vm.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vm.waitReady(t)
+	if out := vm.sh(t, "ls /tmp"); strings.Contains(out, "before-reset") {
+		t.Errorf("/tmp after Reset still has the file written before: the guest did not reboot")
 	}
 
 	// Kill: classified as a crash caused by us.

@@ -1,0 +1,86 @@
+package qemu
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/qemu/qmp"
+)
+
+// Benchmarks (numbers are reported, never asserted). Run them one at a time on a quiet machine:
+//
+//	go test -run '^$' -bench . -benchtime 3x ./qemu/
+
+// BenchmarkStartToQMPReady: Start until QMP is connected and the (paused) guest is set up.
+func BenchmarkStartToQMPReady(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		spec := guestSpec(b, guestOpts{hotplugPorts: 4})
+		spec.StartPaused = true
+		b.StartTimer()
+		vm := startGuest(b, spec)
+		b.StopTimer()
+		vm.stop(b)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkStartToGuestReady: Start until the guest prints its READY marker (boot under the
+// host's accelerator choice as the tests use it: TCG here).
+func BenchmarkStartToGuestReady(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		spec := guestSpec(b, guestOpts{})
+		b.StartTimer()
+		vm := startGuest(b, spec)
+		vm.waitReady(b)
+		b.StopTimer()
+		vm.stop(b)
+		b.StartTimer()
+	}
+}
+
+func BenchmarkMigration256M(b *testing.B) { benchMigration(b, 256) }
+func BenchmarkMigration1G(b *testing.B)   { benchMigration(b, 1024) }
+
+// benchMigration migrates an idle guest of memMiB over a unix socket with max-bandwidth
+// raised (1 GiB/s) and reports QEMU's total-time and downtime plus the switchover seen from
+// outside: from the source's STOP event to the target's RESUME event.
+func benchMigration(b *testing.B, memMiB int) {
+	var total, down, switchover time.Duration
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		src := startGuest(b, guestSpec(b, guestOpts{memoryMiB: memMiB}))
+		src.waitReady(b)
+		dst := startTarget(b, src)
+		stop := src.Monitor().Expect(qmp.EventNamed("STOP"))
+		resume := dst.Monitor().Expect(qmp.EventNamed("RESUME"))
+		b.StartTimer()
+		res := migration{params: MigrationParams{MaxBandwidth: 1 << 30}}.run(b, src, dst)
+		b.StopTimer()
+		ctx := ctxT(b, opTimeout)
+		se, err := stop.Wait(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		re, err := resume.Wait(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stop.Cancel()
+		resume.Cancel()
+		total += res.src.TotalTime
+		down += res.src.Downtime
+		switchover += re.Timestamp.Sub(se.Timestamp)
+		n++
+		src.stop(b)
+		dst.stop(b)
+		b.StartTimer()
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
+	b.ReportMetric(ms(total), "total-ms")
+	b.ReportMetric(ms(down), "downtime-ms")
+	b.ReportMetric(ms(switchover), "stop-to-resume-ms")
+	b.ReportMetric(0, "ns/op") // wall time per op includes boots: not meaningful
+}

@@ -133,8 +133,11 @@ func (a *Attachment) Status() []InterfaceStatus {
 	return out
 }
 
-// Close stops the DHCP servers; the kernel state stays (a guest keeps its address until the
-// lease expires). Use Detach to remove everything.
+// Close stops the DHCP and router advertisement servers; the kernel state stays (a guest keeps
+// its address until the lease expires). When the pod goes away, Close and then
+// Node.DeletePod is the fast teardown: once nothing refers to the netns any more (QEMU exited,
+// servers closed) the kernel destroys it with its taps, bridges and tables. Use Detach to
+// remove the binding from a netns that stays.
 func (a *Attachment) Close() error {
 	var errs []error
 	for _, s := range a.servers {

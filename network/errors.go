@@ -31,6 +31,8 @@ var (
 	ErrNameCollision = errors.New("link name taken by another owner")
 	// ErrNoPodAddress: the pod interface has no IPv4 address (or no default route) to use.
 	ErrNoPodAddress = errors.New("pod interface has no usable address")
+	// ErrNotTap: OpenTap's link exists but is not a tap.
+	ErrNotTap = errors.New("link is not a tap")
 	// ErrClosed: the DHCP server or attachment was closed.
 	ErrClosed = errors.New("closed")
 )

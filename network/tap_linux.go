@@ -1,7 +1,6 @@
 package network
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -13,9 +12,6 @@ import (
 // open file (multiqueue, also with one queue) and a virtio-net header (what QEMU's virtio-net
 // expects for offloads).
 const tapFlags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_MULTI_QUEUE | unix.IFF_VNET_HDR
-
-// ErrNotTap means OpenTap's link exists but is not a tap.
-var ErrNotTap = errors.New("link is not a tap")
 
 // createTap creates a persistent multiqueue vnet_hdr tap in the namespace at nsPath and
 // closes the queue file the creation opened. Taps are created by an ioctl on /dev/net/tun,

@@ -1,4 +1,29 @@
 // Package qemu is the hypervisor driver: it turns a domain spec (plain Go structs) into a QEMU
 // command line, starts and supervises the QEMU process, and drives lifecycle, hotplug and live
 // migration over QMP. No libvirt, no Kubernetes types.
+//
+// It owns:
+//   - the domain spec (Spec, Disk, NIC, ...) and its validation (Validate): restricted id
+//     alphabets, so nothing from a spec can inject a QEMU option;
+//   - the pure argv builder (BuildArgv, golden-tested): the guest is created stopped (-S),
+//     the QMP, serial and guest-agent sockets are bound by vmlet and inherited as listening
+//     fds, kernel/initrd paths that are not plain go as /dev/fd/N, and disks and NICs are not
+//     on the command line at all;
+//   - Start, a named step list (validate, prepare-files, exec-qemu, connect-qmp,
+//     attach-devices, cont) whose failing step is reported by name and whose completed steps
+//     are undone; disks and NICs are attached over QMP as JSON (blockdev-add + device_add,
+//     getfd + netdev_add + device_add) by the same code for cold plug, hotplug and migration
+//     targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
+//     device_add on it even before the guest starts; they go on the command line as JSON;
+//   - the VM: one goroutine owns cmd.Wait, the exit is classified (guest shutdown, host quit,
+//     crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
+//     Kill), hotplug (AddDisk, RemoveDisk, AddNIC, RemoveNIC) with PCIe root-port bookkeeping,
+//     and migration (caps, params, incoming/outgoing over tcp, unix or fds, progress, cancel,
+//     post-copy, completion stats).
+//
+// The accelerator is KVM only when package accel says KVM is really usable, else TCG; Info
+// reports which and why. Under TCG, auto-converge is refused (see SetMigrationCaps).
+//
+// QMP and guest-agent protocol code lives in qemu/qmp and qemu/qga; the per-VM launcher that
+// wires this package to the node agent lives in qemu/launcher.
 package qemu

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 // the tap, and unplug removes it.
 func TestNICHotplug(t *testing.T) {
 	prereq.Root(t)
-	tap, ns := tapInNewNetns(t, "vmtap0")
-	vm := startGuest(t, guestSpec(t, guestOpts{hotplugPorts: 1}))
+	taps, ns := tapInNewNetns(t, "vmtap0", 1)
+	tap := taps[0]
+	// Two vCPUs: the guest uses min(queues, cpus) queue pairs.
+	vm := startGuest(t, guestSpec(t, guestOpts{hotplugPorts: 2, mutate: func(s *Spec) { s.CPU.Cores = 2 }}))
 	vm.waitReady(t)
 	ctx := ctxT(t, opTimeout)
 
@@ -49,6 +52,21 @@ func TestNICHotplug(t *testing.T) {
 		t.Errorf("duplicate AddNIC = %v, want ErrDeviceExists", err)
 	}
 
+	// A multiqueue tap: one fd per queue, passed together (netdev_add fds=a:b).
+	mq, _ := tapInNewNetns(t, "vmtap1", 2)
+	from = vm.console.Len()
+	if err := vm.AddNIC(ctx, NIC{ID: "net2", MAC: "52:54:00:ab:cd:02", TapFDs: mq}); err != nil {
+		t.Fatal(err)
+	}
+	line, _, err := vm.console.WaitLine(ctx, from, testguest.MarkerNICAdded+" eth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth := strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, testguest.MarkerNICAdded):], testguest.MarkerNICAdded))
+	if got := vm.sh(t, "ls /sys/class/net/"+eth+"/queues | grep -c rx-"); got != "2" {
+		t.Errorf("guest %s has %s rx queues, want 2", eth, got)
+	}
+
 	from = vm.console.Len()
 	if err := vm.RemoveNIC(ctx, "net1"); err != nil {
 		t.Fatal(err)
@@ -61,20 +79,20 @@ func TestNICHotplug(t *testing.T) {
 	if err := vm.Monitor().Execute(ctx, "netdev_del", map[string]any{"id": netdevID("net1")}, nil); !errors.As(err, &qe) {
 		t.Errorf("netdev_del after RemoveNIC = %v, want a QMP error (netdev gone)", err)
 	}
-	if len(vm.NICs()) != 0 {
-		t.Errorf("NICs() = %+v after unplug", vm.NICs())
+	if n := vm.NICs(); len(n) != 1 || n[0].ID != "net2" {
+		t.Errorf("NICs() = %+v after unplugging net1, want only net2", n)
 	}
 }
 
-// tapInNewNetns creates a network namespace and in it a tap named name, up, and returns an
-// open queue fd of it and the namespace. Both are closed by t.Cleanup, which makes the
+// tapInNewNetns creates a network namespace and in it a multiqueue tap named name with queues
+// queues, up, and returns its queue fds and the namespace. Both are closed by t.Cleanup, which makes the
 // namespace and the tap disappear. NOTES: a tap lands in the namespace of the thread that
 // opens /dev/net/tun, so this runs on a locked thread switched into the new namespace; the
 // thread is never unlocked, so Go discards it instead of reusing it elsewhere.
-func tapInNewNetns(t testing.TB, name string) (*os.File, netns.NsHandle) {
+func tapInNewNetns(t testing.TB, name string, queues int) ([]*os.File, netns.NsHandle) {
 	t.Helper()
 	type result struct {
-		tap *os.File
+		tap []*os.File
 		ns  netns.NsHandle
 		err error
 	}
@@ -89,7 +107,7 @@ func tapInNewNetns(t testing.TB, name string) (*os.File, netns.NsHandle) {
 		link := &netlink.Tuntap{
 			LinkAttrs:  netlink.LinkAttrs{Name: name},
 			Mode:       netlink.TUNTAP_MODE_TAP,
-			Queues:     1,
+			Queues:     queues,
 			Flags:      netlink.TUNTAP_MULTI_QUEUE_DEFAULTS | netlink.TUNTAP_VNET_HDR,
 			NonPersist: true,
 		}
@@ -99,19 +117,23 @@ func tapInNewNetns(t testing.TB, name string) (*os.File, netns.NsHandle) {
 			return
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
-			link.Fds[0].Close()
+			for _, f := range link.Fds {
+				f.Close()
+			}
 			ns.Close()
 			ch <- result{err: err}
 			return
 		}
-		ch <- result{tap: link.Fds[0], ns: ns}
+		ch <- result{tap: link.Fds, ns: ns}
 	}()
 	r := <-ch
 	if r.err != nil {
 		t.Fatalf("create tap in a new netns: %v", r.err)
 	}
 	t.Cleanup(func() {
-		r.tap.Close()
+		for _, f := range r.tap {
+			f.Close()
+		}
 		r.ns.Close()
 	})
 	return r.tap, r.ns

@@ -75,9 +75,9 @@ test: deps assets ## Run the whole test suite against real QEMU, kernel and API 
 	go test $(GO_TEST_FLAGS) -p $(GO_TEST_P) -json $(PKGS) | go run ./hack/testreport
 
 .PHONY: bench
-bench: deps assets ## Run the Go benchmarks (libvirt side-by-side comparison: not yet, issue 9).
-	@echo "bench: Go micro-benchmarks only; the libvirt comparison harness is not built yet (issue 9)." >&2
-	go test -run '^$$' -bench . -benchtime 20x -count 1 -p 1 ./...
+bench: deps assets ## Run the Go benchmarks and regenerate BENCHMARKS.md (libvirt side by side: not yet).
+	@echo "bench: vmlet's own benchmarks; the libvirt side-by-side harness is not built yet." >&2
+	@hack/bench.sh
 
 .PHONY: e2e
 e2e: ## End-to-end suite on a real kubelet: not built yet (later issue); says so and fails.

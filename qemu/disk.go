@@ -3,7 +3,6 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // AddDisk hotplugs a disk: blockdev-add of its file and format nodes, then device_add of a
@@ -89,7 +88,3 @@ func (vm *VM) RemoveDisk(ctx context.Context, id string) error {
 	vm.log.Info("disk detached", "id", id)
 	return nil
 }
-
-// revertTimeout bounds each undo command: undo runs after a failure, often because ctx ended,
-// so it gets its own short deadline.
-const revertTimeout = 5 * time.Second

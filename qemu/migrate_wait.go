@@ -129,11 +129,17 @@ func (vm *VM) WaitMigration(ctx context.Context, progress func(MigrationInfo)) (
 	}
 }
 
-// statsPoll is the query-migrate interval while waiting for the completion stats.
-const statsPoll = 5 * time.Millisecond
+// statsPoll is the query-migrate interval while waiting for the completion stats, and
+// statsWait the longest wait for them (QEMU fills them within ≈100 ms).
+const (
+	statsPoll = 5 * time.Millisecond
+	statsWait = 5 * time.Second
+)
 
 // completedStats re-reads query-migrate until total-time is set: no event announces it.
 func (vm *VM) completedStats(ctx context.Context, m MigrationInfo) (MigrationInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, statsWait)
+	defer cancel()
 	t := time.NewTicker(statsPoll)
 	defer t.Stop()
 	for m.TotalTime == 0 {

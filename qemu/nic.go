@@ -90,12 +90,3 @@ func (vm *VM) getfd(ctx context.Context, name string, f *os.File) error {
 	}
 	return nil
 }
-
-// undo runs an undo command with its own short deadline and logs a failure.
-func (vm *VM) undo(cmd string, args any) {
-	ctx, cancel := context.WithTimeout(context.Background(), revertTimeout)
-	defer cancel()
-	if err := vm.execute(ctx, cmd, args, nil); err != nil {
-		vm.log.Warn("undo failed", "cmd", cmd, "err", err)
-	}
-}

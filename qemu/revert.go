@@ -1,5 +1,10 @@
 package qemu
 
+import (
+	"context"
+	"time"
+)
+
 // reverter collects undo steps of a multi-step side effect and runs them, newest first, unless
 // success was called (the incus shared/revert pattern):
 //
@@ -28,3 +33,16 @@ func (r *reverter) fail() {
 
 // success disarms fail.
 func (r *reverter) success() { r.done = true }
+
+// undo runs an undo command with its own short deadline and logs a failure.
+func (vm *VM) undo(cmd string, args any) {
+	ctx, cancel := context.WithTimeout(context.Background(), revertTimeout)
+	defer cancel()
+	if err := vm.execute(ctx, cmd, args, nil); err != nil {
+		vm.log.Warn("undo failed", "cmd", cmd, "err", err)
+	}
+}
+
+// revertTimeout bounds each undo command: undo runs after a failure, often because ctx ended,
+// so it gets its own short deadline.
+const revertTimeout = 5 * time.Second

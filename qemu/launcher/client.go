@@ -162,7 +162,8 @@ func (c *Client) CancelMigration(ctx context.Context) error {
 }
 
 // FinalizeMigration waits (up to timeout, 0: 5 min) for the migration to complete; the source
-// then stops QEMU, the target runs the guest.
+// then stops QEMU, the target runs the guest (use API() with keep_paused for a guest that was
+// paused on the source).
 func (c *Client) FinalizeMigration(ctx context.Context, timeout time.Duration) (*pb.MigrationStatus, error) {
 	r, err := c.api.FinalizeMigration(ctx, &pb.FinalizeMigrationRequest{TimeoutMs: timeout.Milliseconds()})
 	return r.GetStatus(), wrap("finalize migration", err)

@@ -38,6 +38,9 @@ var (
 	ErrAgentCommand = errors.New("guest agent command failed")
 	// ErrMigrationFailed: the migration ended failed or cancelled.
 	ErrMigrationFailed = errors.New("migration failed")
+	// ErrUnsafe: the operation is known to damage the guest in this configuration (e.g.
+	// auto-converge under TCG, see qemu.VM.SetMigrationCaps).
+	ErrUnsafe = errors.New("unsafe in this configuration")
 	// ErrQMP: QEMU answered a command with a QMP error (RemoteError.Metadata["class"]).
 	ErrQMP = errors.New("qmp command failed")
 	// ErrQEMUExited: QEMU is gone; the launcher is about to exit.

@@ -19,8 +19,9 @@ const (
 	// told to quit (or killed), or the Kill RPC was called.
 	ExitForced = 3
 	// ExitQEMUDied: QEMU ended without the launcher asking: it crashed, was killed from
-	// outside, exited with an error, or quit on a command the launcher did not send (e.g.
-	// "quit" typed on qmp-debug.sock).
+	// outside, exited with an error (a migration target does when the incoming migration
+	// fails or is cancelled), or quit on a command the launcher did not send (e.g. "quit"
+	// typed on qmp-debug.sock).
 	ExitQEMUDied = 4
 )
 
@@ -28,7 +29,8 @@ const (
 type Exit struct {
 	Code int
 	// Reason: "guest-shutdown", "migrated", "no-domain", "forced", "killed", "crashed",
-	// "qemu-quit", "startup-failed", "api-failed".
+	// "qemu-quit", "migration-failed" (a target whose incoming migration failed),
+	// "startup-failed", "api-failed".
 	Reason string
 	// Detail is human text (QEMU's exit status, signal, stderr tail).
 	Detail string
@@ -46,11 +48,14 @@ const (
 	stopMigrated            // FinalizeMigration on the source
 )
 
-// classifyExit maps the driver's exit classification and the launcher's intent to an Exit.
-// It is pure.
-func classifyExit(info qemu.ExitInfo, intent stopIntent) Exit {
+// classifyExit maps the driver's exit classification and the launcher's intent to an Exit;
+// incomingPending says the domain was a migration target whose migration had not completed
+// (QEMU then exits by itself when the stream fails). It is pure.
+func classifyExit(info qemu.ExitInfo, intent stopIntent, incomingPending bool) Exit {
 	ex := Exit{QEMU: &info, Detail: exitDetail(info)}
 	switch {
+	case intent == stopNone && incomingPending:
+		ex.Code, ex.Reason = ExitQEMUDied, "migration-failed"
 	case intent == stopMigrated && (info.Reason != qemu.ExitCrash || info.Killed):
 		ex.Code, ex.Reason = ExitOK, "migrated"
 	case info.Reason == qemu.ExitGuestShutdown:

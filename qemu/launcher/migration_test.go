@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,10 +50,14 @@ func TestMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &pb.MigrationOptions{AutoConverge: true, DowntimeMs: 300}
+	opts := &pb.MigrationOptions{DowntimeMs: 300, BandwidthBytesPerSec: 1 << 30}
 	uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Auto-converge corrupts TCG guests (see qemu.VM.SetMigrationCaps): refused, source intact.
+	if err := src.client.Migrate(ctx, uri, &pb.MigrationOptions{AutoConverge: true}); !errors.Is(err, launcher.ErrUnsafe) {
+		t.Errorf("migrate with auto-converge under tcg: %v, want ErrUnsafe", err)
 	}
 	if td, err := dst.client.GetDomain(ctx); err != nil || td.GetState() != pb.State_STATE_MIGRATING_IN {
 		t.Fatalf("target state %v (%v), want MIGRATING_IN", td.GetState(), err)
@@ -128,4 +133,133 @@ func TestMigration(t *testing.T) {
 		t.Errorf("target launcher exit %d (%v), want 0", code, err)
 	}
 	dst.assertClean(t)
+}
+
+// migrationPair boots a migratable guest on a source launcher, waits for its agent, writes a
+// marker file, and starts a target launcher.
+func migrationPair(t *testing.T, name string) (src, dst *proc, srcRec, dstRec *recorder) {
+	t.Helper()
+	src = startLauncher(t, launchOpts{})
+	dst = startLauncher(t, launchOpts{})
+	srcRec, dstRec = watch(t, src.client, 0), watch(t, dst.client, 0)
+	spec := guestSpec(t, name)
+	spec.Migratable = true
+	syncGuest(t, src, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
+	defer cancel()
+	if _, err := srcRec.waitEvent(ctx, 0, "agent connected", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := src.client.GuestExec(ctx, "/bin/sh", []string{"-c", "echo " + name + " > /tmp/mig.txt"}, nil, 0); err != nil || r.GetExitCode() != 0 {
+		t.Fatalf("write file in guest: %v %v", r, err)
+	}
+	return src, dst, srcRec, dstRec
+}
+
+// TestMigrationPostcopy: a post-copy migration (the guest switches to the target right after
+// the migration starts and pulls its memory on demand) keeps the guest and its files.
+func TestMigrationPostcopy(t *testing.T) {
+	src, dst, srcRec, dstRec := migrationPair(t, "postcopy")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d, err := src.client.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &pb.MigrationOptions{Postcopy: true}
+	uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.client.Migrate(ctx, uri, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.client.FinalizeMigration(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := src.client.FinalizeMigration(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("postcopy migration: total %d ms, downtime %d ms, postcopy requests %d", st.GetTotalTimeMs(),
+		st.GetDowntimeMs(), st.GetPostcopyRequests())
+	if _, err := srcRec.waitEvent(ctx, 0, "postcopy-active", isMigration("postcopy-active")); err != nil {
+		t.Error(err)
+	}
+	if code, err := src.wait(ctx); err != nil || code != launcher.ExitOK {
+		t.Errorf("source exit %d %v, want 0", code, err)
+	}
+	if _, err := dstRec.waitEvent(ctx, 0, "target agent", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dst.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
+	if err != nil || string(r.GetStdout()) != "postcopy\n" {
+		t.Errorf("read file after migration: %q %v", r.GetStdout(), err)
+	}
+	src.assertClean(t)
+}
+
+// TestMigrationCancel: a slow multifd migration (1 MiB/s) is cancelled: the source keeps
+// running and reports "cancelled", FinalizeMigration fails with ErrMigrationFailed, and the
+// target's QEMU gives up, so its launcher exits with reason migration-failed.
+func TestMigrationCancel(t *testing.T) {
+	src, dst, srcRec, dstRec := migrationPair(t, "cancel")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d, err := src.client.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &pb.MigrationOptions{MultifdChannels: 2, BandwidthBytesPerSec: 1 << 20}
+	uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.qemu = int(mustDomain(t, dst).GetPid())
+	if err := src.client.Migrate(ctx, uri, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srcRec.waitEvent(ctx, 0, "active", isMigration("active")); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.client.CancelMigration(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.client.FinalizeMigration(ctx, 0); !errors.Is(err, launcher.ErrMigrationFailed) {
+		t.Errorf("finalize after cancel: %v, want ErrMigrationFailed", err)
+	}
+	st, err := src.client.GetMigrationStatus(ctx)
+	if err != nil || st.GetStatus() != "cancelled" || st.GetRole() != "source" {
+		t.Errorf("migration status %v (%v), want source/cancelled", st, err)
+	}
+	if d, err := src.client.GetDomain(ctx); err != nil || d.GetState() != pb.State_STATE_RUNNING {
+		t.Errorf("source after cancel: %v %v, want RUNNING", d.GetState(), err)
+	}
+	if err := src.client.GuestPing(ctx); err != nil {
+		t.Errorf("source guest after cancel: %v", err)
+	}
+	code, err := dst.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != launcher.ExitQEMUDied {
+		t.Errorf("target launcher exit %d, want %d", code, launcher.ExitQEMUDied)
+	}
+	if _, err := dstRec.waitEvent(ctx, 0, "migration-failed", func(e *pb.Event) bool {
+		return e.GetLifecycle().GetReason() == "migration-failed"
+	}); err != nil {
+		t.Error(err)
+	}
+	dst.assertClean(t)
+}
+
+func mustDomain(t *testing.T, p *proc) *pb.Domain {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := p.client.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

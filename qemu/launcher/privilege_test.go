@@ -90,4 +90,3 @@ func procUID(t *testing.T, pid int) int {
 	t.Fatalf("no Uid line for pid %d", pid)
 	return -1
 }
-

@@ -42,25 +42,29 @@ func TestMapStatus(t *testing.T) {
 
 func TestClassifyExit(t *testing.T) {
 	cases := []struct {
-		name   string
-		info   qemu.ExitInfo
-		intent stopIntent
-		code   int
-		reason string
+		name     string
+		info     qemu.ExitInfo
+		intent   stopIntent
+		code     int
+		reason   string
+		incoming bool
 	}{
-		{"guest powered off by itself", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopNone, ExitOK, "guest-shutdown"},
-		{"guest powered off after sigterm", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopShutdown, ExitOK, "guest-shutdown"},
-		{"grace ran out, quit", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopShutdown, ExitForced, "forced"},
-		{"grace ran out, killed", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true, Signal: syscall.SIGKILL}, stopShutdown, ExitForced, "forced"},
-		{"kill rpc", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true, Signal: syscall.SIGKILL}, stopKill, ExitForced, "killed"},
-		{"killed from outside", qemu.ExitInfo{Reason: qemu.ExitCrash, Signal: syscall.SIGKILL}, stopNone, ExitQEMUDied, "crashed"},
-		{"qemu failed", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopNone, ExitQEMUDied, "crashed"},
-		{"quit typed on qmp-debug", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopNone, ExitQEMUDied, "qemu-quit"},
-		{"migrated away", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopMigrated, ExitOK, "migrated"},
-		{"crash during the migrated quit", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopMigrated, ExitQEMUDied, "crashed"},
+		{"guest powered off by itself", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopNone, ExitOK, "guest-shutdown", false},
+		{"guest powered off after sigterm", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopShutdown, ExitOK, "guest-shutdown", false},
+		{"grace ran out, quit", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopShutdown, ExitForced, "forced", false},
+		{"grace ran out, killed", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true, Signal: syscall.SIGKILL}, stopShutdown, ExitForced, "forced", false},
+		{"kill rpc", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true, Signal: syscall.SIGKILL}, stopKill, ExitForced, "killed", false},
+		{"killed from outside", qemu.ExitInfo{Reason: qemu.ExitCrash, Signal: syscall.SIGKILL}, stopNone, ExitQEMUDied, "crashed", false},
+		{"qemu failed", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopNone, ExitQEMUDied, "crashed", false},
+		{"quit typed on qmp-debug", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopNone, ExitQEMUDied, "qemu-quit", false},
+		{"migrated away", qemu.ExitInfo{Reason: qemu.ExitHostQuit}, stopMigrated, ExitOK, "migrated", false},
+		{"crash during the migrated quit", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopMigrated, ExitQEMUDied, "crashed", false},
+		{"target whose migration failed", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopNone, ExitQEMUDied, "migration-failed", true},
+		{"target killed while waiting", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true}, stopKill, ExitForced, "killed", true},
+		{"migrated target powered off", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopNone, ExitOK, "guest-shutdown", false},
 	}
 	for _, c := range cases {
-		ex := classifyExit(c.info, c.intent)
+		ex := classifyExit(c.info, c.intent, c.incoming)
 		if ex.Code != c.code || ex.Reason != c.reason {
 			t.Errorf("%s: %d/%s, want %d/%s", c.name, ex.Code, ex.Reason, c.code, c.reason)
 		}

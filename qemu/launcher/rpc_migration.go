@@ -143,7 +143,9 @@ func (l *Launcher) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrat
 	var info qemu.MigrationInfo
 	switch role {
 	case roleTarget:
-		info, err = d.vm.WaitIncoming(ctx, true)
+		// The target QEMU never runs the guest by itself (-S): WaitIncoming resumes it as soon
+		// as that is safe (post-copy start or completion) unless the source was paused.
+		info, err = d.vm.WaitIncoming(ctx, !req.GetKeepPaused())
 	case roleSource:
 		info, err = d.vm.WaitMigration(ctx, nil)
 	default:

@@ -35,6 +35,7 @@ var reasons = []struct {
 	{"NOT_HOTPLUGGABLE", codes.FailedPrecondition, ErrNotHotpluggable, []error{qemu.ErrNotHotpluggable}},
 	{"AGENT_NOT_CONNECTED", codes.FailedPrecondition, ErrAgentNotConnected, nil},
 	{"AGENT_ERROR", codes.Aborted, ErrAgentCommand, nil},
+	{"UNSAFE", codes.FailedPrecondition, ErrUnsafe, []error{qemu.ErrUnsafe}},
 	{"MIGRATION_FAILED", codes.Aborted, ErrMigrationFailed, []error{qemu.ErrMigrationFailed}},
 	{"QEMU_EXITED", codes.FailedPrecondition, ErrQEMUExited, []error{qemu.ErrExited, qmp.ErrDisconnected}},
 	{"TERMINATING", codes.Unavailable, ErrTerminating, nil},

@@ -2479,8 +2479,11 @@ func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
 }
 
 type FinalizeMigrationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TimeoutMs     int64                  `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // how long to wait for completion; 0: 5 minutes
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TimeoutMs int64                  `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // how long to wait for completion; 0: 5 minutes
+	// keep_paused (target only): leave the guest paused after the migration, for a guest that
+	// was paused on the source. By default the target resumes it as soon as that is safe.
+	KeepPaused    bool `protobuf:"varint,2,opt,name=keep_paused,json=keepPaused,proto3" json:"keep_paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2520,6 +2523,13 @@ func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *FinalizeMigrationRequest) GetKeepPaused() bool {
+	if x != nil {
+		return x.KeepPaused
+	}
+	return false
 }
 
 type FinalizeMigrationResponse struct {
@@ -4180,10 +4190,12 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"\x11\n" +
 	"\x0fMigrateResponse\"\x18\n" +
 	"\x16CancelMigrationRequest\"\x19\n" +
-	"\x17CancelMigrationResponse\"9\n" +
+	"\x17CancelMigrationResponse\"Z\n" +
 	"\x18FinalizeMigrationRequest\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x01 \x01(\x03R\ttimeoutMs\"W\n" +
+	"timeout_ms\x18\x01 \x01(\x03R\ttimeoutMs\x12\x1f\n" +
+	"\vkeep_paused\x18\x02 \x01(\bR\n" +
+	"keepPaused\"W\n" +
 	"\x19FinalizeMigrationResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"\x1b\n" +
 	"\x19GetMigrationStatusRequest\"\x8a\x03\n" +

@@ -106,13 +106,18 @@ func BenchmarkSyncToRunning(b *testing.B) {
 }
 
 // BenchmarkPauseRTT measures one pause + resume round (two round trips) three ways in the
-// same run: through the launcher API (gRPC → QMP), through qmp-debug.sock (QMP proxied by the
-// launcher), and raw QMP straight to another QEMU (testguest.Boot, package qmp client).
+// same run: through the launcher API (gRPC → stop/cont + query-status, so GetDomain agrees
+// when the call returns), through qmp-debug.sock (QMP proxied by the launcher), and raw QMP
+// straight to another QEMU (testguest.Boot, package qmp client). api-getdomain-only is one
+// GetDomain call: the gRPC floor.
 func BenchmarkPauseRTT(b *testing.B) {
 	p := startLauncher(b, launchOpts{})
-	syncGuest(b, p, guestSpec(b, "bench-pause"))
+	_, con := syncGuest(b, p, guestSpec(b, "bench-pause"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if err := con.Wait(ctx, testguest.MarkerReady); err != nil { // measure an idle guest
+		b.Fatal(err)
+	}
 
 	b.Run("api", func(b *testing.B) {
 		for b.Loop() {
@@ -121,6 +126,22 @@ func BenchmarkPauseRTT(b *testing.B) {
 			}
 			if _, err := p.client.Unpause(ctx); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("api-getdomain-only", func(b *testing.B) { // the gRPC floor: no QMP at all
+		for b.Loop() {
+			if _, err := p.client.GetDomain(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("api-qmp-rpc", func(b *testing.B) { // gRPC + raw stop/cont, no state refresh
+		for b.Loop() {
+			for _, cmd := range []string{`{"execute":"stop"}`, `{"execute":"cont"}`} {
+				if _, err := p.client.QMP(ctx, cmd); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 	})
@@ -144,6 +165,9 @@ func BenchmarkPauseRTT(b *testing.B) {
 	})
 	b.Run("raw-qmp", func(b *testing.B) {
 		vm := testguest.Boot(b, testguest.BootOptions{})
+		if err := vm.Console.Wait(ctx, testguest.MarkerReady); err != nil {
+			b.Fatal(err)
+		}
 		mon, err := qmp.Dial(ctx, vm.QMPSocket, qmp.Options{})
 		if err != nil {
 			b.Fatal(err)

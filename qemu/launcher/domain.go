@@ -77,13 +77,17 @@ func mapStatus(status string) (pb.State, string) {
 
 // setState records a state and emits a lifecycle event if it changed.
 func (d *domain) setState(state pb.State, reason, trigger string) {
+	d.setStateMsg(state, reason, trigger, "")
+}
+
+func (d *domain) setStateMsg(state pb.State, reason, trigger, msg string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.state == state && d.reason == reason {
 		return
 	}
 	d.state, d.reason = state, reason
-	d.l.events.lifecycle(state, reason, trigger)
+	d.l.events.lifecycleMsg(state, reason, trigger, msg)
 }
 
 // refresh reads QEMU's run state and records it (level-based: events only trigger it, so a

@@ -32,8 +32,12 @@ func (l *eventLog) emit(set func(*pb.Event)) *pb.Event {
 }
 
 func (l *eventLog) lifecycle(state pb.State, reason, qemuEvent string) *pb.Event {
+	return l.lifecycleMsg(state, reason, qemuEvent, "")
+}
+
+func (l *eventLog) lifecycleMsg(state pb.State, reason, qemuEvent, msg string) *pb.Event {
 	return l.emit(func(e *pb.Event) {
-		e.Kind = &pb.Event_Lifecycle{Lifecycle: &pb.LifecycleEvent{State: state, Reason: reason, QemuEvent: qemuEvent}}
+		e.Kind = &pb.Event_Lifecycle{Lifecycle: &pb.LifecycleEvent{State: state, Reason: reason, QemuEvent: qemuEvent, Message: msg}}
 	})
 }
 

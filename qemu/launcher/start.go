@@ -247,7 +247,7 @@ func (d *domain) supervise() {
 		state = pb.State_STATE_CRASHED
 	}
 	d.setAgent(false)
-	d.setState(state, ex.Reason, "")
+	d.setStateMsg(state, ex.Reason, "", ex.Detail)
 	d.exitVal = ex
 	close(d.exited)
 }

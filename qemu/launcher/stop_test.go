@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -90,10 +91,18 @@ func TestQEMUDies(t *testing.T) {
 	if code != launcher.ExitQEMUDied {
 		t.Errorf("exit code %d, want ExitQEMUDied (%d)", code, launcher.ExitQEMUDied)
 	}
-	if _, err := rec.waitEvent(ctx, 0, "crashed", func(e *pb.Event) bool {
+	i, err := rec.waitEvent(ctx, 0, "crashed", func(e *pb.Event) bool {
 		return isState(pb.State_STATE_CRASHED)(e) && e.GetLifecycle().GetReason() == "crashed"
-	}); err != nil {
-		t.Error(err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The launcher says why: in the final event and in its log.
+	if msg := rec.snapshot()[i].GetLifecycle().GetMessage(); !strings.Contains(msg, "signal killed") {
+		t.Errorf("final event message %q does not say QEMU was killed", msg)
+	}
+	if !strings.Contains(p.stderr.String(), "signal killed") {
+		t.Errorf("launcher log does not say QEMU was killed")
 	}
 	p.assertClean(t)
 }

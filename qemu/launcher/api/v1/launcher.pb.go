@@ -1598,10 +1598,13 @@ func (*Event_Migration) isEvent_Kind() {}
 func (*Event_Agent) isEvent_Kind() {}
 
 type LifecycleEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         State                  `protobuf:"varint,1,opt,name=state,proto3,enum=vmlet.launcher.v1.State" json:"state,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	QemuEvent     string                 `protobuf:"bytes,3,opt,name=qemu_event,json=qemuEvent,proto3" json:"qemu_event,omitempty"` // the QMP event behind it, if any ("STOP", "RESUME", "SHUTDOWN", ...)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	State     State                  `protobuf:"varint,1,opt,name=state,proto3,enum=vmlet.launcher.v1.State" json:"state,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	QemuEvent string                 `protobuf:"bytes,3,opt,name=qemu_event,json=qemuEvent,proto3" json:"qemu_event,omitempty"` // the QMP event behind it, if any ("STOP", "RESUME", "SHUTDOWN", ...)
+	// message is human detail; the final event (SHUTOFF or CRASHED) says how QEMU ended:
+	// "qemu crash, signal killed", "qemu crash, status 1, stderr: ...".
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1653,6 +1656,13 @@ func (x *LifecycleEvent) GetReason() string {
 func (x *LifecycleEvent) GetQemuEvent() string {
 	if x != nil {
 		return x.QemuEvent
+	}
+	return ""
+}
+
+func (x *LifecycleEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
 	}
 	return ""
 }
@@ -4135,12 +4145,13 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06device\x18\x04 \x01(\v2\x1e.vmlet.launcher.v1.DeviceEventH\x00R\x06device\x12A\n" +
 	"\tmigration\x18\x05 \x01(\v2!.vmlet.launcher.v1.MigrationEventH\x00R\tmigration\x125\n" +
 	"\x05agent\x18\x06 \x01(\v2\x1d.vmlet.launcher.v1.AgentEventH\x00R\x05agentB\x06\n" +
-	"\x04kind\"w\n" +
+	"\x04kind\"\x91\x01\n" +
 	"\x0eLifecycleEvent\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
-	"qemu_event\x18\x03 \x01(\tR\tqemuEvent\"\x98\x02\n" +
+	"qemu_event\x18\x03 \x01(\tR\tqemuEvent\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x98\x02\n" +
 	"\vDeviceEvent\x127\n" +
 	"\x04kind\x18\x01 \x01(\x0e2#.vmlet.launcher.v1.DeviceEvent.KindR\x04kind\x12=\n" +
 	"\x06action\x18\x02 \x01(\x0e2%.vmlet.launcher.v1.DeviceEvent.ActionR\x06action\x12\x0e\n" +

@@ -40,10 +40,25 @@ func newAgentPoller(d *domain, socket string) *agentPoller {
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
 
+// backoff is a capped exponential back-off: min, 2·min, 4·min, ... up to max.
+type backoff struct{ min, max, cur time.Duration }
+
+// next returns the wait before the next attempt and doubles the following one.
+func (b *backoff) next() time.Duration {
+	if b.cur < b.min {
+		b.cur = b.min
+	}
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d
+}
+
+func (b *backoff) reset() { b.cur = b.min }
+
 // run polls until close.
 func (a *agentPoller) run() {
 	cfg := a.d.l.cfg
-	backoff := cfg.AgentRetryMin
+	retry := &backoff{min: cfg.AgentRetryMin, max: cfg.AgentRetryMax}
 	defer a.shutdown()
 	for {
 		wait := cfg.AgentPingInterval
@@ -52,16 +67,15 @@ func (a *agentPoller) run() {
 		case err == nil && !a.isUp():
 			a.d.l.log.Info("guest agent connected")
 			a.setUp(true)
-			backoff = cfg.AgentRetryMin
+			retry.reset()
 		case err != nil && a.isUp():
 			a.d.l.log.Info("guest agent lost", "err", err)
 			a.setUp(false)
-			backoff = cfg.AgentRetryMin
-			wait = backoff
+			retry.reset()
+			wait = retry.next()
 		case err != nil:
-			a.d.l.log.Debug("guest agent not answering", "err", err, "retry", backoff)
-			wait = backoff
-			backoff = min(backoff*2, cfg.AgentRetryMax)
+			wait = retry.next()
+			a.d.l.log.Debug("guest agent not answering", "err", err, "retry", wait)
 		}
 		t := time.NewTimer(wait)
 		select {

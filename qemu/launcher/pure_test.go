@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -146,5 +147,21 @@ func TestFeedTailLimit(t *testing.T) {
 	w := f.since(0, 3)
 	if fmt.Sprint(w.items) != "[5 6 7]" || w.next != 8 || w.lost != 3 {
 		t.Errorf("since(0, 3) = %v next %d lost %d", w.items, w.next, w.lost)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := &backoff{min: 100 * time.Millisecond, max: time.Second}
+	var got []time.Duration
+	for range 7 {
+		got = append(got, b.next())
+	}
+	want := "[100ms 200ms 400ms 800ms 1s 1s 1s]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("back-off %v, want %s", got, want)
+	}
+	b.reset()
+	if d := b.next(); d != 100*time.Millisecond {
+		t.Errorf("after reset %v, want 100ms", d)
 	}
 }

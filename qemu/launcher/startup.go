@@ -157,8 +157,12 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
+	// The launcher removes its sockets itself: the command socket is renamed after bind, and
+	// Go's unlink-on-close would remove whatever sits at the old name.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
 	if err := os.Chmod(path, 0o600); err != nil {
 		lis.Close()
+		os.Remove(path)
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
 	return lis, nil

@@ -54,19 +54,21 @@ var (
 	ErrTimeout = errors.New("timeout")
 )
 
-// StepError names the startup step that failed.
+// StepError names the step of a step list that failed: What is the list ("start launcher",
+// "start domain"), Step the step ("prepare-dirs", "start-qemu", ...).
 type StepError struct {
+	What string
 	Step string
 	Err  error
 }
 
-func (e *StepError) Error() string { return fmt.Sprintf("start launcher: step %s: %v", e.Step, e.Err) }
+func (e *StepError) Error() string { return fmt.Sprintf("%s: step %s: %v", e.What, e.Step, e.Err) }
 
 func (e *StepError) Unwrap() error { return e.Err }
 
 // RemoteError is an error the launcher returned over the API. It unwraps to the sentinel
-// named by Reason (errors.Is(err, launcher.ErrNoDomain)); Metadata carries details such as
-// the QMP error "class".
+// named by Reason (errors.Is(err, launcher.ErrNoDomain)); Metadata carries details: the QMP
+// error "class", the failed "step" of a domain start.
 type RemoteError struct {
 	Code     string // gRPC status code name, e.g. "FailedPrecondition"
 	Reason   string // e.g. "NO_DOMAIN"; empty if the server sent no ErrorInfo

@@ -36,7 +36,7 @@ func (l *Launcher) startDomain(ctx context.Context, wire *pb.DomainSpec, incomin
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	s := &starter{l: l, ctx: ctx, wire: wire, incoming: incoming}
-	err := runSteps(l, []step{
+	err := runSteps(l, "start domain", []step{
 		{"check-spec", s.checkSpec},
 		{"open-taps", s.openTaps},
 		{"start-qemu", s.startQEMU},

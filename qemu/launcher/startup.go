@@ -21,18 +21,18 @@ type step struct {
 	run  func(r *reverter) error
 }
 
-// runSteps runs steps in order; on failure it undoes the completed ones (newest first) and
-// returns a *StepError naming the failed step.
-func runSteps(l *Launcher, steps []step) error {
+// runSteps runs the step list what in order; on failure it undoes the completed steps
+// (newest first) and returns a *StepError naming the failed step.
+func runSteps(l *Launcher, what string, steps []step) error {
 	r := &reverter{}
 	defer r.fail()
 	for _, s := range steps {
 		t0 := time.Now()
 		if err := s.run(r); err != nil {
-			l.log.Error("step failed", "step", s.name, "err", err)
-			return &StepError{Step: s.name, Err: err}
+			l.log.Error("step failed", "what", what, "step", s.name, "err", err)
+			return &StepError{What: what, Step: s.name, Err: err}
 		}
-		l.log.Debug("step done", "step", s.name, "took", time.Since(t0))
+		l.log.Debug("step done", "what", what, "step", s.name, "took", time.Since(t0))
 	}
 	r.success()
 	return nil
@@ -50,7 +50,7 @@ func (l *Launcher) startupSteps() []step {
 	}
 }
 
-func (l *Launcher) startup() error { return runSteps(l, l.startupSteps()) }
+func (l *Launcher) startup() error { return runSteps(l, "start launcher", l.startupSteps()) }
 
 func (l *Launcher) prepareDirs(r *reverter) error {
 	// Sockets from a previous launcher in this run dir are stale: it is gone (the agent starts

@@ -17,7 +17,8 @@ import (
 )
 
 // TestStartupWithoutDomain: the launcher prepares its run dir, serves on the ready name only
-// (0600), answers with no domain, and exits 0 on SIGTERM leaving no socket.
+// (0600), answers with no domain, reports failed domain starts by step (and undoes them), and
+// exits 0 on SIGTERM leaving no socket.
 func TestStartupWithoutDomain(t *testing.T) {
 	p := startLauncher(t, launchOpts{})
 	st, err := os.Stat(p.paths.ReadySocket())
@@ -54,6 +55,22 @@ func TestStartupWithoutDomain(t *testing.T) {
 	}
 	if _, err := p.client.Sync(ctx, &pb.DomainSpec{Name: "bad name!"}); !errors.Is(err, launcher.ErrInvalidSpec) {
 		t.Errorf("Sync with an invalid spec: %v, want ErrInvalidSpec", err)
+	}
+	// A start that fails is reported by step, undone, and leaves the launcher usable.
+	spec := guestSpec(t, "nokernel")
+	spec.Boot.Kernel = "/nonexistent/vmlinuz"
+	_, err = p.client.Sync(ctx, spec)
+	if !errors.As(err, &re) || re.Metadata["step"] != "start-qemu" {
+		t.Errorf("Sync with a missing kernel: %v, want a failure in step start-qemu", err)
+	}
+	spec = guestSpec(t, "notap")
+	spec.Nics = []*pb.NIC{{Id: "net0", Mac: "52:54:00:00:00:01", TapName: "no-such-tap"}}
+	_, err = p.client.Sync(ctx, spec)
+	if !errors.Is(err, launcher.ErrTapNotFound) || !errors.As(err, &re) || re.Metadata["step"] != "open-taps" {
+		t.Errorf("Sync with a missing tap: %v, want ErrTapNotFound in step open-taps", err)
+	}
+	if d, err := p.client.GetDomain(ctx); err != nil || d.GetState() != pb.State_STATE_NO_DOMAIN {
+		t.Errorf("after failed starts: %v %v, want NO_DOMAIN", d.GetState(), err)
 	}
 	p.signal(syscall.SIGTERM)
 	code, err := p.wait(ctx)

@@ -59,6 +59,9 @@ func toStatus(err error) error {
 		code, reason = codes.Internal, "QMP_ERROR"
 		md["class"] = qe.Class
 	}
+	if se, ok := errors.AsType[*StepError](err); ok {
+		md["step"] = se.Step
+	}
 	if errors.Is(err, context.Canceled) {
 		code = codes.Canceled
 	}
@@ -73,7 +76,7 @@ func toStatus(err error) error {
 		}
 	}
 	st := status.New(code, err.Error())
-	if reason == "" {
+	if reason == "" && len(md) == 0 {
 		return st.Err()
 	}
 	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}); derr == nil {

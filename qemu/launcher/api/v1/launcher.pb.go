@@ -1022,8 +1022,8 @@ func (x *ShutdownRequest) GetGraceMs() int64 {
 
 type ShutdownResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Forced        bool                   `protobuf:"varint,1,opt,name=forced,proto3" json:"forced,omitempty"` // the guest did not power off within the grace period
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`  // "guest-shutdown", "quit", "killed"
+	Forced        bool                   `protobuf:"varint,1,opt,name=forced,proto3" json:"forced,omitempty"` // the guest did not power off within the grace period (or QEMU died)
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`  // the launcher's exit reason: "guest-shutdown", "forced", "crashed", ...
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,8 +1256,11 @@ type Domain struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	State State                  `protobuf:"varint,2,opt,name=state,proto3,enum=vmlet.launcher.v1.State" json:"state,omitempty"`
-	// reason refines state, e.g. "user" (paused through the API or QMP stop), "migration",
-	// "postmigrate", "io-error", "guest-shutdown", "killed", "crashed", "migrated", "booted".
+	// reason refines state: "user" (paused through the API or a QMP stop), "start-paused",
+	// "migration", "postmigrate", "io-error", "reset", "guest-panicked"; for SHUTTING_DOWN the
+	// QEMU SHUTDOWN reason ("guest-shutdown", "host-qmp-quit", ...); for SHUTOFF and CRASHED
+	// the launcher's exit reason ("guest-shutdown", "forced", "killed", "crashed", "migrated",
+	// "qemu-quit", "migration-failed", "start-failed").
 	Reason          string   `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Accel           string   `protobuf:"bytes,4,opt,name=accel,proto3" json:"accel,omitempty"`
 	AccelReason     string   `protobuf:"bytes,5,opt,name=accel_reason,json=accelReason,proto3" json:"accel_reason,omitempty"`

@@ -47,8 +47,6 @@ const DefaultGracePeriod = 30 * time.Second
 // QEMU process (the domain) through the qemu driver, and ends when that process ends (or, with
 // no domain, when Run's context ends).
 type Launcher struct {
-	pb.UnimplementedLauncherServer
-
 	cfg    Config
 	paths  Paths
 	log    *slog.Logger
@@ -65,6 +63,15 @@ type Launcher struct {
 	term   bool          // terminating: no new domain
 	domSet chan struct{} // closed when dom is set
 }
+
+// api is the gRPC service: the RPC methods live on it, not on Launcher, so that they are not
+// part of the package's Go API (use Client).
+type api struct {
+	pb.UnimplementedLauncherServer
+	*Launcher
+}
+
+var _ pb.LauncherServer = (*api)(nil)
 
 // New checks cfg and returns a launcher; it has no side effects (Run does everything).
 func New(cfg Config) (*Launcher, error) {

@@ -17,7 +17,7 @@ const defaultQMPTimeout = 10 * time.Second
 // QMP implements the QMP RPC: one raw command through the launcher's monitor connection.
 // QEMU's error replies are returned as the reply, not as an RPC error: the caller wanted
 // QEMU's answer verbatim.
-func (l *Launcher) QMP(ctx context.Context, req *pb.QMPRequest) (*pb.QMPResponse, error) {
+func (l *api) QMP(ctx context.Context, req *pb.QMPRequest) (*pb.QMPResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (l *Launcher) QMP(ctx context.Context, req *pb.QMPRequest) (*pb.QMPResponse
 
 // QMPLog implements the QMPLog RPC: the newest `tail` retained entries, then (follow) new
 // ones until the client leaves or the launcher ends.
-func (l *Launcher) QMPLog(req *pb.QMPLogRequest, stream pb.Launcher_QMPLogServer) error {
+func (l *api) QMPLog(req *pb.QMPLogRequest, stream pb.Launcher_QMPLogServer) error {
 	f := l.qlog.feed
 	w := f.since(0, max(int(req.GetTail()), 0))
 	if req.GetTail() <= 0 {

@@ -13,7 +13,7 @@ import (
 const unplugTimeout = 30 * time.Second
 
 // HotplugDisk implements the HotplugDisk RPC. QMP: blockdev-add ×2, device_add.
-func (l *Launcher) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.HotplugDiskResponse, error) {
+func (l *api) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.HotplugDiskResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func (l *Launcher) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) 
 
 // UnplugDisk implements the UnplugDisk RPC; it returns once the guest released the disk.
 // QMP: device_del, event DEVICE_DELETED, blockdev-del ×2.
-func (l *Launcher) UnplugDisk(ctx context.Context, req *pb.UnplugDiskRequest) (*pb.UnplugDiskResponse, error) {
+func (l *api) UnplugDisk(ctx context.Context, req *pb.UnplugDiskRequest) (*pb.UnplugDiskResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func (l *Launcher) UnplugDisk(ctx context.Context, req *pb.UnplugDiskRequest) (*
 
 // HotplugNIC implements the HotplugNIC RPC: the launcher opens the named tap in its
 // namespace and passes the fds to QEMU. QMP: getfd per queue, netdev_add, device_add.
-func (l *Launcher) HotplugNIC(ctx context.Context, req *pb.HotplugNICRequest) (*pb.HotplugNICResponse, error) {
+func (l *api) HotplugNIC(ctx context.Context, req *pb.HotplugNICRequest) (*pb.HotplugNICResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func (l *Launcher) HotplugNIC(ctx context.Context, req *pb.HotplugNICRequest) (*
 }
 
 // UnplugNIC implements the UnplugNIC RPC. QMP: device_del, event DEVICE_DELETED, netdev_del.
-func (l *Launcher) UnplugNIC(ctx context.Context, req *pb.UnplugNICRequest) (*pb.UnplugNICResponse, error) {
+func (l *api) UnplugNIC(ctx context.Context, req *pb.UnplugNICRequest) (*pb.UnplugNICResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err

@@ -26,7 +26,7 @@ func (l *Launcher) agent() (*agentPoller, error) {
 }
 
 // GuestPing implements the RPC (guest-ping).
-func (l *Launcher) GuestPing(ctx context.Context, _ *pb.GuestPingRequest) (*pb.GuestPingResponse, error) {
+func (l *api) GuestPing(ctx context.Context, _ *pb.GuestPingRequest) (*pb.GuestPingResponse, error) {
 	a, err := l.agent()
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func (l *Launcher) GuestPing(ctx context.Context, _ *pb.GuestPingRequest) (*pb.G
 // GuestInfo implements the RPC: guest-info, guest-get-osinfo, guest-get-host-name,
 // guest-network-get-interfaces, guest-get-users, guest-get-fsinfo. Commands the agent does not
 // support are left out of the answer.
-func (l *Launcher) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestInfoResponse, error) {
+func (l *api) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestInfoResponse, error) {
 	a, err := l.agent()
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (l *Launcher) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.G
 }
 
 // GuestExec implements the RPC: guest-exec, then guest-exec-status until the process exited.
-func (l *Launcher) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.GuestExecResponse, error) {
+func (l *api) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.GuestExecResponse, error) {
 	a, err := l.agent()
 	if err != nil {
 		return nil, err

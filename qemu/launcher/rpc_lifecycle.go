@@ -23,7 +23,7 @@ func (l *Launcher) active() (*domain, error) {
 }
 
 // Sync implements the Sync RPC.
-func (l *Launcher) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncResponse, error) {
+func (l *api) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncResponse, error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if d := l.domain(); d != nil {
@@ -46,7 +46,7 @@ func (l *Launcher) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncRespo
 }
 
 // Pause implements the Pause RPC (QMP stop).
-func (l *Launcher) Pause(ctx context.Context, _ *pb.PauseRequest) (*pb.PauseResponse, error) {
+func (l *api) Pause(ctx context.Context, _ *pb.PauseRequest) (*pb.PauseResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (l *Launcher) Pause(ctx context.Context, _ *pb.PauseRequest) (*pb.PauseResp
 }
 
 // Unpause implements the Unpause RPC (QMP cont).
-func (l *Launcher) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.UnpauseResponse, error) {
+func (l *api) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.UnpauseResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (l *Launcher) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.Unpau
 }
 
 // Shutdown implements the Shutdown RPC: ACPI, grace, quit, kill; it returns once QEMU exited.
-func (l *Launcher) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+func (l *api) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func (l *Launcher) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.S
 }
 
 // Kill implements the Kill RPC (SIGKILL); it returns once QEMU is gone.
-func (l *Launcher) Kill(ctx context.Context, _ *pb.KillRequest) (*pb.KillResponse, error) {
+func (l *api) Kill(ctx context.Context, _ *pb.KillRequest) (*pb.KillResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func (l *Launcher) Kill(ctx context.Context, _ *pb.KillRequest) (*pb.KillRespons
 }
 
 // Reset implements the Reset RPC (QMP system_reset).
-func (l *Launcher) Reset(ctx context.Context, _ *pb.ResetRequest) (*pb.ResetResponse, error) {
+func (l *api) Reset(ctx context.Context, _ *pb.ResetRequest) (*pb.ResetResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -113,7 +113,7 @@ func (l *Launcher) Reset(ctx context.Context, _ *pb.ResetRequest) (*pb.ResetResp
 }
 
 // GetDomain implements the GetDomain RPC. Without a domain it answers STATE_NO_DOMAIN.
-func (l *Launcher) GetDomain(ctx context.Context, _ *pb.GetDomainRequest) (*pb.Domain, error) {
+func (l *api) GetDomain(ctx context.Context, _ *pb.GetDomainRequest) (*pb.Domain, error) {
 	d := l.domain()
 	if d == nil {
 		return &pb.Domain{State: pb.State_STATE_NO_DOMAIN, Name: l.cfg.Name, LastEventSeq: l.events.last()}, nil
@@ -123,7 +123,7 @@ func (l *Launcher) GetDomain(ctx context.Context, _ *pb.GetDomainRequest) (*pb.D
 
 // WatchEvents implements the WatchEvents RPC: retained events after after_seq, then new ones,
 // until the client goes away or the launcher ends.
-func (l *Launcher) WatchEvents(req *pb.WatchEventsRequest, stream pb.Launcher_WatchEventsServer) error {
+func (l *api) WatchEvents(req *pb.WatchEventsRequest, stream pb.Launcher_WatchEventsServer) error {
 	next := req.GetAfterSeq()
 	for {
 		w, err := l.events.since(next)

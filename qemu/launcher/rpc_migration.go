@@ -48,7 +48,7 @@ func migrationParams(o *pb.MigrationOptions) qemu.MigrationParams {
 
 // PrepareMigrationTarget implements the RPC: start QEMU with -incoming defer for the spec,
 // set the same capabilities as the source will, and listen.
-func (l *Launcher) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrationTargetRequest) (*pb.PrepareMigrationTargetResponse, error) {
+func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrationTargetRequest) (*pb.PrepareMigrationTargetResponse, error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if l.domain() != nil {
@@ -84,7 +84,7 @@ func (l *Launcher) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMi
 
 // Migrate implements the Migrate RPC: set capabilities and parameters, start the migration,
 // and switch to post-copy right away when asked.
-func (l *Launcher) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateResponse, error) {
+func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func (l *Launcher) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.Mig
 }
 
 // CancelMigration implements the RPC (QMP migrate_cancel).
-func (l *Launcher) CancelMigration(ctx context.Context, _ *pb.CancelMigrationRequest) (*pb.CancelMigrationResponse, error) {
+func (l *api) CancelMigration(ctx context.Context, _ *pb.CancelMigrationRequest) (*pb.CancelMigrationResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (l *Launcher) CancelMigration(ctx context.Context, _ *pb.CancelMigrationReq
 
 // FinalizeMigration implements the RPC. Source: wait for completion, then quit QEMU (the
 // launcher exits 0, reason "migrated"). Target: wait for completion with the guest resumed.
-func (l *Launcher) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRequest) (*pb.FinalizeMigrationResponse, error) {
+func (l *api) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRequest) (*pb.FinalizeMigrationResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func (l *Launcher) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrat
 }
 
 // GetMigrationStatus implements the RPC (QMP query-migrate).
-func (l *Launcher) GetMigrationStatus(ctx context.Context, _ *pb.GetMigrationStatusRequest) (*pb.MigrationStatus, error) {
+func (l *api) GetMigrationStatus(ctx context.Context, _ *pb.GetMigrationStatusRequest) (*pb.MigrationStatus, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err

@@ -89,7 +89,7 @@ func (l *Launcher) serveAPI(r *reverter) error {
 		grpc.ChainStreamInterceptor(l.streamErrors),
 		grpc.MaxRecvMsgSize(4<<20),
 	)
-	pb.RegisterLauncherServer(l.srv, l)
+	pb.RegisterLauncherServer(l.srv, &api{Launcher: l})
 	go func() { l.serveErr <- l.srv.Serve(l.lis) }()
 	r.add(func() { l.srv.Stop() })
 	return nil

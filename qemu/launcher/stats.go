@@ -45,7 +45,7 @@ func blockDeviceID(qdev string) string {
 // DomainStats implements the RPC. QMP: query-cpus-fast, query-blockstats,
 // query-memory-size-summary; /proc/<pid>/stat, task/<tid>/stat, smaps_rollup; the taps'
 // counters from /proc/net/dev in their namespaces.
-func (l *Launcher) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.DomainStatsResponse, error) {
+func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.DomainStatsResponse, error) {
 	d, err := l.active()
 	if err != nil {
 		return nil, err

@@ -13,8 +13,9 @@ import (
 
 // event is one line of `go test -json` (test2json).
 type event struct {
-	Action  string
-	Package string
+	Action     string
+	Package    string
+	ImportPath string // build-output / build-fail events
 	Test    string
 	Elapsed float64
 	Output  string
@@ -83,6 +84,10 @@ func (r *report) buf(k key) *strings.Builder {
 func (r *report) handle(ev event) {
 	k := key{ev.Package, ev.Test}
 	switch ev.Action {
+	case "build-output":
+		fmt.Fprint(r.out, ev.Output)
+	case "build-fail":
+		r.failedPkgs = append(r.failedPkgs, ev.ImportPath+" (build failed)")
 	case "output":
 		r.buf(k).WriteString(ev.Output)
 	case "pass", "fail", "skip":

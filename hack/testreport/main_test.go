@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func runReport(t *testing.T, ci bool, in string) (string, int) {
+	t.Helper()
+	var out strings.Builder
+	r := &report{out: &out, output: map[key]*strings.Builder{}, allowedSkipMatch: "KVM not usable", ci: ci}
+	if err := r.read(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	code := r.finish(0)
+	return out.String(), code
+}
+
+const (
+	pass = `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
+{"Action":"pass","Package":"p","Test":"TestA","Elapsed":0.5}
+{"Action":"pass","Package":"p","Elapsed":0.6}
+`
+	kvmSkip = `{"Action":"output","Package":"p","Test":"TestK","Output":"    k_test.go:9: KVM not usable: kvm_pvm\n"}
+{"Action":"skip","Package":"p","Test":"TestK"}
+`
+	otherSkip = `{"Action":"output","Package":"p","Test":"TestR","Output":"    r_test.go:9: prerequisite missing: needs root\n"}
+{"Action":"skip","Package":"p","Test":"TestR"}
+`
+	fail = `{"Action":"output","Package":"p","Test":"TestF","Output":"    f_test.go:3: boom\n"}
+{"Action":"fail","Package":"p","Test":"TestF","Elapsed":1}
+{"Action":"fail","Package":"p","Elapsed":1}
+`
+	buildFail = `{"ImportPath":"q","Action":"build-output","Output":"q/x.go:1:1: undefined: y\n"}
+{"ImportPath":"q","Action":"build-fail"}
+{"Action":"fail","Package":"q","Elapsed":0}
+`
+)
+
+func TestReport(t *testing.T) {
+	tests := []struct {
+		name     string
+		ci       bool
+		in       string
+		wantCode int
+		want     []string
+	}{
+		{"pass", true, pass, 0, []string{"PASS p.TestA (0.50s)", "1 passed, 0 failed, 0 skipped"}},
+		{"kvm skip allowed in CI", true, pass + kvmSkip, 0, []string{"SKIP p.TestK: k_test.go:9: KVM not usable", "1 passed, 0 failed, 1 skipped"}},
+		{"other skip fails in CI", true, pass + otherSkip, 1, []string{"CI=true forbids", "1 passed, 1 failed, 1 skipped"}},
+		{"other skip ok outside CI", false, pass + otherSkip, 0, []string{"1 passed, 0 failed, 1 skipped"}},
+		{"failure shows output", true, pass + fail, 1, []string{"FAIL p.TestF (1.00s)", "f_test.go:3: boom", "1 passed, 1 failed"}},
+		{"build failure shows compiler output", true, pass + buildFail, 1, []string{"undefined: y", "q (build failed)"}},
+		{"nothing ran", true, "", 1, []string{"no test ran"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := runReport(t, tt.ci, tt.in)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d\n%s", code, tt.wantCode, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}

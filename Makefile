@@ -56,7 +56,7 @@ lint: ## Run golangci-lint (pinned) incl. the import rule for host packages and 
 
 .PHONY: build
 build: ## Build vmlet, vmlet-launcher and vmctl into bin/.
-	go build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/...
 
 LOCAL_STATE ?= /var/lib/vmlet/local
 

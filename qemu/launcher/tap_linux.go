@@ -19,7 +19,8 @@ type tapRef struct {
 
 // openTap opens queues file descriptors of the existing tap device ref.Name in the network
 // namespace ref.NetNS (TUNSETIFF with IFF_TAP|IFF_NO_PI|IFF_VNET_HDR, plus IFF_MULTI_QUEUE
-// for more than one queue). The caller owns the files.
+// for more than one queue, or for one queue of a tap made multiqueue: package network makes
+// every tap so). The caller owns the files.
 //
 // Needs: read-write access to /dev/net/tun, and either CAP_NET_ADMIN or a tap whose owner or
 // group is the launcher's; entering another namespace needs CAP_SYS_ADMIN. The namespace is
@@ -60,6 +61,11 @@ func openTapHere(ref tapRef, queues int) ([]*os.File, error) {
 	var files []*os.File
 	for q := range queues {
 		f, err := attachTap(ref.Name, flags)
+		if q == 0 && queues == 1 && errors.Is(err, unix.EINVAL) {
+			// The tap is multiqueue: the kernel refuses a single-queue attach to it.
+			flags |= unix.IFF_MULTI_QUEUE
+			f, err = attachTap(ref.Name, flags)
+		}
 		if err != nil {
 			for _, f := range files {
 				f.Close()

@@ -10,7 +10,7 @@ import (
 	"github.com/vmlet/vmlet/qemu/accel"
 )
 
-// ErrInvalidEnv: the Env given to BuildArgv lacks a file descriptor the spec needs.
+// ErrInvalidEnv means the Env given to BuildArgv lacks a file descriptor the spec needs.
 var ErrInvalidEnv = errors.New("invalid argv environment")
 
 // Env is what BuildArgv needs besides the spec: host facts and the numbers of the file

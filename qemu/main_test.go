@@ -76,7 +76,10 @@ func TestQEMUDiesWithItsParent(t *testing.T) {
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { helper.Process.Kill(); helper.Wait() })
+	t.Cleanup(func() { // best effort: the test may have killed and reaped the helper already
+		_ = helper.Process.Kill()
+		_ = helper.Wait()
+	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("helper did not report a qemu pid: %v", err)
@@ -94,7 +97,7 @@ func TestQEMUDiesWithItsParent(t *testing.T) {
 	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	helper.Wait()
+	_ = helper.Wait() // reap it; Wait reports the SIGKILL, which is expected
 	// A pidfd becomes readable when the process exits.
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, int(opTimeout/time.Millisecond))

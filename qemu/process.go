@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,7 +59,7 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 // signal sends sig unless the process has been reaped (then it is a no-op).
 func (p *process) signal(sig os.Signal) error {
 	err := p.cmd.Process.Signal(sig)
-	if err != nil && err != os.ErrProcessDone {
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signal qemu: %w", err)
 	}
 	return nil

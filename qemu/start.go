@@ -169,7 +169,7 @@ func (s *starter) execQEMU(context.Context) error {
 	s.files.closeFiles()
 	s.vm.proc = p
 	s.r.add(func() {
-		p.signal(killSignal)
+		_ = p.signal(killSignal) // rollback is best effort; p.done tells when QEMU is gone
 		<-p.done
 	})
 	return nil
@@ -188,7 +188,7 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	}()
 	mon, err := qmp.Dial(ctx, s.qmp, s.opts.QMP)
 	if err != nil {
-		if context.Cause(ctx) == ErrExited || s.exitedAfter(err) {
+		if errors.Is(context.Cause(ctx), ErrExited) || s.exitedAfter(err) {
 			return fmt.Errorf("connect qmp: %w: %w", ErrExited, err)
 		}
 		return fmt.Errorf("connect qmp: %w", err)

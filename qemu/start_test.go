@@ -53,7 +53,7 @@ func TestStartFailures(t *testing.T) {
 			start := time.Now()
 			vm, err := Start(ctx, spec, StartOptions{Binary: bin, Accel: &tcg, QMPSocket: filepath.Join(dir, "qmp.sock")})
 			if err == nil {
-				vm.Kill(ctx)
+				_ = vm.Kill(ctx) // best-effort cleanup before failing
 				t.Fatal("Start succeeded")
 			}
 			var se *StepError

@@ -17,7 +17,9 @@ func TestTailBuffer(t *testing.T) {
 	if got := tb.String(); got != "fghijxxx" {
 		t.Fatalf("tail = %q, want %q", got, "fghijxxx")
 	}
-	tb.Write([]byte("0123456789AB"))
+	if n, err := tb.Write([]byte("0123456789AB")); n != 12 || err != nil {
+		t.Fatalf("Write(long) = %d, %v", n, err)
+	}
 	if got := tb.String(); got != "456789AB" {
 		t.Fatalf("tail after a long write = %q", got)
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
 
 // crdDir holds the generated CRDs, relative to this package.
@@ -96,14 +96,14 @@ func TestEverySpecFieldIsImmutable(t *testing.T) {
 }
 
 func isUnsupported(p apiextensionsv1.JSONSchemaProps) bool {
-	return len(p.XValidations) == 1 && p.XValidations[0].Rule == "false" && p.XValidations[0].Message == v1alpha1.UnsupportedMessage
+	return len(p.XValidations) == 1 && p.XValidations[0].Rule == "false" && p.XValidations[0].Message == vmletv1.UnsupportedMessage
 }
 
 // TestUnsupportedFieldsAreDeclared checks that hack/generate.sh's patch step ran: every
 // unsupported KubeVirt field is in the CRD with its always-failing rule.
 func TestUnsupportedFieldsAreDeclared(t *testing.T) {
 	spec := vmiSpecSchema(t)
-	for _, f := range v1alpha1.UnsupportedFields {
+	for _, f := range vmletv1.UnsupportedFields {
 		s := spec
 		for _, part := range strings.Split(strings.TrimPrefix(f.Parent, "spec"), ".")[1:] {
 			name, list := strings.CutSuffix(part, "[]")

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/test/apienv"
 )
 
@@ -42,7 +42,7 @@ func kubevirtFixtures(t *testing.T) map[string][]byte {
 func TestKubeVirtFixturesDecodeStrictly(t *testing.T) {
 	for name, data := range kubevirtFixtures(t) {
 		t.Run(name, func(t *testing.T) {
-			vmi := &v1alpha1.VirtualMachineInstance{}
+			vmi := &vmletv1.VirtualMachineInstance{}
 			if err := yaml.UnmarshalStrict(data, vmi); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -68,7 +68,7 @@ func TestKubeVirtFixturesAccepted(t *testing.T) {
 			if o.GetAPIVersion() != "kubevirt.io/v1" {
 				t.Fatalf("fixture apiVersion = %q, want kubevirt.io/v1", o.GetAPIVersion())
 			}
-			o.SetAPIVersion(v1alpha1.GroupVersion.String())
+			o.SetAPIVersion(vmletv1.GroupVersion.String())
 			o.SetNamespace("default")
 			o.SetName("fixture-" + o.GetName())
 			want := o.DeepCopy().Object["spec"]

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/test/apienv"
 )
 
@@ -45,7 +45,7 @@ func apiServer(t *testing.T) *apienv.Env {
 	t.Helper()
 	envOnce.Do(func() {
 		envVal, envErr = apienv.Start(apienv.Options{
-			AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme, apiextensionsv1.AddToScheme},
+			AddToScheme: []func(*runtime.Scheme) error{vmletv1.AddToScheme, apiextensionsv1.AddToScheme},
 		})
 	})
 	if envErr != nil {

@@ -9,48 +9,48 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
 
 // fullVMI sets most supported spec fields, so that a round trip exercises the whole schema.
-func fullVMI(name string) *v1alpha1.VirtualMachineInstance {
+func fullVMI(name string) *vmletv1.VirtualMachineInstance {
 	one, two := uint(1), uint(2)
 	yes := true
 	grace := int64(30)
-	live := v1alpha1.EvictionStrategyLiveMigrate
+	live := vmletv1.EvictionStrategyLiveMigrate
 	guest := resource.MustParse("256Mi")
-	return &v1alpha1.VirtualMachineInstance{
+	return &vmletv1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1alpha1.VirtualMachineInstanceSpec{
-			Domain: v1alpha1.DomainSpec{
-				Resources: v1alpha1.ResourceRequirements{
-					Requests: v1alpha1.ResourceList{"memory": resource.MustParse("300Mi"), "cpu": resource.MustParse("500m")},
-					Limits:   v1alpha1.ResourceList{"memory": resource.MustParse("1Gi")},
+		Spec: vmletv1.VirtualMachineInstanceSpec{
+			Domain: vmletv1.DomainSpec{
+				Resources: vmletv1.ResourceRequirements{
+					Requests: vmletv1.ResourceList{"memory": resource.MustParse("300Mi"), "cpu": resource.MustParse("500m")},
+					Limits:   vmletv1.ResourceList{"memory": resource.MustParse("1Gi")},
 				},
-				CPU:     &v1alpha1.CPU{Cores: 2, Sockets: 1, Threads: 1, Model: "Haswell-noTSX"},
-				Memory:  &v1alpha1.Memory{Guest: &guest},
-				Machine: &v1alpha1.Machine{Type: "pc-q35-7.2"},
-				Firmware: &v1alpha1.Firmware{
+				CPU:     &vmletv1.CPU{Cores: 2, Sockets: 1, Threads: 1, Model: "Haswell-noTSX"},
+				Memory:  &vmletv1.Memory{Guest: &guest},
+				Machine: &vmletv1.Machine{Type: "pc-q35-7.2"},
+				Firmware: &vmletv1.Firmware{
 					UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223", Serial: "vmlet-1",
-					Bootloader: &v1alpha1.Bootloader{BIOS: &v1alpha1.BIOS{UseSerial: &yes}},
-					KernelBoot: &v1alpha1.KernelBoot{KernelArgs: "console=ttyS0", Container: &v1alpha1.KernelBootContainer{
+					Bootloader: &vmletv1.Bootloader{BIOS: &vmletv1.BIOS{UseSerial: &yes}},
+					KernelBoot: &vmletv1.KernelBoot{KernelArgs: "console=ttyS0", Container: &vmletv1.KernelBootContainer{
 						Image: "example.org/kernel:1", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img",
-						ImagePullPolicy: v1alpha1.PullIfNotPresent,
+						ImagePullPolicy: vmletv1.PullIfNotPresent,
 					}},
 				},
-				Devices: v1alpha1.Devices{
-					Disks: []v1alpha1.Disk{
-						{Name: "root", BootOrder: &one, Cache: v1alpha1.CacheNone, IO: v1alpha1.IONative, DedicatedIOThread: &yes,
-							DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusVirtio, PciAddress: "0000:00:0a.0"}}},
-						{Name: "cloudinit", Serial: "ci-1", DiskDevice: v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Bus: v1alpha1.DiskBusSATA, Tray: v1alpha1.TrayStateClosed}}},
-						{Name: "scratch", DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusSCSI}}},
+				Devices: vmletv1.Devices{
+					Disks: []vmletv1.Disk{
+						{Name: "root", BootOrder: &one, Cache: vmletv1.CacheNone, IO: vmletv1.IONative, DedicatedIOThread: &yes,
+							DiskDevice: vmletv1.DiskDevice{Disk: &vmletv1.DiskTarget{Bus: vmletv1.DiskBusVirtio, PciAddress: "0000:00:0a.0"}}},
+						{Name: "cloudinit", Serial: "ci-1", DiskDevice: vmletv1.DiskDevice{CDRom: &vmletv1.CDRomTarget{Bus: vmletv1.DiskBusSATA, Tray: vmletv1.TrayStateClosed}}},
+						{Name: "scratch", DiskDevice: vmletv1.DiskDevice{Disk: &vmletv1.DiskTarget{Bus: vmletv1.DiskBusSCSI}}},
 					},
-					Interfaces: []v1alpha1.Interface{{
+					Interfaces: []vmletv1.Interface{{
 						Name: "default", Model: "virtio", MacAddress: "02:00:00:00:00:01", BootOrder: &two,
-						InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Masquerade: &v1alpha1.InterfaceMasquerade{}},
-						Ports:                  []v1alpha1.Port{{Name: "ssh", Port: 22, Protocol: v1alpha1.ProtocolTCP}},
+						InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Masquerade: &vmletv1.InterfaceMasquerade{}},
+						Ports:                  []vmletv1.Port{{Name: "ssh", Port: 22, Protocol: vmletv1.ProtocolTCP}},
 					}},
-					Rng:                        &v1alpha1.Rng{},
+					Rng:                        &vmletv1.Rng{},
 					AutoattachSerialConsole:    &yes,
 					NetworkInterfaceMultiQueue: &yes,
 				},
@@ -60,15 +60,15 @@ func fullVMI(name string) *v1alpha1.VirtualMachineInstance {
 			TerminationGracePeriodSeconds: &grace,
 			Hostname:                      "guest",
 			Subdomain:                     "vms",
-			Networks: []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{
-				Pod: &v1alpha1.PodNetwork{VMNetworkCIDR: "10.0.2.0/24", VMIPv6NetworkCIDR: "fd10:0:2::/120"}}}},
-			Volumes: []v1alpha1.Volume{
-				{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "example.org/guest:1", Path: "/disk/disk.img"}}},
-				{Name: "cloudinit", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{CloudInitData: v1alpha1.CloudInitData{
-					UserData: "#cloud-config\n", NetworkDataSecretRef: &v1alpha1.LocalObjectReference{Name: "net"}}}}},
-				{Name: "scratch", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}},
-				{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
-					PersistentVolumeClaimSource: v1alpha1.PersistentVolumeClaimSource{ClaimName: "data"}, Hotpluggable: true}}},
+			Networks: []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{
+				Pod: &vmletv1.PodNetwork{VMNetworkCIDR: "10.0.2.0/24", VMIPv6NetworkCIDR: "fd10:0:2::/120"}}}},
+			Volumes: []vmletv1.Volume{
+				{Name: "root", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "example.org/guest:1", Path: "/disk/disk.img"}}},
+				{Name: "cloudinit", VolumeSource: vmletv1.VolumeSource{CloudInitNoCloud: &vmletv1.CloudInitNoCloudSource{CloudInitData: vmletv1.CloudInitData{
+					UserData: "#cloud-config\n", NetworkDataSecretRef: &vmletv1.LocalObjectReference{Name: "net"}}}}},
+				{Name: "scratch", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}},
+				{Name: "data", VolumeSource: vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "data"}, Hotpluggable: true}}},
 			},
 			Paused: true,
 		},
@@ -85,7 +85,7 @@ func TestVMIRoundTrip(t *testing.T) {
 	if err := env.Client.Create(ctx, vmi, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	got := &v1alpha1.VirtualMachineInstance{}
+	got := &vmletv1.VirtualMachineInstance{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), got); err != nil {
 		t.Fatalf("get: %v", err)
 	}
@@ -94,35 +94,35 @@ func TestVMIRoundTrip(t *testing.T) {
 	}
 
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
-	status := v1alpha1.VirtualMachineInstanceStatus{
+	status := vmletv1.VirtualMachineInstanceStatus{
 		NodeName: "node-1",
-		Phase:    v1alpha1.Running,
-		PhaseTransitionTimestamps: []v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{
-			{Phase: v1alpha1.Running, PhaseTransitionTimestamp: now},
+		Phase:    vmletv1.Running,
+		PhaseTransitionTimestamps: []vmletv1.VirtualMachineInstancePhaseTransitionTimestamp{
+			{Phase: vmletv1.Running, PhaseTransitionTimestamp: now},
 		},
 		Conditions: []metav1.Condition{
-			{Type: v1alpha1.VirtualMachineInstanceReady, Status: metav1.ConditionTrue, Reason: "GuestRunning", LastTransitionTime: now, ObservedGeneration: got.Generation},
-			{Type: v1alpha1.VirtualMachineInstancePaused, Status: metav1.ConditionTrue, Reason: "PausedByUser", LastTransitionTime: now},
+			{Type: vmletv1.VirtualMachineInstanceReady, Status: metav1.ConditionTrue, Reason: "GuestRunning", LastTransitionTime: now, ObservedGeneration: got.Generation},
+			{Type: vmletv1.VirtualMachineInstancePaused, Status: metav1.ConditionTrue, Reason: "PausedByUser", LastTransitionTime: now},
 		},
-		Interfaces: []v1alpha1.VirtualMachineInstanceNetworkInterface{{
+		Interfaces: []vmletv1.VirtualMachineInstanceNetworkInterface{{
 			Name: "default", MAC: "02:00:00:00:00:01", IP: "10.0.2.2", IPs: []string{"10.0.2.2", "fd10:0:2::2"},
 			InterfaceName: "eth0", InfoSource: "domain, guest-agent",
 		}},
-		GuestOSInfo: v1alpha1.VirtualMachineInstanceGuestOSInfo{Name: "Debian GNU/Linux", ID: "debian", Version: "12", KernelRelease: "6.1.0-28-cloud-amd64"},
-		MigrationState: &v1alpha1.VirtualMachineInstanceMigrationState{
+		GuestOSInfo: vmletv1.VirtualMachineInstanceGuestOSInfo{Name: "Debian GNU/Linux", ID: "debian", Version: "12", KernelRelease: "6.1.0-28-cloud-amd64"},
+		MigrationState: &vmletv1.VirtualMachineInstanceMigrationState{
 			StartTimestamp: &now, EndTimestamp: &now, SourceNode: "node-1", TargetNode: "node-2",
-			Completed: true, Mode: v1alpha1.MigrationPreCopy, MigrationUID: "uid-1",
+			Completed: true, Mode: vmletv1.MigrationPreCopy, MigrationUID: "uid-1",
 		},
-		VolumeStatus: []v1alpha1.VolumeStatus{{Name: "root", Target: "vda", Phase: v1alpha1.VolumeReady}},
-		Launcher: &v1alpha1.LauncherStatus{
-			PID: 4242, Accelerator: v1alpha1.AcceleratorTCG, AccelerationReason: "kvm_pvm loaded: nested KVM unusable", QEMUVersion: "7.2.15",
+		VolumeStatus: []vmletv1.VolumeStatus{{Name: "root", Target: "vda", Phase: vmletv1.VolumeReady}},
+		Launcher: &vmletv1.LauncherStatus{
+			PID: 4242, Accelerator: vmletv1.AcceleratorTCG, AccelerationReason: "kvm_pvm loaded: nested KVM unusable", QEMUVersion: "7.2.15",
 		},
 	}
 	got.Status = *status.DeepCopy()
 	if err := env.Client.Status().Update(ctx, got); err != nil {
 		t.Fatalf("update status: %v", err)
 	}
-	final := &v1alpha1.VirtualMachineInstance{}
+	final := &vmletv1.VirtualMachineInstance{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vmi), final); err != nil {
 		t.Fatalf("get after status update: %v", err)
 	}
@@ -151,7 +151,7 @@ func TestInvalidStatusIsRejected(t *testing.T) {
 	}
 	vmi.Status.Phase = "Exploded"
 	wantRejected(t, env.Client.Status().Update(ctx, vmi), invalid, notSupp, "status.phase")
-	vmi.Status.Phase = v1alpha1.Running
+	vmi.Status.Phase = vmletv1.Running
 	vmi.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "Maybe", Reason: "x", LastTransitionTime: metav1.Now()}}
 	wantRejected(t, env.Client.Status().Update(ctx, vmi), invalid, notSupp, "status.conditions[0].status")
 }
@@ -161,31 +161,31 @@ func TestInvalidStatusIsRejected(t *testing.T) {
 func TestMigrationRoundTrip(t *testing.T) {
 	env := apiServer(t)
 	ctx := testContext(t)
-	bad := &v1alpha1.VirtualMachineInstanceMigration{
+	bad := &vmletv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "default"},
-		Spec:       v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "a,b"},
+		Spec:       vmletv1.VirtualMachineInstanceMigrationSpec{VMIName: "a,b"},
 	}
 	wantRejected(t, env.Client.Create(ctx, bad), invalid, badValue, "spec.vmiName")
 
-	m := &v1alpha1.VirtualMachineInstanceMigration{
+	m := &vmletv1.VirtualMachineInstanceMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "migrate-1", Namespace: "default"},
-		Spec:       v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "roundtrip"},
+		Spec:       vmletv1.VirtualMachineInstanceMigrationSpec{VMIName: "roundtrip"},
 	}
 	if err := env.Client.Create(ctx, m, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
-	m.Status = v1alpha1.VirtualMachineInstanceMigrationStatus{
-		Phase:                     v1alpha1.MigrationTargetReady,
-		PhaseTransitionTimestamps: []v1alpha1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{{Phase: v1alpha1.MigrationTargetReady, PhaseTransitionTimestamp: now}},
+	m.Status = vmletv1.VirtualMachineInstanceMigrationStatus{
+		Phase:                     vmletv1.MigrationTargetReady,
+		PhaseTransitionTimestamps: []vmletv1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{{Phase: vmletv1.MigrationTargetReady, PhaseTransitionTimestamp: now}},
 		Conditions:                []metav1.Condition{{Type: "TargetReady", Status: metav1.ConditionTrue, Reason: "Listening", LastTransitionTime: now}},
-		MigrationState:            &v1alpha1.VirtualMachineInstanceMigrationState{SourceNode: "node-1", TargetNode: "node-2", TargetNodeAddress: "127.0.0.1:4444"},
+		MigrationState:            &vmletv1.VirtualMachineInstanceMigrationState{SourceNode: "node-1", TargetNode: "node-2", TargetNodeAddress: "127.0.0.1:4444"},
 	}
 	want := m.Status.DeepCopy()
 	if err := env.Client.Status().Update(ctx, m); err != nil {
 		t.Fatalf("update status: %v", err)
 	}
-	got := &v1alpha1.VirtualMachineInstanceMigration{}
+	got := &vmletv1.VirtualMachineInstanceMigration{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(m), got); err != nil {
 		t.Fatalf("get: %v", err)
 	}

@@ -13,8 +13,8 @@ type VirtualMachineInstancePhase string
 
 // Phases of a VirtualMachineInstance.
 const (
-	// VmPhaseUnset: the object was just created and no controller has seen it.
-	VmPhaseUnset VirtualMachineInstancePhase = ""
+	// VMPhaseUnset: the object was just created and no controller has seen it.
+	VMPhaseUnset VirtualMachineInstancePhase = ""
 	// Pending means the VirtualMachineInstance has been accepted by the system.
 	Pending VirtualMachineInstancePhase = "Pending"
 	// Scheduling: a launcher exists but is not yet scheduled and running.

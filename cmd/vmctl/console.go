@@ -35,7 +35,7 @@ func (c *cli) console(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("set raw terminal: %w", err)
 		}
-		defer term.Restore(int(f.Fd()), old)
+		defer func() { _ = term.Restore(int(f.Fd()), old) }() // best effort on the way out
 		fmt.Fprint(c.stderr, "vmctl: connected to the serial console; Ctrl-] quits\r\n")
 	}
 	done := make(chan error, 2)

@@ -16,9 +16,9 @@ type event struct {
 	Action     string
 	Package    string
 	ImportPath string // build-output / build-fail events
-	Test    string
-	Elapsed float64
-	Output  string
+	Test       string
+	Elapsed    float64
+	Output     string
 }
 
 type key struct{ pkg, test string }

@@ -183,7 +183,9 @@ func socat(t *testing.T, path string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(in, `{"execute":"qmp_capabilities"}`+"\n"+`{"execute":"query-status","id":"socat"}`+"\n")
+	if _, err := io.WriteString(in, `{"execute":"qmp_capabilities"}`+"\n"+`{"execute":"query-status","id":"socat"}`+"\n"); err != nil {
+		t.Errorf("write to socat: %v", err)
+	}
 	sc := bufio.NewScanner(out)
 	found := false
 	for sc.Scan() {
@@ -193,7 +195,7 @@ func socat(t *testing.T, path string) {
 		}
 	}
 	in.Close()
-	cmd.Wait()
+	_ = cmd.Wait() // reap socat; its exit status is not what this checks, the reply is
 	if !found {
 		t.Errorf("socat session got no query-status reply")
 	}
@@ -247,7 +249,9 @@ func qmpRPCs(t *testing.T, p *proc) {
 		t.Errorf("QMPLog follow did not show the command: %v", ctx.Err())
 	}
 	fcancel()
-	<-done
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) { // fcancel ends the follow
+		t.Errorf("QMPLog follow = %v, want nil or context.Canceled", err)
+	}
 	var tail []*pb.QMPLogEntry
 	if err := p.client.QMPLog(ctx, 20, false, func(e *pb.QMPLogEntry) error { tail = append(tail, e); return nil }); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func testNetns(t *testing.T) (string, string) {
 		}
 	}
 	run("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() }) // best-effort cleanup
 	run("-n", ns, "tuntap", "add", "dev", "vt0", "mode", "tap", "vnet_hdr")
 	run("-n", ns, "link", "set", "vt0", "up")
 	return "/var/run/netns/" + ns, "vt0"

@@ -145,7 +145,7 @@ func startLauncher(t testing.TB, o launchOpts) *proc {
 		t.Fatal(err)
 	}
 	go func() {
-		p.cmd.Wait()
+		_ = p.cmd.Wait() // a non-zero exit is an error here; the exit code is read from p.state
 		p.state = p.cmd.ProcessState
 		close(p.done)
 	}()
@@ -189,13 +189,13 @@ func (p *proc) cleanup() {
 	case <-p.done:
 	default:
 		if d, err := p.client.GetDomain(ctx); err == nil && d.GetState() != pb.State_STATE_NO_DOMAIN {
-			p.client.Kill(ctx)
+			_ = p.client.Kill(ctx) // best effort: p.wait below checks that the launcher exits
 		} else {
-			p.cmd.Process.Signal(syscall.SIGTERM)
+			_ = p.cmd.Process.Signal(syscall.SIGTERM) // best effort, as above
 		}
 		if _, err := p.wait(ctx); err != nil {
 			t.Errorf("launcher did not exit: %v", err)
-			p.cmd.Process.Kill()
+			_ = p.cmd.Process.Kill() // last resort; the failure is reported already
 			<-p.done
 		}
 	}
@@ -205,7 +205,7 @@ func (p *proc) cleanup() {
 	if p.qemu > 0 {
 		if err := waitPidGone(ctx, p.qemu); err != nil {
 			t.Errorf("qemu outlived the launcher: %v", err)
-			syscall.Kill(p.qemu, syscall.SIGKILL)
+			_ = syscall.Kill(p.qemu, syscall.SIGKILL) // last resort; the failure is reported already
 		}
 	}
 	if socks := findSockets(t, p.runDir); len(socks) > 0 {
@@ -236,7 +236,8 @@ func (p *proc) assertClean(t testing.TB) {
 
 func findSockets(t testing.TB, dir string) []string {
 	var out []string
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// The callback never fails, so WalkDir does not either: an unreadable entry holds no socket.
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type()&fs.ModeSocket != 0 {
 			out = append(out, path)
 		}
@@ -298,12 +299,13 @@ func (w *dirWatch) close() { w.f.Close() }
 
 // waitFor waits until dir/name exists, ctx ends, or abort is closed.
 func (w *dirWatch) waitFor(ctx context.Context, name string, abort <-chan struct{}) error {
-	stop := context.AfterFunc(ctx, func() { w.f.SetReadDeadline(time.Now()) })
+	// SetReadDeadline wakes the Read below; it cannot fail on the inotify fd (IN_NONBLOCK, so pollable).
+	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Now()) })
 	defer stop()
 	go func() {
 		select {
 		case <-abort:
-			w.f.SetReadDeadline(time.Now())
+			_ = w.f.SetReadDeadline(time.Now()) // as above
 		case <-ctx.Done():
 		}
 	}()

@@ -127,7 +127,7 @@ func (l *Launcher) Run(ctx context.Context) (Exit, error) {
 	case <-ctx.Done():
 		l.log.Info("terminating", "grace", l.cfg.GracePeriod)
 		if d := l.terminate(); d != nil {
-			d.stop(stopShutdown, l.cfg.GracePeriod)
+			_ = d.stop(stopShutdown, l.cfg.GracePeriod) // stop logs a failure; finish reports the end
 			return l.finish(d), nil
 		}
 		return Exit{Code: ExitOK, Reason: "no-domain"}, nil
@@ -141,7 +141,7 @@ func (l *Launcher) Run(ctx context.Context) (Exit, error) {
 	case <-ctx.Done():
 		l.log.Info("terminating", "grace", l.cfg.GracePeriod)
 		l.terminate()
-		d.stop(stopShutdown, l.cfg.GracePeriod)
+		_ = d.stop(stopShutdown, l.cfg.GracePeriod) // stop logs a failure; finish reports the end
 	}
 	return l.finish(d), nil
 }

@@ -37,24 +37,52 @@ func (p Paths) Dirs() []string {
 	return []string{p.Root, p.Disks(), p.CloudInit(), p.Hotplug(), p.Sockets(), p.Logs()}
 }
 
-func (p Paths) Disks() string     { return filepath.Join(p.Root, "disks") }
-func (p Paths) CloudInit() string { return filepath.Join(p.Root, "cloud-init") }
-func (p Paths) Hotplug() string   { return filepath.Join(p.Root, "hotplug") }
-func (p Paths) Sockets() string   { return filepath.Join(p.Root, "sockets") }
-func (p Paths) Logs() string      { return filepath.Join(p.Root, "logs") }
+// Disks is the folder of disk volumes the agent prepares for this VM.
+func (p Paths) Disks() string { return filepath.Join(p.Root, "disks") }
 
-func (p Paths) ReadySocket() string    { return filepath.Join(p.Root, ReadySocket) }
+// CloudInit is the folder of cloud-init volumes the agent prepares for this VM.
+func (p Paths) CloudInit() string { return filepath.Join(p.Root, "cloud-init") }
+
+// Hotplug is the folder of hotplugged volumes the agent prepares for this VM.
+func (p Paths) Hotplug() string { return filepath.Join(p.Root, "hotplug") }
+
+// Sockets is the folder of the sockets QEMU and the launcher serve or connect to.
+func (p Paths) Sockets() string { return filepath.Join(p.Root, "sockets") }
+
+// Logs is the folder of the logs, which stay after the launcher exits.
+func (p Paths) Logs() string { return filepath.Join(p.Root, "logs") }
+
+// ReadySocket is the launcher's API socket once it takes commands.
+func (p Paths) ReadySocket() string { return filepath.Join(p.Root, ReadySocket) }
+
+// StartingSocket is where the launcher binds its API socket before renaming it to ReadySocket.
 func (p Paths) StartingSocket() string { return filepath.Join(p.Root, StartingSocket) }
-func (p Paths) QMPSocket() string      { return filepath.Join(p.Sockets(), "qmp.sock") }
-func (p Paths) DebugSocket() string    { return filepath.Join(p.Sockets(), "qmp-debug.sock") }
-func (p Paths) ConsoleSocket() string  { return filepath.Join(p.Sockets(), "console.sock") }
-func (p Paths) AgentSocket() string    { return filepath.Join(p.Sockets(), "qga.sock") }
+
+// QMPSocket is QEMU's monitor socket; only the launcher connects.
+func (p Paths) QMPSocket() string { return filepath.Join(p.Sockets(), "qmp.sock") }
+
+// DebugSocket is the QMP socket for humans, proxied through the launcher.
+func (p Paths) DebugSocket() string { return filepath.Join(p.Sockets(), "qmp-debug.sock") }
+
+// ConsoleSocket is the serial console socket QEMU serves, one client at a time.
+func (p Paths) ConsoleSocket() string { return filepath.Join(p.Sockets(), "console.sock") }
+
+// AgentSocket is the guest agent channel; only the launcher connects.
+func (p Paths) AgentSocket() string { return filepath.Join(p.Sockets(), "qga.sock") }
+
+// MigrationSocket is the default incoming migration socket of a target.
 func (p Paths) MigrationSocket() string {
 	return filepath.Join(p.Sockets(), "migration.sock")
 }
-func (p Paths) QMPLog() string    { return filepath.Join(p.Logs(), "qmp.log") }
+
+// QMPLog is the log of every QMP line with a timestamp, size-capped and rotated.
+func (p Paths) QMPLog() string { return filepath.Join(p.Logs(), "qmp.log") }
+
+// SerialLog is the serial console output.
 func (p Paths) SerialLog() string { return filepath.Join(p.Logs(), "serial.log") }
-func (p Paths) QEMULog() string   { return filepath.Join(p.Logs(), "qemu.log") }
+
+// QEMULog is QEMU's standard error.
+func (p Paths) QEMULog() string { return filepath.Join(p.Logs(), "qemu.log") }
 
 // maxSunPath is sizeof(sockaddr_un.sun_path) minus the NUL.
 const maxSunPath = 107

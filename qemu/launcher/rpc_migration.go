@@ -59,7 +59,7 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 		uri = "unix:" + l.paths.MigrationSocket()
 	}
 	if !strings.HasPrefix(uri, "unix:") && !strings.HasPrefix(uri, "tcp:") {
-		return nil, fmt.Errorf("prepare migration target: %w: listen uri %q is neither unix: nor tcp:", ErrInvalidRequest, uri)
+		return nil, fmt.Errorf("prepare migration target: %w: listen uri %q has neither the unix: nor the tcp: prefix", ErrInvalidRequest, uri)
 	}
 	d, err := l.startDomain(ctx, req.GetSpec(), true)
 	if err != nil {
@@ -76,7 +76,7 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 		err = d.vm.MigrateIncoming(sctx, uri)
 	}
 	if err != nil {
-		d.stop(stopKill, 0)
+		_ = d.stop(stopKill, 0) // cleanup after the failure returned below; stop logs its own
 		return nil, fmt.Errorf("prepare migration target: %w", err)
 	}
 	return &pb.PrepareMigrationTargetResponse{Uri: uri}, nil

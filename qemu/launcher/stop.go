@@ -28,7 +28,7 @@ func (d *domain) stop(intent stopIntent, grace time.Duration) error {
 		case <-d.exited:
 		default:
 			if intent == stopKill {
-				d.kill()
+				_ = d.kill() // best effort; the first caller reports how the sequence ended
 			}
 		}
 		<-d.exited
@@ -48,7 +48,7 @@ func (d *domain) stop(intent stopIntent, grace time.Duration) error {
 	}
 	if err != nil {
 		d.l.log.Error("stop qemu", "err", err)
-		d.kill()
+		_ = d.kill() // last resort; err above is what stop reports
 	}
 	<-d.exited
 	return err

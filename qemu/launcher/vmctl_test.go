@@ -78,11 +78,15 @@ func TestConsole(t *testing.T) {
 	if err := con.Wait(ctx, testguest.MarkerReady); err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(in, "echo typed-$((6*7))\n")
+	if _, err := io.WriteString(in, "echo typed-$((6*7))\n"); err != nil {
+		t.Fatalf("typing into the console: %v", err)
+	}
 	if err := con.Wait(ctx, "typed-42"); err != nil {
 		t.Fatalf("typing into the console: %v", err)
 	}
-	in.Write([]byte{0x1d}) // Ctrl-]
+	if _, err := in.Write([]byte{0x1d}); err != nil { // Ctrl-]
+		t.Fatalf("typing Ctrl-]: %v", err)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("vmctl console after Ctrl-]: %v", err)
 	}

@@ -74,7 +74,10 @@ func (r *recorder) waitEvent(ctx context.Context, from int, what string, match f
 		select {
 		case <-notify:
 		case <-r.done:
-			return -1, fmt.Errorf("wait for event %s: stream ended (%v); events: %s", what, r.err, r.dump())
+			if r.err == nil { // the launcher is exiting; %w would print %!w(<nil>)
+				return -1, fmt.Errorf("wait for event %s: stream ended (<nil>); events: %s", what, r.dump())
+			}
+			return -1, fmt.Errorf("wait for event %s: stream ended (%w); events: %s", what, r.err, r.dump())
 		case <-ctx.Done():
 			return -1, fmt.Errorf("wait for event %s: %w; events: %s", what, ctx.Err(), r.dump())
 		}

@@ -91,7 +91,11 @@ func TestGoQEMUKeepsEventsBeforeEventsCall(t *testing.T) {
 	if err := mon.Connect(); err != nil {
 		t.Fatal(err)
 	}
-	defer mon.Disconnect()
+	defer func() {
+		if err := mon.Disconnect(); err != nil {
+			t.Errorf("Disconnect: %v", err)
+		}
+	}()
 	if err := srv.Emit("RESUME", map[string]any{"x": 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +148,11 @@ func TestGoQEMUConnectIdempotentAndReconnect(t *testing.T) {
 	if err := mon.Connect(); err != nil {
 		t.Fatalf("Connect after Disconnect: %v", err)
 	}
-	defer mon.Disconnect()
+	defer func() {
+		if err := mon.Disconnect(); err != nil {
+			t.Errorf("Disconnect: %v", err)
+		}
+	}()
 	if _, err := mon.Run([]byte(`{"execute": "query-status"}`)); err != nil {
 		t.Fatalf("Run after reconnect: %v", err)
 	}

@@ -1,6 +1,7 @@
 package qmp_test
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -35,7 +36,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if err := m.Close(); err != nil {
 			t.Fatal(err)
 		}
-		<-pending
+		if err := <-pending; !errors.Is(err, qmp.ErrClosed) {
+			t.Errorf("pending Execute after Close = %v, want ErrClosed", err)
+		}
 	}()
 	// A goroutine that has signalled its end may still be returning: wait (yielding, with a
 	// deadline) until none of ours is left.

@@ -14,7 +14,11 @@ func TestConsoleWaitAdvancesCursor(t *testing.T) {
 	r, w := io.Pipe()
 	c := NewConsole(r)
 	ctx := ctxT(t, 5*time.Second)
-	go w.Write([]byte("boot\nMARK one\n"))
+	go func() {
+		if _, err := w.Write([]byte("boot\nMARK one\n")); err != nil {
+			t.Errorf("write: %v", err)
+		}
+	}()
 	if err := c.Wait(ctx, "MARK"); err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +29,12 @@ func TestConsoleWaitAdvancesCursor(t *testing.T) {
 		t.Fatalf("second Wait before a second MARK: %v, want deadline exceeded", err)
 	}
 	go func() { // a marker split across reads is still found
-		w.Write([]byte("MA"))
-		w.Write([]byte("RK two\n"))
+		for _, s := range []string{"MA", "RK two\n"} {
+			if _, err := w.Write([]byte(s)); err != nil {
+				t.Errorf("write %q: %v", s, err)
+				return
+			}
+		}
 	}()
 	if err := c.Wait(ctx, "MARK"); err != nil {
 		t.Fatal(err)
@@ -73,7 +81,9 @@ func TestConsoleClosedEndsWait(t *testing.T) {
 	r, w := io.Pipe()
 	c := NewConsole(r)
 	go func() {
-		w.Write([]byte("partial output"))
+		if _, err := w.Write([]byte("partial output")); err != nil {
+			t.Errorf("write: %v", err)
+		}
 		w.Close()
 	}()
 	_, err := c.WaitFrom(ctxT(t, 5*time.Second), 0, "never")

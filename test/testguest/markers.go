@@ -24,7 +24,7 @@ const (
 // it reads that very disk: `head -c 15 /dev/vda`.
 const DataDiskLabel = "VMLET-DATA-DISK"
 
-// CmdlineNoACPI, appended to the kernel cmdline, makes the guest ignore ACPI powerdown (it still
+// CmdlineNoACPI makes the guest ignore ACPI powerdown when appended to the kernel cmdline (it still
 // prints MarkerPowerdownIgnored): used to test forced shutdown.
 const CmdlineNoACPI = "vmlet.noacpi"
 

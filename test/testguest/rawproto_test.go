@@ -52,7 +52,9 @@ func (q *rawQMP) read(ctx context.Context) (qmpMsg, error) {
 	if !ok {
 		deadline = time.Now().Add(time.Minute)
 	}
-	q.conn.SetReadDeadline(deadline)
+	if err := q.conn.SetReadDeadline(deadline); err != nil {
+		return m, fmt.Errorf("read qmp: %w", err)
+	}
 	line, err := q.r.ReadBytes('\n')
 	if err != nil {
 		return m, fmt.Errorf("read qmp: %w", err)
@@ -140,7 +142,9 @@ func dialQGA(t *testing.T, ctx context.Context, path string) *rawQGA {
 	}
 	t.Cleanup(func() { conn.Close() })
 	if deadline, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(deadline)
+		if err := conn.SetDeadline(deadline); err != nil {
+			t.Fatalf("set qga deadline: %v", err)
+		}
 	}
 	g := &rawQGA{conn: conn, r: bufio.NewReader(conn)}
 	const id = 123

@@ -9,7 +9,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
 
 // quantityMaxLength bounds the string form of every quantity. The longest sane quantity
@@ -20,7 +20,7 @@ const quantityMaxLength = 64
 const vmiKind = "VirtualMachineInstance"
 
 // patchFile reads one CRD manifest, patches it and writes it back in controller-gen's layout.
-func patchFile(path string, unsupported []v1alpha1.UnsupportedField) error {
+func patchFile(path string, unsupported []vmletv1.UnsupportedField) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read CRD: %w", err)
@@ -46,7 +46,7 @@ func patchFile(path string, unsupported []v1alpha1.UnsupportedField) error {
 }
 
 // patchCRD applies both patches to every version of crd.
-func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported []v1alpha1.UnsupportedField) error {
+func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported []vmletv1.UnsupportedField) error {
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
@@ -88,7 +88,7 @@ func boundQuantities(s *apiextensionsv1.JSONSchemaProps) {
 
 // declareUnsupported adds f to the schema below root, with a rule that always fails. It is a
 // no-op if f was declared by an earlier run, and an error if vmlet's own schema has the field.
-func declareUnsupported(root *apiextensionsv1.JSONSchemaProps, f v1alpha1.UnsupportedField) error {
+func declareUnsupported(root *apiextensionsv1.JSONSchemaProps, f vmletv1.UnsupportedField) error {
 	want, err := unsupportedSchema(f)
 	if err != nil {
 		return err
@@ -135,27 +135,27 @@ func edit(s *apiextensionsv1.JSONSchemaProps, path []string, fn func(*apiextensi
 
 // unsupportedSchema is the declaration of one unsupported field: its JSON kind, so that the
 // value is not pruned and CEL can see it, and a rule that rejects any value.
-func unsupportedSchema(f v1alpha1.UnsupportedField) (apiextensionsv1.JSONSchemaProps, error) {
+func unsupportedSchema(f vmletv1.UnsupportedField) (apiextensionsv1.JSONSchemaProps, error) {
 	s := apiextensionsv1.JSONSchemaProps{
 		Description: "Not supported by vmlet: a kubevirt.io/v1 field that vmlet rejects.",
 		XValidations: apiextensionsv1.ValidationRules{{
 			Rule:    "false",
-			Message: v1alpha1.UnsupportedMessage,
+			Message: vmletv1.UnsupportedMessage,
 			Reason:  ptr(apiextensionsv1.FieldValueForbidden),
 		}},
 	}
 	preserve := true
 	anyObject := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}
 	switch f.Kind {
-	case v1alpha1.KindObject:
+	case vmletv1.KindObject:
 		s.Type = "object"
 		s.XPreserveUnknownFields = &preserve
-	case v1alpha1.KindArray:
+	case vmletv1.KindArray:
 		s.Type = "array"
 		s.Items = &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &anyObject}
-	case v1alpha1.KindString, v1alpha1.KindBoolean, v1alpha1.KindInteger:
+	case vmletv1.KindString, vmletv1.KindBoolean, vmletv1.KindInteger:
 		s.Type = f.Kind
-	case v1alpha1.KindQuantity:
+	case vmletv1.KindQuantity:
 		s.XIntOrString = true
 		s.AnyOf = []apiextensionsv1.JSONSchemaProps{{Type: "integer"}, {Type: "string"}}
 	default:

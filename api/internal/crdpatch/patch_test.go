@@ -6,7 +6,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
-	v1alpha1 "github.com/vmlet/vmlet/api/v1alpha1"
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
 
 // testCRD is a VirtualMachineInstance CRD with a list of objects and a quantity.
@@ -34,10 +34,10 @@ func testCRD() *apiextensionsv1.CustomResourceDefinition {
 }
 
 func TestPatchCRD(t *testing.T) {
-	fields := []v1alpha1.UnsupportedField{
-		{Parent: "spec", Name: "clock", Kind: v1alpha1.KindObject},
-		{Parent: "spec.disks[]", Name: "tag", Kind: v1alpha1.KindString},
-		{Parent: "spec", Name: "maxGuest", Kind: v1alpha1.KindQuantity},
+	fields := []vmletv1.UnsupportedField{
+		{Parent: "spec", Name: "clock", Kind: vmletv1.KindObject},
+		{Parent: "spec.disks[]", Name: "tag", Kind: vmletv1.KindString},
+		{Parent: "spec", Name: "maxGuest", Kind: vmletv1.KindQuantity},
 	}
 	crd := testCRD()
 	if err := patchCRD(crd, fields); err != nil {
@@ -66,19 +66,19 @@ func TestPatchCRD(t *testing.T) {
 }
 
 func TestPatchCRDRefusesToShadowARealField(t *testing.T) {
-	err := patchCRD(testCRD(), []v1alpha1.UnsupportedField{{Parent: "spec", Name: "memory", Kind: v1alpha1.KindQuantity}})
+	err := patchCRD(testCRD(), []vmletv1.UnsupportedField{{Parent: "spec", Name: "memory", Kind: vmletv1.KindQuantity}})
 	if err == nil {
 		t.Fatalf("declaring vmlet's own spec.memory unsupported succeeded")
 	}
 }
 
 func TestPatchCRDRejectsBadPaths(t *testing.T) {
-	for _, f := range []v1alpha1.UnsupportedField{
-		{Parent: "spec.nope", Name: "x", Kind: v1alpha1.KindString},
-		{Parent: "spec.memory[]", Name: "x", Kind: v1alpha1.KindString},
+	for _, f := range []vmletv1.UnsupportedField{
+		{Parent: "spec.nope", Name: "x", Kind: vmletv1.KindString},
+		{Parent: "spec.memory[]", Name: "x", Kind: vmletv1.KindString},
 		{Parent: "spec", Name: "x", Kind: "float"},
 	} {
-		if err := patchCRD(testCRD(), []v1alpha1.UnsupportedField{f}); err == nil {
+		if err := patchCRD(testCRD(), []vmletv1.UnsupportedField{f}); err == nil {
 			t.Errorf("patch with %+v succeeded", f)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// ErrNoConn: no client is connected.
+// ErrNoConn means no client is connected.
 var ErrNoConn = errors.New("qgatest: no client connected")
 
 // Error is a scripted error reply.
@@ -25,7 +25,7 @@ type Handler func(args json.RawMessage) (ret any, errReply *Error)
 
 type noReply struct{}
 
-// NoReply, returned by a Handler, suppresses the reply.
+// NoReply suppresses the reply when a Handler returns it.
 var NoReply any = noReply{}
 
 // Options configure the fake.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// ErrNoConn: no client is connected, so there is nobody to send to.
+// ErrNoConn means no client is connected, so there is nobody to send to.
 var ErrNoConn = errors.New("qmptest: no client connected")
 
 // Options shape the fake's greeting.

@@ -93,7 +93,7 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (*qemu.Spec, e
 	if err := disks(vmi, s); err != nil {
 		return nil, err
 	}
-	if err := interfaces(vmi); err != nil {
+	if s.NICs, err = interfaces(vmi); err != nil {
 		return nil, err
 	}
 	if err := s.Validate(); err != nil {
@@ -170,20 +170,6 @@ func disks(vmi *vmletv1.VirtualMachineInstance, s *qemu.Spec) error {
 		return &SpecError{
 			Field:  fmt.Sprintf("spec.volumes[%d]", i),
 			Reason: fmt.Sprintf("volume %q: volume sources are not supported by this vmlet build yet (boot with firmware.kernelBoot)", v.Name),
-			Err:    ErrUnsupported,
-		}
-	}
-	return nil
-}
-
-// interfaces rejects explicitly requested NICs until network bindings exist. A VMI without
-// interfaces gets no NIC (KubeVirt would auto-attach the pod network; the Synchronized condition
-// says so).
-func interfaces(vmi *vmletv1.VirtualMachineInstance) error {
-	for i, ifc := range vmi.Spec.Domain.Devices.Interfaces {
-		return &SpecError{
-			Field:  fmt.Sprintf("spec.domain.devices.interfaces[%d]", i),
-			Reason: fmt.Sprintf("interface %q: network bindings are not supported by this vmlet build yet", ifc.Name),
 			Err:    ErrUnsupported,
 		}
 	}

@@ -79,9 +79,9 @@ func TestDomainSpec(t *testing.T) {
 		{name: "volumes not yet", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{{Name: "d", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{}}}}
 		}, wantErr: ErrUnsupported, field: "spec.volumes[0]"},
-		{name: "interfaces not yet", mutate: func(v *vmletv1.VirtualMachineInstance) {
+		{name: "interface without its network", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default"}}
-		}, wantErr: ErrUnsupported, field: "spec.domain.devices.interfaces[0]"},
+		}, wantErr: errInvalid, field: "spec.domain.devices.interfaces[0].name"},
 		{name: "efi not yet", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Firmware.Bootloader = &vmletv1.Bootloader{EFI: &vmletv1.EFI{}}
 		}, wantErr: ErrUnsupported, field: "spec.domain.firmware.bootloader.efi"},

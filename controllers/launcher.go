@@ -37,8 +37,9 @@ const (
 // Launcher is the node agent's view of one vmlet-launcher: the subset of its API that the VMI
 // reconciler drives. qemu/launcher's gRPC client implements it through LauncherClient.
 type Launcher interface {
-	// Sync defines and starts the domain; the same spec again is a no-op.
-	Sync(ctx context.Context, spec *qemu.Spec) error
+	// Sync defines and starts the domain; the same spec again is a no-op. netns maps NIC ids
+	// to the network namespaces their taps live in (the launcher opens them there).
+	Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error
 	Pause(ctx context.Context) error
 	Unpause(ctx context.Context) error
 	Domain(ctx context.Context) (DomainState, error)

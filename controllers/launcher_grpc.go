@@ -42,8 +42,8 @@ func DefaultLauncherArgs(runDir, name string, grace time.Duration) []string {
 	return []string{"--run-dir", runDir, "--name", name, "--grace-period", grace.String()}
 }
 
-func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec) error {
-	_, err := g.c.Sync(ctx, &pb.SyncRequest{Spec: launcher.SpecToProto(spec, nil)})
+func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error {
+	_, err := g.c.Sync(ctx, &pb.SyncRequest{Spec: launcher.SpecToProto(spec, netns)})
 	return err
 }
 

@@ -66,6 +66,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	runRoot = filepath.Join(tmp, "run")
+	removeNetns, err := setupNetwork(tmp)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "set up the test node network:", err)
+		return 1
+	}
+	defer func() {
+		if err := removeNetns(); err != nil {
+			fmt.Fprintln(os.Stderr, "remove test namespaces:", err)
+		}
+	}()
 	if mnt, err := devices.FindCgroup2Mount(); err == nil {
 		cgroupParent, err = os.MkdirTemp(mnt, "vmlet-ctl-test-")
 		if err != nil {
@@ -99,6 +109,7 @@ func removeLeftoverLaunchers() int {
 // agent is one running node agent (manager + reconcilers), stoppable to simulate a crash.
 type agent struct {
 	runtime *process.Runtime
+	net     *controllers.NodeNetwork
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -119,9 +130,14 @@ func startAgent(t *testing.T, images local.ImageDirs) *agent {
 		t.Fatal(err)
 	}
 	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent}
+	nn, err := agentNetwork()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
+		Network: nn,
 		Env: func(runDir string) controllers.NodeEnv {
 			return controllers.NodeEnv{RunDir: runDir, Images: images, TCGCacheMiB: 32}
 		},
@@ -136,7 +152,7 @@ func startAgent(t *testing.T, images local.ImageDirs) *agent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &agent{runtime: rt, cancel: cancel, done: make(chan error, 1)}
+	a := &agent{runtime: rt, net: nn, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- mgr.Start(ctx) }()
 	return a
 }
@@ -151,6 +167,10 @@ func (a *agent) stop(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Error("manager did not stop")
+	}
+	// Its DHCP servers end with it, as with an agent process that exits.
+	if err := a.net.Close(); err != nil {
+		t.Errorf("close agent network: %v", err)
 	}
 }
 

@@ -46,6 +46,9 @@ type VMIReconciler struct {
 	Env func(runDir string) NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
 	KVM bool
+	// Network wires each VMI's interfaces in its pod network; nil: the node has none, and
+	// VMIs with interfaces fail.
+	Network *NodeNetwork
 
 	mu     sync.Mutex
 	conns  map[types.UID]*launcherConn
@@ -177,10 +180,15 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
 	}
+	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
+	if err != nil {
+		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
+	}
+	spec.NICs = nics
 	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
 	// not a different domain.
 	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
-	if err := l.Sync(ctx, spec); err != nil {
+	if err := l.Sync(ctx, spec, netns); err != nil {
 		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SyncFailed", err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
 	}
@@ -193,6 +201,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{}, err
 	}
 	r.observe(vmi, dom)
+	r.observeInterfaces(ctx, vmi, l, dom)
 	return ctrl.Result{}, nil
 }
 
@@ -305,7 +314,7 @@ func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachin
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)
 	}
-	return nil
+	return r.cleanupNetwork(vmi)
 }
 
 func gracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {

@@ -1,0 +1,173 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
+)
+
+// PodNetworks gives every launcher its pod network: a network namespace with the pod
+// interface (eth0) that the VMI's bindings attach to. network.Node implements it in local
+// mode, where vmlet acts as the CNI.
+type PodNetworks interface {
+	// CreatePod creates pod id's network or returns the existing one (idempotent).
+	CreatePod(id string) (network.PodNetwork, error)
+	// DeletePod removes it (idempotent).
+	DeletePod(id string) error
+}
+
+var _ PodNetworks = (*network.Node)(nil)
+
+// reasonNoPodNetwork: a VMI wants interfaces on an agent that has no pod network.
+const reasonNoPodNetwork = "NoPodNetwork"
+
+// errNoPodNetwork: the agent was started without a pod network.
+var errNoPodNetwork = errors.New("this node has no pod network")
+
+// NodeNetwork is the node agent's network side: pod networks and, per VMI, the bindings in
+// its pod's netns. The bindings' DHCP servers run in the agent's process, so the attachments
+// live here, by VMI UID; after an agent restart the reconciler attaches running VMIs again
+// (the kernel state is found and kept, DHCP serves again). Use one per agent process.
+type NodeNetwork struct {
+	// Pods creates and deletes the launchers' pod networks.
+	Pods PodNetworks
+	// ResolvConf is the resolv.conf whose nameservers and search domains DHCP offers the
+	// guests (loopback servers are dropped); empty means /etc/resolv.conf.
+	ResolvConf string
+
+	mu       sync.Mutex
+	attached map[types.UID]*vmiAttachment
+}
+
+// vmiAttachment is one VMI's wired network.
+type vmiAttachment struct {
+	*network.Attachment
+	netns string // the pod's network namespace
+}
+
+// attach returns the VMI's attachment, creating its pod network and wiring spec on first use
+// (and again in a new agent process: both steps are idempotent). onLease runs whenever the
+// guest is acknowledged an address.
+func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, onLease func(), logger *slog.Logger) (*vmiAttachment, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a := n.attached[uid]; a != nil {
+		return a, nil
+	}
+	pod, err := n.Pods.CreatePod(string(uid))
+	if err != nil {
+		return nil, fmt.Errorf("create pod network: %w", err)
+	}
+	s := *spec
+	s.ResolvConf = n.ResolvConf
+	att, err := network.Attach(pod.NetnsPath, &s, network.AttachOptions{OnLease: func(network.Lease) { onLease() }, Logger: logger})
+	if err != nil {
+		return nil, err // the pod network goes with the VMI (release)
+	}
+	if n.attached == nil {
+		n.attached = map[types.UID]*vmiAttachment{}
+	}
+	a := &vmiAttachment{Attachment: att, netns: pod.NetnsPath}
+	n.attached[uid] = a
+	return a, nil
+}
+
+// attachment returns the VMI's attachment, nil if this process has none.
+func (n *NodeNetwork) attachment(uid types.UID) *vmiAttachment {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.attached[uid]
+}
+
+// release detaches the VMI's bindings (DHCP servers stop, taps, bridges and tables go) and
+// deletes its pod network; when it was the last pod, the node bridge and NAT go too. It is
+// idempotent and works without an attachment in this process (after an agent restart): the
+// pod's netns takes what is left in it along.
+func (n *NodeNetwork) release(uid types.UID) error {
+	n.mu.Lock()
+	a := n.attached[uid]
+	delete(n.attached, uid)
+	n.mu.Unlock()
+	var errs []error
+	if a != nil {
+		if err := a.Detach(); err != nil {
+			errs = append(errs, fmt.Errorf("detach network: %w", err))
+		}
+	}
+	if err := n.Pods.DeletePod(string(uid)); err != nil {
+		errs = append(errs, fmt.Errorf("delete pod network: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the DHCP servers of every attachment and forgets them; the kernel state stays
+// (guests keep their addresses). The agent calls it when it stops.
+func (n *NodeNetwork) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for uid, a := range n.attached {
+		errs = append(errs, a.Close())
+		delete(n.attached, uid)
+	}
+	return errors.Join(errs...)
+}
+
+// ensureNetwork wires the VMI's network before its domain is synced (on every reconcile:
+// cheap once attached) and returns the NICs to start the domain with, resolved from the
+// binding plan, and the namespaces of their taps. A VMI without interfaces gets no pod
+// network.
+func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, planned []qemu.NIC) ([]qemu.NIC, launcher.NetNS, error) {
+	vn, err := NetworkSpec(vmi)
+	if err != nil {
+		return nil, nil, err // DomainSpec has already failed the VMI for it
+	}
+	if vn.Spec == nil {
+		return nil, nil, nil
+	}
+	if r.Network == nil || r.Network.Pods == nil {
+		return nil, nil, fmt.Errorf("attach interface %q: %w", vn.Spec.Interfaces[0].Name, errNoPodNetwork)
+	}
+	ns, name := vmi.Namespace, vmi.Name
+	logger := slog.New(logr.ToSlogHandler(log.FromContext(ctx).WithValues("vmi", ns+"/"+name)))
+	a, err := r.Network.attach(vmi.UID, vn.Spec, func() { r.Wake(ns, name) }, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ResolveNICs(planned, a.Plan(), a.netns)
+}
+
+// networkFailed reports a network that could not be wired. Before the domain exists, a node
+// without a pod network fails the VMI; other errors (kernel state) are retried.
+func (r *VMIReconciler) networkFailed(vmi *vmletv1.VirtualMachineInstance, dom DomainState, err error) error {
+	if errors.Is(err, errNoPodNetwork) && dom.State == DomainNone {
+		r.fail(vmi, reasonNoPodNetwork, err.Error()+" (autoattachPodInterface: false runs a VMI without interfaces)")
+		return nil
+	}
+	if dom.State != DomainNone {
+		r.observe(vmi, dom)
+	} else {
+		setPhase(vmi, vmletv1.Scheduled)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "NetworkFailed", err.Error())
+	return fmt.Errorf("wire network: %w", err)
+}
+
+// cleanupNetwork removes the VMI's network from the node (teardown).
+func (r *VMIReconciler) cleanupNetwork(vmi *vmletv1.VirtualMachineInstance) error {
+	if r.Network == nil || r.Network.Pods == nil {
+		return nil
+	}
+	return r.Network.release(vmi.UID)
+}

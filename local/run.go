@@ -40,6 +40,8 @@ type Config struct {
 	TCGCacheMiB int
 	Out         io.Writer
 	Log         logr.Logger
+	// Network is the pod network vmlet provides as this machine's CNI.
+	Network NetworkConfig
 }
 
 // Stack is a running local mode: control plane, node agent and local scheduler.
@@ -108,6 +110,10 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 	if err := sched.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setup scheduler: %w", err)
 	}
+	nn, err := openNetwork(cfg.Network)
+	if err != nil {
+		return err
+	}
 	s.Runtime = &process.Runtime{Binary: cfg.LauncherBinary, RunRoot: cfg.RunRoot, CgroupParent: s.cgParent}
 	s.Agent = &controllers.VMIReconciler{
 		Client:   mgr.GetClient(),
@@ -117,6 +123,7 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 		Dial:     controllers.DialLauncher,
 		Args:     controllers.DefaultLauncherArgs,
 		KVM:      facts.KVM,
+		Network:  nn,
 		Env: func(runDir string) controllers.NodeEnv {
 			return controllers.NodeEnv{RunDir: runDir, Images: cfg.Images, TCGCacheMiB: cfg.TCGCacheMiB}
 		},
@@ -183,6 +190,11 @@ func (s *Stack) Stop(ctx context.Context) error {
 		s.cancel()
 		if err := <-s.mgrDone; err != nil {
 			errs = append(errs, fmt.Errorf("manager: %w", err))
+		}
+	}
+	if s.Agent != nil {
+		if err := closeNetwork(s.Agent.Network); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := s.CP.Stop(); err != nil {

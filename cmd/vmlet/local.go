@@ -14,11 +14,13 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/network"
 )
 
 func localCmd() *cobra.Command {
 	cfg := local.Config{Images: local.ImageDirs{}}
 	var images []string
+	var subnet, subnet6, nodeNetns string
 	var bootTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "local",
@@ -35,6 +37,11 @@ stops everything; the next start picks up the same objects.`,
 				}
 				cfg.Images[ref] = dir
 			}
+			nc, err := local.ParseNetworkFlags(subnet, subnet6, nodeNetns)
+			if err != nil {
+				return err
+			}
+			cfg.Network = nc
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
 			return runLocal(cmd.Context(), cfg, bootTimeout)
@@ -52,6 +59,9 @@ stops everything; the next start picks up the same objects.`,
 	f.StringVar(&cfg.Demo, "demo", "config/samples/vmi-demo.yaml", "VMI manifest to apply at start (empty: none)")
 	f.StringArrayVar(&images, "image", nil, "REF=DIR: serve image REF from the unpacked folder DIR (repeatable)")
 	f.IntVar(&cfg.TCGCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
+	f.StringVar(&subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
+	f.StringVar(&subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
+	f.StringVar(&nodeNetns, "node-netns", "", "network namespace for the node bridge (empty: the host's); guests reach only what it routes to")
 	f.DurationVar(&bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
 	return c
 }

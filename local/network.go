@@ -1,0 +1,76 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/network"
+)
+
+// NetworkConfig is local mode's pod network: vmlet acts as the CNI of this machine, with a
+// node bridge, NAT to the outside and one netns + veth per launcher (network.Node).
+type NetworkConfig struct {
+	// Subnet is the pods' subnet; zero means network.DefaultNodeSubnet (198.19.118.0/24, a
+	// benchmarking range hosts essentially never sit in).
+	Subnet netip.Prefix
+	// Subnet6 makes the pod network dual-stack; zero means IPv4 only.
+	Subnet6 netip.Prefix
+	// NetnsPath puts the node bridge in that network namespace instead of the host's (a
+	// sandboxed node: guests reach only what that namespace routes to).
+	NetnsPath string
+}
+
+// openNetwork is the agent's network side for cfg. It changes nothing on the host: the node
+// bridge and NAT appear with the first pod.
+func openNetwork(cfg NetworkConfig) (*controllers.NodeNetwork, error) {
+	node, err := network.NewNode(network.NodeConfig{Subnet: cfg.Subnet, Subnet6: cfg.Subnet6, NetnsPath: cfg.NetnsPath})
+	if err != nil {
+		return nil, fmt.Errorf("open node network: %w", err)
+	}
+	return &controllers.NodeNetwork{Pods: node}, nil
+}
+
+// closeNetwork ends the node network with the stack, once its launchers are gone: the agent's
+// DHCP servers stop and every pod network goes, the last one taking the node bridge and NAT
+// table along. The next start creates them again for the VMIs that run again.
+func closeNetwork(nn *controllers.NodeNetwork) error {
+	if nn == nil {
+		return nil
+	}
+	errs := []error{nn.Close()}
+	node, ok := nn.Pods.(*network.Node)
+	if !ok {
+		return errors.Join(errs...)
+	}
+	pods, err := node.Pods()
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list pod networks: %w", err))...)
+	}
+	for _, p := range pods {
+		errs = append(errs, node.DeletePod(p.ID))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseNetworkFlags reads `vmlet local`'s --node-subnet, --node-subnet6 and --node-netns
+// values (empty: the default).
+func ParseNetworkFlags(subnet, subnet6, netnsPath string) (NetworkConfig, error) {
+	c := NetworkConfig{NetnsPath: netnsPath}
+	var err error
+	if subnet != "" {
+		if c.Subnet, err = netip.ParsePrefix(subnet); err != nil {
+			return c, fmt.Errorf("parse --node-subnet: %w", err)
+		}
+	}
+	if subnet6 != "" {
+		if c.Subnet6, err = netip.ParsePrefix(subnet6); err != nil {
+			return c, fmt.Errorf("parse --node-subnet6: %w", err)
+		}
+	}
+	if _, err := network.NewNode(network.NodeConfig{Subnet: c.Subnet, Subnet6: c.Subnet6, NetnsPath: c.NetnsPath}); err != nil {
+		return c, fmt.Errorf("check node network flags: %w", err)
+	}
+	return c, nil
+}

@@ -1,20 +1,11 @@
 package storagetest
 
 import (
-	"archive/tar"
-	"bytes"
-	"io"
-	"os"
-	"path"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/vmlet/vmlet/test/assets/images"
 )
 
 // Paths of the kernel and initrd in KernelBoot images.
@@ -23,56 +14,15 @@ const (
 	InitrdPath = "/boot/initrd.img"
 )
 
-// File is one tar entry of a test layer.
-type File struct {
-	Path     string // inside the image, e.g. "/disk/disk.qcow2"
-	Content  []byte
-	FromFile string // host file whose content is used instead of Content
-	Type     byte   // tar type flag; 0 means a regular file (tar.TypeReg)
-	Linkname string // for symlinks and hard links
-}
+// File is one tar entry of a test layer (images.File).
+type File = images.File
 
-// Layer builds a gzip tar layer of files, in order. Regular files are owned by 107:107 (QEMU's
-// uid in KubeVirt's containerDisks), like `ADD --chown=107:107`.
+// Layer builds a gzip tar layer of files, in order (images.Layer).
 func Layer(tb testing.TB, files ...File) v1.Layer {
 	tb.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
-		content := f.Content
-		if f.FromFile != "" {
-			b, err := os.ReadFile(f.FromFile)
-			if err != nil {
-				tb.Fatalf("read layer file: %v", err)
-			}
-			content = b
-		}
-		hdr := &tar.Header{Name: strings.TrimPrefix(f.Path, "/"), Typeflag: f.Type, Linkname: f.Linkname,
-			Mode: 0o644, Uid: 107, Gid: 107}
-		switch f.Type {
-		case 0, tar.TypeReg:
-			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(content))
-		case tar.TypeDir:
-			hdr.Mode = 0o755
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			tb.Fatalf("write tar header %s: %v", f.Path, err)
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(content); err != nil {
-				tb.Fatalf("write tar entry %s: %v", f.Path, err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		tb.Fatalf("close tar: %v", err)
-	}
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	})
+	l, err := images.Layer(files...)
 	if err != nil {
-		tb.Fatalf("build layer: %v", err)
+		tb.Fatal(err)
 	}
 	return l
 }
@@ -80,9 +30,9 @@ func Layer(tb testing.TB, files ...File) v1.Layer {
 // Image stacks layers on an empty image.
 func Image(tb testing.TB, layers ...v1.Layer) v1.Image {
 	tb.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	img, err := images.Image(layers...)
 	if err != nil {
-		tb.Fatalf("build image: %v", err)
+		tb.Fatal(err)
 	}
 	return img
 }
@@ -90,20 +40,22 @@ func Image(tb testing.TB, layers ...v1.Layer) v1.Image {
 // ContainerDisk is a KubeVirt containerDisk: the host file disk as /disk/<its name>.
 func ContainerDisk(tb testing.TB, disk string) v1.Image {
 	tb.Helper()
-	return Image(tb, Layer(tb,
-		File{Path: "/disk", Type: tar.TypeDir},
-		File{Path: path.Join("/disk", filepath.Base(disk)), FromFile: disk}))
+	img, err := images.ContainerDisk(disk)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return img
 }
 
 // KernelBoot is a KubeVirt kernelBoot image: kernel at KernelPath, initrd (if not empty) at
 // InitrdPath.
 func KernelBoot(tb testing.TB, kernel, initrd string) v1.Image {
 	tb.Helper()
-	files := []File{{Path: "/boot", Type: tar.TypeDir}, {Path: KernelPath, FromFile: kernel}}
-	if initrd != "" {
-		files = append(files, File{Path: InitrdPath, FromFile: initrd})
+	img, err := images.KernelBoot(kernel, KernelPath, initrd, InitrdPath)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return Image(tb, Layer(tb, files...))
+	return img
 }
 
 // Digest is img's manifest digest ("sha256:…").
@@ -120,13 +72,9 @@ func Digest(tb testing.TB, img v1.Image) string {
 // org.opencontainers.image.ref.name annotation), and returns the reference "oci:DIR:TAG".
 func WriteLayout(tb testing.TB, dir string, img v1.Image, tag string) string {
 	tb.Helper()
-	p, err := layout.Write(dir, empty.Index)
+	ref, err := images.WriteLayout(dir, img, tag)
 	if err != nil {
-		tb.Fatalf("write layout: %v", err)
+		tb.Fatal(err)
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": tag})); err != nil {
-		tb.Fatalf("write layout image: %v", err)
-	}
-	return "oci:" + dir + ":" + tag
+	return ref
 }

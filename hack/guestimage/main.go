@@ -1,0 +1,92 @@
+// Command guestimage writes the test guest (test/assets/guest) as a kernelBoot image in an OCI
+// layout and prints its reference, "oci:DIR:TAG". `make run` points the demo VMI's image at it:
+//
+//	vmlet local --image vmlet.dev/testguest:latest="$(go run ./hack/guestimage --guest "$(bash test/assets/guest/build.sh)" --out DIR)"
+//
+// It is idempotent: a layout that already holds the same image under the tag is kept, another
+// one is replaced (written next to it, then swapped in).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/vmlet/vmlet/test/assets/images"
+)
+
+func main() {
+	guest := flag.String("guest", "", "test guest build folder (vmlinuz, initramfs.gz): the output of test/assets/guest/build.sh")
+	out := flag.String("out", "", "OCI layout folder to write")
+	tag := flag.String("tag", "latest", "name of the image in the layout")
+	kernelPath := flag.String("kernel-path", "/boot/vmlinuz", "kernel's path in the image")
+	initrdPath := flag.String("initrd-path", "/boot/initrd.img", "initrd's path in the image")
+	flag.Parse()
+	if *guest == "" || *out == "" {
+		fmt.Fprintln(os.Stderr, "guestimage: --guest and --out are required")
+		os.Exit(2)
+	}
+	ref, err := write(*guest, *out, *tag, *kernelPath, *initrdPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "guestimage:", err)
+		os.Exit(1)
+	}
+	fmt.Println(ref)
+}
+
+func write(guest, out, tag, kernelPath, initrdPath string) (string, error) {
+	img, err := images.KernelBoot(filepath.Join(guest, "vmlinuz"), kernelPath, filepath.Join(guest, "initramfs.gz"), initrdPath)
+	if err != nil {
+		return "", err
+	}
+	want, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("digest image: %w", err)
+	}
+	if out, err = filepath.Abs(out); err != nil {
+		return "", fmt.Errorf("resolve out: %w", err)
+	}
+	ref := "oci:" + out + ":" + tag
+	if has(out, tag, want.String()) {
+		return ref, nil
+	}
+	tmp := fmt.Sprintf("%s.new-%d", out, os.Getpid())
+	defer os.RemoveAll(tmp)
+	if _, err := images.WriteLayout(tmp, img, tag); err != nil {
+		return "", err
+	}
+	old := fmt.Sprintf("%s.old-%d", out, os.Getpid())
+	if err := os.Rename(out, old); err != nil && !os.IsNotExist(err) {
+		return "", fmt.Errorf("replace layout: %w", err)
+	}
+	defer os.RemoveAll(old)
+	if err := os.Rename(tmp, out); err != nil {
+		return "", fmt.Errorf("replace layout: %w", err)
+	}
+	return ref, nil
+}
+
+// has reports whether the layout at dir names an image tag with manifest digest want.
+func has(dir, tag, want string) bool {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return false
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return false
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return false
+	}
+	for _, d := range m.Manifests {
+		if d.Annotations[images.RefNameAnnotation] == tag && d.Digest.String() == want {
+			return true
+		}
+	}
+	return false
+}

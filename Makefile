@@ -62,9 +62,11 @@ LOCAL_STATE ?= /var/lib/vmlet/local
 
 .PHONY: run
 run: deps assets build ## Bring up the local single-node stack and boot a demo VM (see README). Ctrl-C stops it.
+	@# The demo's image vmlet.dev/testguest:latest is pulled from an OCI layout of the test guest.
+	guest_image="$$(go run ./hack/guestimage --guest "$$(bash test/assets/guest/build.sh)" --out $(VMLET_CACHE)/images/testguest)" && \
 	$(BIN)/vmlet local --state-dir $(LOCAL_STATE) \
 		--assets "$$(bash test/assets/controlplane/build.sh)" \
-		--image vmlet.dev/testguest:latest="$$(bash test/assets/guest/build.sh)" \
+		--image vmlet.dev/testguest:latest="$$guest_image" \
 		--crds config/crd/bases --demo config/samples/vmi-demo.yaml
 
 ##@ Test

@@ -10,6 +10,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // ErrUnsupported marks a VMI that asks for something vmlet cannot do (yet). The reconciler
@@ -21,27 +22,46 @@ var ErrUnsupported = errors.New("unsupported")
 type SpecError struct {
 	Field  string // JSON path, e.g. "spec.volumes[0].containerDisk"
 	Reason string
-	Err    error // ErrUnsupported, or nil for an invalid value
+	// Err is ErrUnsupported, the cause (e.g. a *storage.VolumeError, whose storage.Reason the
+	// VMI shows), or nil for an invalid value.
+	Err error
 }
 
 func (e *SpecError) Error() string { return e.Field + ": " + e.Reason }
 func (e *SpecError) Unwrap() error { return e.Err }
 
-// Images resolves image references of a VMI to files on this node.
-type Images interface {
-	// KernelBoot returns host paths of the kernel and initrd that the image carries at the
-	// given paths inside it. initrd is empty when initrdPath is.
-	KernelBoot(image, kernelPath, initrdPath string) (kernel, initrd string, err error)
-}
-
-// NodeEnv is what the translation needs from the node: where the VMI's files live and how
-// images resolve. It is plain data so that the translation stays pure and table-tested.
+// NodeEnv is what the translation needs from the node: where the VMI's files live and how its
+// volumes resolve. It is plain data so that the translation stays pure and table-tested.
 type NodeEnv struct {
 	// RunDir is the VMI's private run folder (sockets, logs); short enough for unix sockets.
 	RunDir string
-	Images Images
+	// VolumeDir is the VMI's storage folder (absolute; storage.Options.VMDir): overlays, empty
+	// disks, cloud-init ISOs and the kernel links. It is removed with the VMI.
+	VolumeDir string
+	Storage   StorageEnv
 	// TCGCacheMiB bounds QEMU's TCG translation cache (RSS) when TCG is used; 0 = QEMU default.
 	TCGCacheMiB int
+}
+
+// Domain is a VMI translated for this node: the domain to start and the storage to prepare
+// for it first.
+type Domain struct {
+	// Spec is the domain as it starts: disks of the volumes attached at boot and the kernel
+	// boot, with paths as planned (Resolve replaces them with the ones Apply made).
+	Spec *qemu.Spec
+	// Storage plans the volumes attached at boot and the kernel boot.
+	Storage *storage.VMPlan
+	// Hotplug are the hotpluggable volumes, attached once the guest runs.
+	Hotplug []HotplugVolume
+}
+
+// Resolve returns the spec to start with the disks and kernel that storage's Apply made (host
+// paths resolved to their real paths).
+func (d *Domain) Resolve(res *storage.Result) *qemu.Spec {
+	s := *d.Spec
+	s.Disks = res.Disks
+	s.Boot = res.Boot
+	return &s
 }
 
 // Default and limit values of the translation.
@@ -51,18 +71,22 @@ const (
 	maxDomainNameLn = 63
 )
 
-// DomainSpec translates a VMI into the QEMU driver's spec. StartPaused is left to the caller:
-// spec.paused matters at creation only (afterwards it is a pause/unpause, not another domain). It is pure: it reads only its
-// arguments. Unsupported features yield a *SpecError wrapping ErrUnsupported; vmlet never drops
-// a requested feature silently.
-func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (*qemu.Spec, error) {
+// DomainSpec translates a VMI into the QEMU driver's spec and the storage plans its volumes
+// need (refs carries the Secrets the VMI refers to). StartPaused is left to the caller:
+// spec.paused matters at creation only (afterwards it is a pause/unpause, not another domain).
+// It is pure: it reads only its arguments. Unsupported features yield a *SpecError wrapping
+// ErrUnsupported; vmlet never drops a requested feature silently.
+func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (*Domain, error) {
 	d := &vmi.Spec.Domain
 	s := &qemu.Spec{
 		Name:         domainName(vmi),
 		UUID:         string(vmi.UID),
 		HotplugPorts: hotplugPorts,
-		TCGCacheMiB:  env.TCGCacheMiB,
-		Agent:        &qemu.Agent{Socket: filepath.Join(env.RunDir, "qga.sock")},
+		// Always there, so that SCSI disks can be hotplugged (the boot-time domain must not
+		// depend on which hotpluggable volumes exist).
+		SCSI:        true,
+		TCGCacheMiB: env.TCGCacheMiB,
+		Agent:       &qemu.Agent{Socket: filepath.Join(env.RunDir, "qga.sock")},
 	}
 	if d.Firmware != nil && d.Firmware.UUID != "" {
 		s.UUID = string(d.Firmware.UUID)
@@ -87,19 +111,21 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (*qemu.Spec, e
 			LogFile: filepath.Join(env.RunDir, "serial.log"),
 		}
 	}
-	if err := firmware(d.Firmware, env, s); err != nil {
+	if err := firmware(d.Firmware); err != nil {
 		return nil, err
 	}
-	if err := disks(vmi, s); err != nil {
+	plan, hot, err := storageDomain(vmi, env, refs)
+	if err != nil {
 		return nil, err
 	}
+	s.Disks, s.Boot = plan.Disks, plan.Boot
 	if s.NICs, err = interfaces(vmi); err != nil {
 		return nil, err
 	}
 	if err := s.Validate(); err != nil {
 		return nil, &SpecError{Field: "spec", Reason: err.Error()}
 	}
-	return s, nil
+	return &Domain{Spec: s, Storage: plan, Hotplug: hot}, nil
 }
 
 // domainName is the VMI's namespace and name, which the API already restricts to DNS labels.
@@ -135,7 +161,8 @@ func hasQuantity(l vmletv1.ResourceList, n vmletv1.ResourceName) bool {
 	return ok && !q.IsZero()
 }
 
-func firmware(fw *vmletv1.Firmware, env NodeEnv, s *qemu.Spec) error {
+// firmware rejects what the domain cannot do; the kernel boot is storage's (an image to pull).
+func firmware(fw *vmletv1.Firmware) error {
 	if fw == nil {
 		return nil
 	}
@@ -144,34 +171,6 @@ func firmware(fw *vmletv1.Firmware, env NodeEnv, s *qemu.Spec) error {
 	}
 	if fw.Serial != "" {
 		return &SpecError{Field: "spec.domain.firmware.serial", Reason: "SMBIOS serial is not supported yet", Err: ErrUnsupported}
-	}
-	kb := fw.KernelBoot
-	if kb == nil {
-		return nil
-	}
-	if kb.Container == nil {
-		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container", Reason: "kernelBoot needs a container with the kernel"}
-	}
-	if env.Images == nil {
-		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container.image", Reason: "no image source configured on this node", Err: ErrUnsupported}
-	}
-	kernel, initrd, err := env.Images.KernelBoot(kb.Container.Image, kb.Container.KernelPath, kb.Container.InitrdPath)
-	if err != nil {
-		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container.image", Reason: err.Error(), Err: err}
-	}
-	s.Boot = qemu.Boot{Kernel: kernel, Initrd: initrd, Cmdline: kb.KernelArgs}
-	return nil
-}
-
-// disks translates volumes+disks. Volume sources arrive with the storage work; until then every
-// volume is reported as unsupported rather than dropped.
-func disks(vmi *vmletv1.VirtualMachineInstance, s *qemu.Spec) error {
-	for i, v := range vmi.Spec.Volumes {
-		return &SpecError{
-			Field:  fmt.Sprintf("spec.volumes[%d]", i),
-			Reason: fmt.Sprintf("volume %q: volume sources are not supported by this vmlet build yet (boot with firmware.kernelBoot)", v.Name),
-			Err:    ErrUnsupported,
-		}
 	}
 	return nil
 }

@@ -11,17 +11,9 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
 
-type fakeImages map[string][2]string
-
-func (f fakeImages) KernelBoot(image, _, _ string) (string, string, error) {
-	p, ok := f[image]
-	if !ok {
-		return "", "", errors.New("image not found")
-	}
-	return p[0], p[1], nil
-}
-
 func qty(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+
+const testVolumeDir = "/vols/u1"
 
 func baseVMI() *vmletv1.VirtualMachineInstance {
 	return &vmletv1.VirtualMachineInstance{
@@ -36,8 +28,11 @@ func baseVMI() *vmletv1.VirtualMachineInstance {
 	}
 }
 
+func testEnv() NodeEnv {
+	return NodeEnv{RunDir: "/run/vmlet/x", VolumeDir: testVolumeDir, TCGCacheMiB: 32}
+}
+
 func TestDomainSpec(t *testing.T) {
-	env := NodeEnv{RunDir: "/run/vmlet/x", Images: fakeImages{"guest:1": {"/img/vmlinuz", "/img/initramfs.gz"}}, TCGCacheMiB: 32}
 	tests := []struct {
 		name    string
 		mutate  func(*vmletv1.VirtualMachineInstance)
@@ -46,7 +41,8 @@ func TestDomainSpec(t *testing.T) {
 		field   string
 	}{
 		{name: "kernel boot defaults", check: func(t *testing.T, got string) {
-			for _, want := range []string{"Name:default_demo", "MemoryMiB:128", "Kernel:/img/vmlinuz", "Initrd:/img/initramfs.gz", "Cmdline:console=ttyS0", "StartPaused:false", "TCGCacheMiB:32", "/run/vmlet/x/serial.log"} {
+			for _, want := range []string{"Name:default_demo", "MemoryMiB:128", "Kernel:/vols/u1/boot/kernel", "Initrd:/vols/u1/boot/initrd",
+				"Cmdline:console=ttyS0", "StartPaused:false", "TCGCacheMiB:32", "SCSI:true", "/run/vmlet/x/serial.log"} {
 				if !strings.Contains(got, want) {
 					t.Errorf("spec lacks %q: %s", want, got)
 				}
@@ -71,14 +67,15 @@ func TestDomainSpec(t *testing.T) {
 		}, check: func(t *testing.T, got string) { mustContain(t, got, "Serial:<nil>") }},
 		{name: "tiny memory", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = qty("1k") },
 			wantErr: errInvalid, field: "spec.domain.memory.guest"},
-		{name: "unknown image", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Firmware.KernelBoot.Container.Image = "nope:1" },
-			wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot.container.image"},
+		{name: "kernel boot without a kernel path", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Firmware.KernelBoot.Container.KernelPath = "" },
+			wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot.container.kernelPath"},
+		{name: "kernel boot without a container", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Firmware.KernelBoot.Container = nil },
+			wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot.container"},
+		{name: "invalid kernel image reference", mutate: func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Firmware.KernelBoot.Container.Image = "Bad Ref" },
+			wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot"},
 		{name: "kernel args with a newline", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Firmware.KernelBoot.KernelArgs = "console=ttyS0\n-device evil"
-		}, wantErr: errInvalid, field: "spec"},
-		{name: "volumes not yet", mutate: func(v *vmletv1.VirtualMachineInstance) {
-			v.Spec.Volumes = []vmletv1.Volume{{Name: "d", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{}}}}
-		}, wantErr: ErrUnsupported, field: "spec.volumes[0]"},
+		}, wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot"},
 		{name: "interface without its network", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default"}}
 		}, wantErr: errInvalid, field: "spec.domain.devices.interfaces[0].name"},
@@ -92,28 +89,34 @@ func TestDomainSpec(t *testing.T) {
 			if tt.mutate != nil {
 				tt.mutate(vmi)
 			}
-			spec, err := DomainSpec(vmi, env)
+			dom, err := DomainSpec(vmi, testEnv(), Referenced{})
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("DomainSpec: %v", err)
 				}
-				tt.check(t, strings.ReplaceAll(fmtSpec(spec), "\n", " "))
+				tt.check(t, strings.ReplaceAll(fmtSpec(dom.Spec), "\n", " "))
 				return
 			}
-			var se *SpecError
-			if !errors.As(err, &se) {
-				t.Fatalf("err = %v, want a *SpecError", err)
-			}
-			if se.Field != tt.field {
-				t.Errorf("field = %q, want %q (%v)", se.Field, tt.field, err)
-			}
-			if errors.Is(tt.wantErr, ErrUnsupported) && !errors.Is(err, ErrUnsupported) {
-				t.Errorf("err = %v, want ErrUnsupported", err)
-			}
-			if errors.Is(tt.wantErr, errInvalid) && errors.Is(err, ErrUnsupported) {
-				t.Errorf("err = %v is unsupported, want invalid", err)
-			}
+			checkSpecError(t, err, tt.wantErr, tt.field)
 		})
+	}
+}
+
+// checkSpecError checks err is a *SpecError about field, unsupported or invalid as wanted.
+func checkSpecError(t *testing.T, err, want error, field string) {
+	t.Helper()
+	var se *SpecError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v, want a *SpecError", err)
+	}
+	if se.Field != field {
+		t.Errorf("field = %q, want %q (%v)", se.Field, field, err)
+	}
+	if errors.Is(want, ErrUnsupported) && !errors.Is(err, ErrUnsupported) {
+		t.Errorf("err = %v, want ErrUnsupported", err)
+	}
+	if errors.Is(want, errInvalid) && errors.Is(err, ErrUnsupported) {
+		t.Errorf("err = %v is unsupported, want invalid", err)
 	}
 }
 

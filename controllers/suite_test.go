@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,8 +23,11 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
-	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/storage"
+	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // One real API server per package (envtest from the project's own binaries).
@@ -32,6 +36,11 @@ var (
 	launcherBinary string
 	runRoot        string
 	cgroupParent   string
+	// volumeRoot holds the agents' per-VMI storage folders; imageCache is the image cache the
+	// agents share unless a test asks for its own (it stays across VMIs, as on a node).
+	volumeRoot string
+	imageCache string
+	tmpRoot    string
 )
 
 const (
@@ -66,6 +75,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	runRoot = filepath.Join(tmp, "run")
+	volumeRoot = filepath.Join(tmp, "volumes")
+	imageCache = filepath.Join(tmp, "images")
+	tmpRoot = tmp
 	removeNetns, err := setupNetwork(tmp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "set up the test node network:", err)
@@ -114,11 +126,33 @@ type agent struct {
 	done    chan error
 }
 
+// agentOptions configure a test agent's storage. The test guest's kernelBoot image guestImage
+// always resolves (to an OCI layout written once per package).
+type agentOptions struct {
+	// ImageSources maps image references to where the agent pulls them from.
+	ImageSources map[string]string
+	HostDiskRoot string
+	Claims       map[string]storage.Claim
+	// ImageCache is the agent's image cache folder; empty means the package's shared one.
+	ImageCache string
+}
+
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
-func startAgent(t *testing.T, images local.ImageDirs) *agent {
+func startAgent(t *testing.T, o agentOptions) *agent {
 	t.Helper()
 	if cgroupParent == "" {
 		t.Fatal("no cgroup2 mount")
+	}
+	sources := map[string]string{guestImage: guestLayout(t)}
+	for k, v := range o.ImageSources {
+		sources[k] = v
+	}
+	if o.ImageCache == "" {
+		o.ImageCache = imageCache
+	}
+	cache, err := oci.Open(oci.Options{Dir: o.ImageCache})
+	if err != nil {
+		t.Fatal(err)
 	}
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme:                 env.Scheme,
@@ -134,12 +168,15 @@ func startAgent(t *testing.T, images local.ImageDirs) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
-		Network: nn,
+		Storage:   controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: volumeRoot},
+		APIReader: mgr.GetAPIReader(),
+		Network:   nn,
 		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Images: images, TCGCacheMiB: 32}
+			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: 32}
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -155,6 +192,32 @@ func startAgent(t *testing.T, images local.ImageDirs) *agent {
 	a := &agent{runtime: rt, net: nn, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- mgr.Start(ctx) }()
 	return a
+}
+
+var guestImageOnce struct {
+	sync.Once
+	ref string
+	err error
+}
+
+// guestLayout writes the test guest as a kernelBoot image (kernel /vmlinuz, initrd
+// /initramfs.gz, as newVMI names them) into an OCI layout once per package and returns its
+// reference.
+func guestLayout(t *testing.T) string {
+	t.Helper()
+	files := testguest.Assets(t)
+	guestImageOnce.Do(func() {
+		img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
+		if err != nil {
+			guestImageOnce.err = err
+			return
+		}
+		guestImageOnce.ref, guestImageOnce.err = images.WriteLayout(filepath.Join(tmpRoot, "guest-layout"), img, "test")
+	})
+	if guestImageOnce.err != nil {
+		t.Fatalf("write the test guest's image: %v", guestImageOnce.err)
+	}
+	return guestImageOnce.ref
 }
 
 func (a *agent) stop(t *testing.T) {

@@ -46,6 +46,10 @@ type VMIReconciler struct {
 	Env func(runDir string) NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
 	KVM bool
+	// Storage makes each VMI's disks and kernel before its launcher starts the domain.
+	Storage NodeStorage
+	// APIReader reads the Secrets VMIs name (uncached); nil means Client.
+	APIReader client.Reader
 	// Network wires each VMI's interfaces in its pod network; nil: the node has none, and
 	// VMIs with interfaces fail.
 	Network *NodeNetwork
@@ -146,11 +150,31 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
+	// A launcher that exited ends the VMI whatever its spec and volumes look like now.
+	if st, err := r.Runtime.State(id); err == nil && st.Exited != nil {
+		r.launcherExited(vmi, st.Exited)
+		return ctrl.Result{}, nil
+	}
 	runDir := r.Runtime.Dir(id)
-	spec, err := DomainSpec(vmi, r.Env(runDir))
+	env := r.Env(runDir)
+	env.VolumeDir = r.volumeDir(vmi.UID)
+	refs, err := r.readRefs(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, r.refsFailed(vmi, err)
+	}
+	want, err := DomainSpec(vmi, env, refs)
 	if err != nil {
 		r.fail(vmi, specReason(err), err.Error())
 		return ctrl.Result{}, nil
+	}
+	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
+	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI.
+	spec, storageErr := r.applyStorage(ctx, want)
+	if storageErr != nil {
+		if _, err := r.Runtime.State(id); errors.Is(err, process.ErrNotFound) {
+			r.storageFailed(vmi, storageErr)
+			return ctrl.Result{}, nil
+		}
 	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,
@@ -180,6 +204,16 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
 	}
+	if storageErr != nil {
+		if dom.State == DomainNone {
+			r.storageFailed(vmi, storageErr)
+			return ctrl.Result{}, nil
+		}
+		// The domain runs with the disks it opened: report, keep observing, retry.
+		r.observe(vmi, dom)
+		r.storageDegraded(vmi, storageErr)
+		return ctrl.Result{}, storageErr
+	}
 	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
 	if err != nil {
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
@@ -202,7 +236,13 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	}
 	r.observe(vmi, dom)
 	r.observeInterfaces(ctx, vmi, l, dom)
-	return ctrl.Result{}, nil
+	var hot map[string]volumeState
+	var hotErr error
+	if dom.State == DomainRunning {
+		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, want, spec)
+	}
+	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
+	return ctrl.Result{}, hotErr
 }
 
 // reconcilePause makes the domain's run state match spec.paused.
@@ -314,7 +354,10 @@ func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachin
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)
 	}
-	return r.cleanupNetwork(vmi)
+	if err := r.cleanupNetwork(vmi); err != nil {
+		return err
+	}
+	return r.cleanupStorage(vmi)
 }
 
 func gracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
@@ -322,13 +365,6 @@ func gracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
 		return time.Duration(*g) * time.Second
 	}
 	return 30 * time.Second
-}
-
-func specReason(err error) string {
-	if errors.Is(err, ErrUnsupported) {
-		return "Unsupported"
-	}
-	return "InvalidSpec"
 }
 
 // unpauseForShutdown resumes a paused guest of a launcher that is ready; best effort (a failure

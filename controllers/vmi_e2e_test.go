@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/local"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -126,6 +125,9 @@ func assertNothingLeft(t *testing.T, uid string, pids ...int) {
 	if _, err := os.Stat(filepath.Join(runRoot, uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("run dir left behind: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(volumeRoot, uid)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("volume folder left behind: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(cgroupParent, "vmlet-"+uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("launcher cgroup left behind: %v", err)
 	}
@@ -141,8 +143,7 @@ func assertNothingLeft(t *testing.T, uid string, pids ...int) {
 func TestVMILifecycle(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	files := testguest.Assets(t)
-	a := startAgent(t, local.ImageDirs{guestImage: files.Dir})
+	a := startAgent(t, agentOptions{})
 	defer a.stop(t)
 	ctx := context.Background()
 

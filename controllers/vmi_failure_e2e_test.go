@@ -3,40 +3,63 @@ package controllers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/storage/storagetest"
 	"github.com/vmlet/vmlet/test/prereq"
-	"github.com/vmlet/vmlet/test/testguest"
 )
 
-// TestVMIUnsupportedFailsWithoutLauncher: a VMI asking for something this build cannot do fails
-// with a clear reason, and nothing is started for it.
-func TestVMIUnsupportedFailsWithoutLauncher(t *testing.T) {
+// TestVMIFailsWithoutLauncher: a VMI asking for something this build cannot do, or whose
+// volumes cannot be made (an image that cannot be pulled, a claim or host path this node does
+// not provide), fails with a clear reason and a Warning event, and nothing is started or left
+// for it.
+func TestVMIFailsWithoutLauncher(t *testing.T) {
 	prereq.Root(t)
-	a := startAgent(t, local.ImageDirs{guestImage: testguest.Assets(t).Dir})
+	prereq.QEMU(t)
+	reg := storagetest.StartRegistry(t)
+	a := startAgent(t, agentOptions{
+		ImageSources: map[string]string{"vmlet.dev/missing:1": reg.Host + "/vmlet/missing:1"},
+		HostDiskRoot: t.TempDir(),
+	})
 	defer a.stop(t)
 	tests := []struct {
-		name, reason string
-		mutate       func(*vmletv1.VirtualMachineInstance)
+		name, reason, message string
+		mutate                func(*vmletv1.VirtualMachineInstance)
 	}{
-		{"unsupported-volume", "Unsupported", func(v *vmletv1.VirtualMachineInstance) {
+		{"unsupported-disk", "Unsupported", "dedicated I/O thread", func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{{Name: "scratch", VolumeSource: vmletv1.VolumeSource{
 				EmptyDisk: &vmletv1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}}}
-			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{{Name: "scratch"}}
+			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{{Name: "scratch", DedicatedIOThread: ptr.To(true)}}
 		}},
-		{"unknown-image", "InvalidSpec", func(v *vmletv1.VirtualMachineInstance) {
+		{"unknown-image", "ErrImagePull", reg.Host + "/vmlet/missing:1", func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Firmware.KernelBoot.Container.Image = "vmlet.dev/missing:1"
+		}},
+		{"no-kernel-in-image", "InvalidKernelBootImage", "/boot/nothing", func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.KernelBoot.Container.KernelPath = "/boot/nothing"
+		}},
+		{"unknown-claim", "VolumeNotFound", "nosuchclaim", func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Volumes = []vmletv1.Volume{{Name: "data", VolumeSource: vmletv1.VolumeSource{
+				PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "nosuchclaim"}}}}}
+		}},
+		{"host-disk-outside-root", "HostPathNotAllowed", "/etc/passwd", func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Volumes = []vmletv1.Volume{{Name: "host", VolumeSource: vmletv1.VolumeSource{
+				HostDisk: &vmletv1.HostDisk{Path: "/etc/passwd", Type: vmletv1.HostDiskExists}}}}
 		}},
 	}
 	for _, tt := range tests {
@@ -51,9 +74,15 @@ func TestVMIUnsupportedFailsWithoutLauncher(t *testing.T) {
 			if got.Status.Reason != tt.reason {
 				t.Errorf("reason = %q, want %q (%s)", got.Status.Reason, tt.reason, summary(got))
 			}
-			waitCondition(t, key, vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionFalse, time.Second)
-			if _, err := os.Stat(filepath.Join(runRoot, string(vmi.UID))); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("a failed-at-translation VMI got a run dir: %v", err)
+			c := waitCondition(t, key, vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionFalse, time.Second)
+			if msg := meta.FindStatusCondition(c.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).Message; !strings.Contains(msg, tt.message) {
+				t.Errorf("condition message %q does not mention %q", msg, tt.message)
+			}
+			waitEvent(t, got, tt.reason)
+			for _, dir := range []string{filepath.Join(runRoot, string(vmi.UID)), filepath.Join(volumeRoot, string(vmi.UID))} {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a VMI that failed before starting left %s: %v", dir, err)
+				}
 			}
 			if err := env.Client.Delete(context.Background(), got); err != nil {
 				t.Fatal(err)
@@ -66,13 +95,34 @@ func TestVMIUnsupportedFailsWithoutLauncher(t *testing.T) {
 	}
 }
 
+// waitEvent waits for a Warning event with reason about the VMI.
+func waitEvent(t *testing.T, vmi *vmletv1.VirtualMachineInstance, reason string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "Warning event "+reason, func() (bool, string) {
+		var l eventsv1.EventList
+		if err := env.Client.List(context.Background(), &l, client.InNamespace(vmi.Namespace)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range l.Items {
+			if e.Regarding.UID != vmi.UID {
+				continue
+			}
+			if e.Type == "Warning" && e.Reason == reason {
+				return true, ""
+			}
+			seen = append(seen, e.Type+"/"+e.Reason)
+		}
+		return false, fmt.Sprint(seen)
+	})
+}
+
 // TestVMIQEMUKilled: QEMU dying under a running VMI turns it Failed with a reason, and the
 // launcher's leftovers are cleaned up.
 func TestVMIQEMUKilled(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	files := testguest.Assets(t)
-	a := startAgent(t, local.ImageDirs{guestImage: files.Dir})
+	a := startAgent(t, agentOptions{})
 	defer a.stop(t)
 	vmi := newVMI("qemu-killed")
 	if err := env.Client.Create(context.Background(), vmi); err != nil {
@@ -106,9 +156,7 @@ func TestVMIQEMUKilled(t *testing.T) {
 func TestAgentRestartAdopts(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	files := testguest.Assets(t)
-	images := local.ImageDirs{guestImage: files.Dir}
-	a := startAgent(t, images)
+	a := startAgent(t, agentOptions{})
 	vmi := newVMI("adopt")
 	if err := env.Client.Create(context.Background(), vmi); err != nil {
 		a.stop(t)
@@ -121,7 +169,7 @@ func TestAgentRestartAdopts(t *testing.T) {
 	a.stop(t)
 
 	t0 := time.Now()
-	b := startAgent(t, images)
+	b := startAgent(t, agentOptions{})
 	defer b.stop(t)
 	setPaused(t, key, true)
 	after := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)

@@ -22,6 +22,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // Config is `vmlet local`'s configuration.
@@ -32,8 +33,19 @@ type Config struct {
 	CRDDir         string
 	NodeName       string
 	LauncherBinary string
-	// Images maps image references to local folders (see ImageDirs).
-	Images ImageDirs
+	// ImageCacheDir is the node's OCI image cache, shared by all VMIs; default StateDir/images.
+	ImageCacheDir string
+	// VolumeRoot holds one storage folder per VMI (overlays, empty disks, cloud-init ISOs),
+	// removed with the VMI; default StateDir/volumes.
+	VolumeRoot string
+	// HostDiskRoot is the folder hostDisk paths must be beneath; empty refuses hostDisks.
+	HostDiskRoot string
+	// Claims are the persistentVolumeClaims (and dataVolumes) this machine provides, by
+	// "name" or "namespace/name" (see ParseClaim).
+	Claims map[string]storage.Claim
+	// ImageSources maps image references in VMIs to where they are pulled from (see
+	// ParseImageSource).
+	ImageSources map[string]string
 	// Demo is a VMI manifest applied at start (skipped when a VMI of that name exists).
 	Demo string
 	// TCGCacheMiB bounds each TCG guest's translation cache.
@@ -110,22 +122,29 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 	if err := sched.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setup scheduler: %w", err)
 	}
+	cfg.storageDefaults()
+	st, err := openStorage(cfg)
+	if err != nil {
+		return err
+	}
 	nn, err := openNetwork(cfg.Network)
 	if err != nil {
 		return err
 	}
 	s.Runtime = &process.Runtime{Binary: cfg.LauncherBinary, RunRoot: cfg.RunRoot, CgroupParent: s.cgParent}
 	s.Agent = &controllers.VMIReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("vmlet-agent"),
-		NodeName: cfg.NodeName,
-		Runtime:  s.Runtime,
-		Dial:     controllers.DialLauncher,
-		Args:     controllers.DefaultLauncherArgs,
-		KVM:      facts.KVM,
-		Network:  nn,
+		Client:    mgr.GetClient(),
+		Recorder:  mgr.GetEventRecorder("vmlet-agent"),
+		NodeName:  cfg.NodeName,
+		Runtime:   s.Runtime,
+		Dial:      controllers.DialLauncher,
+		Args:      controllers.DefaultLauncherArgs,
+		KVM:       facts.KVM,
+		Network:   nn,
+		Storage:   st,
+		APIReader: mgr.GetAPIReader(),
 		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Images: cfg.Images, TCGCacheMiB: cfg.TCGCacheMiB}
+			return controllers.NodeEnv{RunDir: runDir, Storage: cfg.storageEnv(), TCGCacheMiB: cfg.TCGCacheMiB}
 		},
 	}
 	if err := s.Agent.SetupWithManager(mgr); err != nil {

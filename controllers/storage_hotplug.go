@@ -1,0 +1,148 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/storage"
+)
+
+// DiskHotplugger attaches disks to a running domain and detaches them: the launcher's
+// HotplugDisk and UnplugDisk RPCs. A Launcher without it cannot hotplug volumes.
+type DiskHotplugger interface {
+	// AttachedDisks lists the ids of the domain's disks, cold- and hotplugged.
+	AttachedDisks(ctx context.Context) ([]string, error)
+	HotplugDisk(ctx context.Context, d qemu.Disk) error
+	// UnplugDisk returns once the guest released the disk.
+	UnplugDisk(ctx context.Context, id string) error
+}
+
+var _ DiskHotplugger = (*grpcLauncher)(nil)
+
+func (g *grpcLauncher) AttachedDisks(ctx context.Context) ([]string, error) {
+	d, err := g.c.GetDomain(ctx, &pb.GetDomainRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("get domain: %w", err)
+	}
+	return d.GetDisks(), nil
+}
+
+func (g *grpcLauncher) HotplugDisk(ctx context.Context, d qemu.Disk) error {
+	_, err := g.c.HotplugDisk(ctx, &pb.HotplugDiskRequest{Disk: launcher.DiskToProto(d)})
+	return err
+}
+
+func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {
+	_, err := g.c.UnplugDisk(ctx, &pb.UnplugDiskRequest{Id: id})
+	return err
+}
+
+// volumeState is where one volume stands after a reconcile.
+type volumeState struct {
+	phase           vmletv1.VolumePhase
+	reason, message string
+}
+
+// reconcileHotplug makes the running domain's hotplugged disks match the VMI's hotpluggable
+// volumes: it prepares and attaches the missing ones and detaches disks whose volume is gone
+// from the spec. A volume that fails is reported in its status; the others go on.
+func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom *Domain, spec *qemu.Spec) (map[string]volumeState, error) {
+	states := map[string]volumeState{}
+	hp, ok := l.(DiskHotplugger)
+	if !ok {
+		for _, hv := range dom.Hotplug {
+			states[hv.Name] = volumeState{vmletv1.VolumePending, "HotplugUnsupported", "this node's launchers cannot hotplug disks"}
+		}
+		return states, nil
+	}
+	attached, err := hp.AttachedDisks(ctx)
+	if err != nil {
+		return states, err
+	}
+	isAttached := map[string]bool{}
+	for _, id := range attached {
+		isAttached[id] = true
+	}
+	keep := map[string]bool{}
+	for _, d := range spec.Disks {
+		keep[d.ID] = true
+	}
+	var errs []error
+	for _, hv := range dom.Hotplug {
+		if hv.Err != nil {
+			states[hv.Name] = volumeState{vmletv1.VolumePending, specReason(hv.Err), hv.Err.Error()}
+			continue
+		}
+		res, err := r.apply(ctx, hv.Plan)
+		if err != nil {
+			states[hv.Name] = volumeState{vmletv1.VolumePending, storage.Reason(err), err.Error()}
+			continue
+		}
+		d := res.Disks[0]
+		keep[d.ID] = true
+		if !isAttached[d.ID] {
+			if err := hp.HotplugDisk(ctx, d); err != nil {
+				states[hv.Name] = volumeState{vmletv1.VolumePending, "HotplugFailed", err.Error()}
+				errs = append(errs, fmt.Errorf("hotplug volume %s: %w", hv.Name, err))
+				continue
+			}
+			r.Recorder.Eventf(vmi, nil, "Normal", "VolumeAttached", "Hotplug", "volume %s attached as disk %s", hv.Name, d.ID)
+		}
+		states[hv.Name] = volumeState{phase: vmletv1.VolumeReady}
+	}
+	for _, id := range attached {
+		if keep[id] {
+			continue
+		}
+		uctx, cancel := context.WithTimeout(ctx, unplugTimeout)
+		err := hp.UnplugDisk(uctx, id)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unplug disk %s: %w", id, err))
+			continue
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", "VolumeDetached", "Unplug", "disk %s detached (its volume left the spec)", id)
+	}
+	return states, errors.Join(errs...)
+}
+
+// setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready
+// while the domain runs; hotpluggable ones get their state from this reconcile (hot), or keep
+// the one they had when it did not look at them. A volume that newly fails gets a Warning event.
+func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, running bool, hot map[string]volumeState) {
+	old := map[string]vmletv1.VolumeStatus{}
+	for _, s := range vmi.Status.VolumeStatus {
+		old[s.Name] = s
+	}
+	var out []vmletv1.VolumeStatus
+	for i := range vmi.Spec.Volumes {
+		v := &vmi.Spec.Volumes[i]
+		s := vmletv1.VolumeStatus{Name: v.Name, Target: storage.DiskID(v.Name), Phase: vmletv1.VolumePending}
+		if !v.Hotpluggable() {
+			if running {
+				s.Phase = vmletv1.VolumeReady
+			}
+			out = append(out, s)
+			continue
+		}
+		s.HotplugVolume = &vmletv1.HotplugVolumeStatus{}
+		st, ok := hot[v.Name]
+		switch {
+		case ok:
+			s.Phase, s.Reason, s.Message = st.phase, st.reason, st.message
+		case old[v.Name].Phase != "":
+			prev := old[v.Name]
+			s.Phase, s.Reason, s.Message = prev.Phase, prev.Reason, prev.Message
+		}
+		if s.Reason != "" && s.Reason != old[v.Name].Reason {
+			r.Recorder.Eventf(vmi, nil, "Warning", s.Reason, "Hotplug", "volume %s: %s", v.Name, s.Message)
+		}
+		out = append(out, s)
+	}
+	vmi.Status.VolumeStatus = out
+}

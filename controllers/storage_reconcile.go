@@ -1,0 +1,169 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage"
+)
+
+// NodeStorage is the node agent's storage side.
+type NodeStorage struct {
+	// Host pulls images into the node's cache and makes disk files.
+	Host *storage.Host
+	// Root holds one storage folder per VMI (Root/<uid>), removed with the VMI. Keep it on a
+	// disk, not on tmpfs: overlays and empty disks grow with the guest's writes.
+	Root string
+	// ApplyTimeout bounds one Apply (image pulls included); 0 means defaultApplyTimeout.
+	ApplyTimeout time.Duration
+}
+
+const (
+	defaultApplyTimeout = 10 * time.Minute
+	// unplugTimeout bounds waiting for the guest to release a disk within one reconcile; a
+	// guest that takes longer is asked again on the next one.
+	unplugTimeout = 20 * time.Second
+	// reasonSecretNotFound: a cloud-init secret the VMI names does not exist (yet).
+	reasonSecretNotFound = "SecretNotFound"
+)
+
+// volumeDir is the VMI's storage folder.
+func (r *VMIReconciler) volumeDir(uid types.UID) string {
+	return filepath.Join(r.Storage.Root, string(uid))
+}
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// readRefs reads the Secrets the VMI's cloud-init volumes name, from the API server (not the
+// cache: the agent does not watch every Secret of the cluster).
+func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (Referenced, error) {
+	refs := Referenced{Secrets: map[string]map[string][]byte{}}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	for _, name := range secretNames(vmi) {
+		if _, done := refs.Secrets[name]; done {
+			continue
+		}
+		var s corev1.Secret
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: name}, &s); err != nil {
+			return refs, fmt.Errorf("read cloud-init secret %s/%s: %w", vmi.Namespace, name, err)
+		}
+		refs.Secrets[name] = s.Data
+	}
+	return refs, nil
+}
+
+// secretNames lists the Secrets named by the VMI's cloud-init volumes.
+func secretNames(vmi *vmletv1.VirtualMachineInstance) []string {
+	var names []string
+	for _, v := range vmi.Spec.Volumes {
+		var d *vmletv1.CloudInitData
+		switch {
+		case v.CloudInitNoCloud != nil:
+			d = &v.CloudInitNoCloud.CloudInitData
+		case v.CloudInitConfigDrive != nil:
+			d = &v.CloudInitConfigDrive.CloudInitData
+		default:
+			continue
+		}
+		if d.UserDataSecretRef != nil {
+			names = append(names, d.UserDataSecretRef.Name)
+		}
+		if d.NetworkDataSecretRef != nil {
+			names = append(names, d.NetworkDataSecretRef.Name)
+		}
+	}
+	return names
+}
+
+// refsFailed reports a Secret that could not be read: the VMI waits for it (the reconcile is
+// retried with backoff), as a pod waits for a missing Secret volume.
+func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err error) error {
+	reason := "SecretReadFailed"
+	if apierrors.IsNotFound(err) {
+		reason = reasonSecretNotFound
+	}
+	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
+		setPhase(vmi, vmletv1.Scheduled)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	return err
+}
+
+// applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on
+// every reconcile) and returns the spec to start with.
+func (r *VMIReconciler) applyStorage(ctx context.Context, dom *Domain) (*qemu.Spec, error) {
+	res, err := r.apply(ctx, dom.Storage)
+	if err != nil {
+		return nil, err
+	}
+	return dom.Resolve(res), nil
+}
+
+func (r *VMIReconciler) apply(ctx context.Context, p *storage.VMPlan) (*storage.Result, error) {
+	if r.Storage.Host == nil {
+		return nil, errors.New("apply storage: the node has no storage configured")
+	}
+	// Only root (the agent, launchers, QEMU) needs to reach the VMIs' folders.
+	if err := os.MkdirAll(r.Storage.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("make volume root: %w", err)
+	}
+	d := r.Storage.ApplyTimeout
+	if d <= 0 {
+		d = defaultApplyTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return r.Storage.Host.Apply(ctx, p)
+}
+
+// storageFailed ends a VMI whose storage could not be made before it started: Failed with
+// storage's reason (ErrImagePull, VolumeNotFound, ...) and a Warning event.
+func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err error) {
+	r.fail(vmi, storage.Reason(err), err.Error())
+}
+
+// storageDegraded reports a re-Apply that failed while the domain runs: the guest keeps its
+// open disks, the VMI says its storage is not as specified.
+func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, err error) {
+	reason := storage.Reason(err)
+	r.Recorder.Eventf(vmi, nil, "Warning", reason, "ApplyStorage", "%v", err)
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+}
+
+// cleanupStorage removes the VMI's storage folder (overlays, empty disks, ISOs, kernel links);
+// host disks and claims are not in it and stay.
+func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) error {
+	if r.Storage.Root == "" {
+		return nil
+	}
+	if err := storage.Cleanup(r.volumeDir(vmi.UID)); err != nil {
+		return fmt.Errorf("remove volumes: %w", err)
+	}
+	return nil
+}
+
+// specReason is the VMI reason of a translation error.
+func specReason(err error) string {
+	var ve *storage.VolumeError
+	switch {
+	case errors.Is(err, ErrUnsupported):
+		return "Unsupported"
+	case errors.As(err, &ve):
+		return storage.Reason(err)
+	}
+	return "InvalidSpec"
+}

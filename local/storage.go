@@ -1,0 +1,88 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/storage"
+	"github.com/vmlet/vmlet/storage/oci"
+	"github.com/vmlet/vmlet/storage/qemuimg"
+)
+
+// ErrBadFlag marks a malformed storage flag value.
+var ErrBadFlag = errors.New("bad flag value")
+
+// ParseImageSource parses `--image REF=SOURCE`: VMIs that name image REF get it pulled from
+// SOURCE instead, an image reference such as "oci:/abs/dir:tag" (an OCI layout on disk) or a
+// mirror "host:port/repo:tag".
+func ParseImageSource(s string) (ref, source string, err error) {
+	ref, source, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", "", fmt.Errorf("parse image source %q: %w: want REF=SOURCE (e.g. vmlet.dev/guest:1=oci:/dir:1)", s, ErrBadFlag)
+	}
+	if strings.HasPrefix(source, "/") { // the old --image REF=DIR (an unpacked folder)
+		return "", "", fmt.Errorf("parse image source %q: %w: %s is a path; an OCI layout is oci:%s:TAG (hack/guestimage writes one)", s, ErrBadFlag, source, source)
+	}
+	for _, r := range []string{ref, source} {
+		if err := oci.CheckReference(r); err != nil {
+			return "", "", fmt.Errorf("parse image source %q: %w: %w", s, ErrBadFlag, err)
+		}
+	}
+	return ref, source, nil
+}
+
+// ParseClaim parses `--claim NAME=PATH`: the persistentVolumeClaim (or dataVolume) NAME, in any
+// namespace ("NAMESPACE/NAME": in that one), is PATH on this machine: a folder holding disk.img
+// (KubeVirt's filesystem-mode PVC) or a block device. PATH must exist.
+func ParseClaim(s string) (name string, c storage.Claim, err error) {
+	name, p, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return "", c, fmt.Errorf("parse claim %q: %w: want NAME=PATH", s, ErrBadFlag)
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return "", c, fmt.Errorf("parse claim %q: %w: %s is not an absolute clean path", s, ErrBadFlag, p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", c, fmt.Errorf("parse claim %q: %w", s, err)
+	}
+	switch {
+	case fi.IsDir():
+		c = storage.Claim{Path: p, Mode: storage.Filesystem}
+	case fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0:
+		c = storage.Claim{Path: p, Mode: storage.Block}
+	default:
+		return "", c, fmt.Errorf("parse claim %q: %w: %s is neither a folder nor a block device", s, ErrBadFlag, p)
+	}
+	return name, c, nil
+}
+
+// storageDefaults fills in the storage folders under the state folder.
+func (cfg *Config) storageDefaults() {
+	if cfg.ImageCacheDir == "" {
+		cfg.ImageCacheDir = filepath.Join(cfg.StateDir, "images")
+	}
+	if cfg.VolumeRoot == "" {
+		cfg.VolumeRoot = filepath.Join(cfg.StateDir, "volumes")
+	}
+}
+
+// openStorage opens the image cache and makes the volume root.
+func openStorage(cfg Config) (controllers.NodeStorage, error) {
+	if err := os.MkdirAll(cfg.VolumeRoot, 0o700); err != nil {
+		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
+	}
+	cache, err := oci.Open(oci.Options{Dir: cfg.ImageCacheDir, QemuImg: qemuimg.Tool{}})
+	if err != nil {
+		return controllers.NodeStorage{}, fmt.Errorf("open image cache: %w", err)
+	}
+	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot}, nil
+}
+
+func (cfg *Config) storageEnv() controllers.StorageEnv {
+	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources}
+}

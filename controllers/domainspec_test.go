@@ -75,7 +75,7 @@ func TestDomainSpec(t *testing.T) {
 			wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot"},
 		{name: "kernel args with a newline", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Firmware.KernelBoot.KernelArgs = "console=ttyS0\n-device evil"
-		}, wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot"},
+		}, wantErr: errInvalid, field: "spec.domain.firmware.kernelBoot.kernelArgs"},
 		{name: "interface without its network", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default"}}
 		}, wantErr: errInvalid, field: "spec.domain.devices.interfaces[0].name"},

@@ -61,7 +61,7 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 		diskIndex[d.Name] = i
 	}
 	var coldVols []storage.Volume
-	var coldDisks []storage.DiskRequest
+	coldReqs := map[string]storage.DiskRequest{}
 	var hot []HotplugVolume
 	volIndex := map[string]int{}
 	for i := range vmi.Spec.Volumes {
@@ -84,7 +84,7 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 			continue
 		}
 		if !v.Hotpluggable() {
-			coldVols, coldDisks = append(coldVols, sv), append(coldDisks, d)
+			coldVols, coldReqs[v.Name] = append(coldVols, sv), d
 			continue
 		}
 		hopts := opts
@@ -94,7 +94,7 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 			err = &SpecError{Field: fmt.Sprintf("spec.domain.devices.disks[%d]", diskIndex[v.Name]),
 				Reason: fmt.Sprintf("disk %q: sata disks cannot be hotplugged (use virtio or scsi)", v.Name), Err: ErrUnsupported}
 		} else if err != nil {
-			err = planError(err, volIndex, diskIndex)
+			err = planError(err, volIndex, diskIndex, "")
 		}
 		if err != nil {
 			hot = append(hot, HotplugVolume{Name: v.Name, Err: err})
@@ -102,9 +102,20 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 		}
 		hot = append(hot, HotplugVolume{Name: v.Name, Plan: p})
 	}
+	// Disks in the guest's order: the spec's disks, then defaults for volumes without one.
+	var coldDisks []storage.DiskRequest
+	for _, d := range disks {
+		if r, ok := coldReqs[d.Name]; ok {
+			coldDisks = append(coldDisks, r)
+		}
+	}
 	p, err := storage.Plan(coldVols, coldDisks, opts)
 	if err != nil {
-		return nil, nil, planError(err, volIndex, diskIndex)
+		args := ""
+		if opts.KernelBoot != nil {
+			args = opts.KernelBoot.KernelArgs
+		}
+		return nil, nil, planError(err, volIndex, diskIndex, args)
 	}
 	return p, hot, nil
 }
@@ -299,13 +310,20 @@ func diskRequest(disks []vmletv1.Disk, name string, diskIndex map[string]int) (s
 }
 
 // planError names the spec field a storage.Plan error is about; the storage error stays in the
-// chain for storage.Reason.
-func planError(err error, volIndex, diskIndex map[string]int) error {
+// chain for storage.Reason. An error about no volume is the kernel boot's, or one of the disks
+// failing QEMU's checks (which one, QEMU's message says): kernelArgs tell them apart.
+func planError(err error, volIndex, diskIndex map[string]int, kernelArgs string) error {
 	var ve *storage.VolumeError
 	if !errors.As(err, &ve) {
 		return &SpecError{Field: "spec.volumes", Reason: err.Error(), Err: err}
 	}
 	field := "spec.domain.firmware.kernelBoot"
+	if ve.Volume == "" && errors.Is(err, storage.ErrInvalidDisk) {
+		field = "spec.domain.devices.disks"
+		if (&qemu.Spec{Name: "args", MemoryMiB: qemu.MinMemoryMiB, Boot: qemu.Boot{Kernel: "/kernel", Cmdline: kernelArgs}}).Validate() != nil {
+			field = "spec.domain.firmware.kernelBoot.kernelArgs"
+		}
+	}
 	if ve.Volume != "" {
 		field = "spec.volumes"
 		if i, ok := volIndex[ve.Volume]; ok {

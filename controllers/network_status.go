@@ -60,13 +60,9 @@ func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, e
 	return out, nil
 }
 
-// observeInterfaces writes status.interfaces from the VMI's attachment: per interface its
-// name, MAC, pod interface and queues, and once the guest holds its DHCP lease the addresses
-// it is reachable at on the pod network (the pod's under masquerade, the leased one under
-// bridge; infoSource "domain"). When the guest agent reports the leased address on the NIC's
-// MAC, the guest's interface name is added and infoSource says both agree. An agent restarted
-// while the guest keeps its lease has not seen the lease: the addresses already in the status
-// stay. Each change of an interface's addresses is an Event.
+// observeInterfaces writes status.interfaces from the VMI's attachment (interfaceStatuses),
+// asking the guest agent only while some leased address is not yet confirmed by it, and
+// records an Event for each change of an interface's addresses.
 func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) {
 	if r.Network == nil {
 		return
@@ -75,25 +71,49 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	if a == nil {
 		return
 	}
-	prev := map[string]vmletv1.VirtualMachineInstanceNetworkInterface{}
-	for _, s := range vmi.Status.Interfaces {
-		prev[s.Name] = s
-	}
 	sts := a.Status()
-	out := make([]vmletv1.VirtualMachineInstanceNetworkInterface, 0, len(sts))
-	needAgent := false
+	out, needAgent := interfaceStatuses(vmi.Status.Interfaces, sts, nil)
+	if needAgent && dom.AgentConnected {
+		if guest := r.guestInterfaces(ctx, l); guest != nil {
+			out, _ = interfaceStatuses(vmi.Status.Interfaces, sts, guest)
+		}
+	}
+	for _, msg := range addressChanges(vmi.Status.Interfaces, out) {
+		r.Recorder.Eventf(vmi, nil, "Normal", "AddressChanged", "ObserveNetwork", "%s", msg)
+	}
+	vmi.Status.Interfaces = out
+}
+
+// interfaceStatuses computes status.interfaces: per interface of the attachment its name, MAC,
+// pod interface and queues, and once the guest holds its DHCP lease the addresses it is
+// reachable at on the pod network (the pod's under masquerade, the leased one under bridge;
+// infoSource "domain"). When guest (the guest agent's view; nil if not read) reports the
+// leased address on the NIC's MAC, the guest's interface name is added and infoSource says
+// both agree; a confirmation stays while the addresses do. An agent restarted while the guest
+// keeps its lease has not seen the lease: the addresses in prev stay. needAgent reports a
+// leased address the guest agent has not confirmed yet. It is pure.
+func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, sts []network.InterfaceStatus, guest []GuestInterface) (out []vmletv1.VirtualMachineInstanceNetworkInterface, needAgent bool) {
+	byName := map[string]vmletv1.VirtualMachineInstanceNetworkInterface{}
+	for _, s := range prev {
+		byName[s.Name] = s
+	}
+	out = make([]vmletv1.VirtualMachineInstanceNetworkInterface, 0, len(sts))
 	for _, st := range sts {
 		s := vmletv1.VirtualMachineInstanceNetworkInterface{
 			Name: st.Name, MAC: st.MAC, PodInterfaceName: st.PodInterface,
 			QueueCount: int32(st.Queues), InfoSource: infoSourceDomain, IPs: addrStrings(st.IPs),
 		}
-		p, seen := prev[st.Name]
+		p, seen := byName[st.Name]
+		seen = seen && p.MAC == s.MAC
 		switch {
-		case len(s.IPs) == 0 && seen && p.MAC == s.MAC:
+		case len(s.IPs) == 0 && seen:
 			s.IPs, s.InterfaceName, s.InfoSource = p.IPs, p.InterfaceName, p.InfoSource
-		case seen && p.MAC == s.MAC && slices.Equal(p.IPs, s.IPs) && p.InfoSource == infoSourceDomainAndAgent:
+		case len(s.IPs) == 0:
+		case seen && slices.Equal(p.IPs, s.IPs) && p.InfoSource == infoSourceDomainAndAgent:
 			s.InterfaceName, s.InfoSource = p.InterfaceName, p.InfoSource
-		case len(st.GuestIPs) > 0:
+		case agentConfirms(guest, st):
+			s.InterfaceName, s.InfoSource = agentName(guest, st), infoSourceDomainAndAgent
+		default:
 			needAgent = true
 		}
 		if len(s.IPs) > 0 {
@@ -101,43 +121,63 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 		}
 		out = append(out, s)
 	}
-	if needAgent && dom.AgentConnected {
-		r.confirmByAgent(ctx, l, sts, out)
-	}
-	for _, s := range out {
-		if p := prev[s.Name]; len(s.IPs) > 0 && !slices.Equal(p.IPs, s.IPs) {
-			was := strings.Join(p.IPs, ", ")
-			if was == "" {
-				was = "none"
-			}
-			r.Recorder.Eventf(vmi, nil, "Normal", "AddressChanged", "ObserveNetwork",
-				"interface %s: %s (was %s)", s.Name, strings.Join(s.IPs, ", "), was)
-		}
-	}
-	vmi.Status.Interfaces = out
+	return out, needAgent
 }
 
-// confirmByAgent marks the interfaces whose leased guest address the guest agent reports on
-// the same MAC. Best effort: an agent that does not answer leaves the domain's view.
-func (r *VMIReconciler) confirmByAgent(ctx context.Context, l Launcher, sts []network.InterfaceStatus, out []vmletv1.VirtualMachineInstanceNetworkInterface) {
+// agentConfirms reports whether the guest agent shows the leased guest address on st's MAC.
+func agentConfirms(guest []GuestInterface, st network.InterfaceStatus) bool {
+	return agentName(guest, st) != ""
+}
+
+// agentName is the guest's name of the interface that has st's MAC and leased address.
+func agentName(guest []GuestInterface, st network.InterfaceStatus) string {
+	if len(st.GuestIPs) == 0 {
+		return ""
+	}
+	for _, gi := range guest {
+		if strings.EqualFold(gi.MAC, st.MAC) && slices.Contains(gi.IPs, st.GuestIPs[0]) {
+			return gi.Name
+		}
+	}
+	return ""
+}
+
+// addressChanges describes each interface whose addresses changed from prev to cur (a new
+// address included; an interface losing its addresses is not an address change).
+func addressChanges(prev, cur []vmletv1.VirtualMachineInstanceNetworkInterface) []string {
+	was := map[string][]string{}
+	for _, p := range prev {
+		was[p.Name] = p.IPs
+	}
+	var msgs []string
+	for _, s := range cur {
+		if len(s.IPs) == 0 || slices.Equal(was[s.Name], s.IPs) {
+			continue
+		}
+		before := strings.Join(was[s.Name], ", ")
+		if before == "" {
+			before = "none"
+		}
+		msgs = append(msgs, fmt.Sprintf("interface %s: %s (was %s)", s.Name, strings.Join(s.IPs, ", "), before))
+	}
+	return msgs
+}
+
+// guestInterfaces reads the guest agent's view of the interfaces; nil when the launcher cannot
+// or the agent does not answer (best effort: the domain's view stands).
+func (r *VMIReconciler) guestInterfaces(ctx context.Context, l Launcher) []GuestInterface {
 	gr, ok := l.(GuestNetworkReader)
 	if !ok {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, guestInfoTimeout)
 	defer cancel()
 	gis, err := gr.GuestInterfaces(ctx)
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("guest agent did not report interfaces", "err", err)
-		return
+		return nil
 	}
-	for i, st := range sts {
-		for _, gi := range gis {
-			if gi.MAC == strings.ToLower(st.MAC) && len(st.GuestIPs) > 0 && slices.Contains(gi.IPs, st.GuestIPs[0]) {
-				out[i].InterfaceName, out[i].InfoSource = gi.Name, infoSourceDomainAndAgent
-			}
-		}
-	}
+	return gis
 }
 
 func addrStrings(as []netip.Addr) []string {

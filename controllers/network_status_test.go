@@ -1,0 +1,84 @@
+package controllers
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/network"
+)
+
+func TestInterfaceStatuses(t *testing.T) {
+	const mac = "02:00:00:00:00:0a"
+	pod, guest := netip.MustParseAddr("198.19.118.5"), netip.MustParseAddr("10.0.2.2")
+	attached := network.InterfaceStatus{Name: "default", MAC: mac, PodInterface: "eth0", Queues: 2}
+	leased := attached
+	leased.IPs, leased.GuestIPs = []netip.Addr{pod}, []netip.Addr{guest}
+	domain := vmletv1.VirtualMachineInstanceNetworkInterface{Name: "default", MAC: mac, PodInterfaceName: "eth0", QueueCount: 2, InfoSource: "domain"}
+	withIP := domain
+	withIP.IP, withIP.IPs = pod.String(), []string{pod.String()}
+	confirmed := withIP
+	confirmed.InterfaceName, confirmed.InfoSource = "eth0", "domain, guest-agent"
+	agentOK := []GuestInterface{{Name: "lo", MAC: "00:00:00:00:00:00", IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, {Name: "eth0", MAC: mac, IPs: []netip.Addr{guest}}}
+	otherMAC := withIP
+	otherMAC.MAC = "02:00:00:00:00:99"
+
+	tests := []struct {
+		name      string
+		prev      []vmletv1.VirtualMachineInstanceNetworkInterface
+		st        network.InterfaceStatus
+		guest     []GuestInterface
+		want      vmletv1.VirtualMachineInstanceNetworkInterface
+		needAgent bool
+	}{
+		{name: "attached, no lease yet", st: attached, want: domain},
+		{name: "leased: the pod address, the agent not asked yet", st: leased, want: withIP, needAgent: true},
+		{name: "the agent agrees", st: leased, guest: agentOK, want: confirmed},
+		{name: "the agent shows another address", st: leased, want: withIP, needAgent: true,
+			guest: []GuestInterface{{Name: "eth0", MAC: mac, IPs: []netip.Addr{netip.MustParseAddr("10.0.2.9")}}}},
+		{name: "the agent shows the address on another MAC", st: leased, want: withIP, needAgent: true,
+			guest: []GuestInterface{{Name: "eth1", MAC: "02:00:00:00:00:02", IPs: []netip.Addr{guest}}}},
+		{name: "the agent's MAC in upper case", st: leased, want: confirmed,
+			guest: []GuestInterface{{Name: "eth0", MAC: "02:00:00:00:00:0A", IPs: []netip.Addr{guest}}}},
+		{name: "confirmed before, same address: no need to ask again", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: leased, want: confirmed},
+		{name: "agent restarted, lease not seen yet: the status keeps the address", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: attached, want: confirmed},
+		{name: "a previous status of another MAC is not kept", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{otherMAC}, st: attached, want: domain},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, need := interfaceStatuses(tt.prev, []network.InterfaceStatus{tt.st}, tt.guest)
+			if len(got) != 1 || fmt.Sprintf("%+v", got[0]) != fmt.Sprintf("%+v", tt.want) || need != tt.needAgent {
+				t.Errorf("got %+v needAgent=%v\nwant %+v needAgent=%v", got, need, tt.want, tt.needAgent)
+			}
+		})
+	}
+}
+
+func TestAddressChanges(t *testing.T) {
+	ifc := func(name string, ips ...string) vmletv1.VirtualMachineInstanceNetworkInterface {
+		return vmletv1.VirtualMachineInstanceNetworkInterface{Name: name, IPs: ips}
+	}
+	tests := []struct {
+		name      string
+		prev, cur []vmletv1.VirtualMachineInstanceNetworkInterface
+		want      []string
+	}{
+		{name: "first address", cur: []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a", "198.19.118.2")},
+			want: []string{"interface a: 198.19.118.2 (was none)"}},
+		{name: "unchanged", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a", "198.19.118.2")},
+			cur: []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a", "198.19.118.2")}},
+		{name: "changed, dual stack", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a", "198.19.118.2")},
+			cur:  []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a", "198.19.118.3", "fd76:6d6c:6574:1::3")},
+			want: []string{"interface a: 198.19.118.3, fd76:6d6c:6574:1::3 (was 198.19.118.2)"}},
+		{name: "no address yet", cur: []vmletv1.VirtualMachineInstanceNetworkInterface{ifc("a")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := addressChanges(tt.prev, tt.cur); !slices.Equal(got, tt.want) {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

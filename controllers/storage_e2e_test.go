@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -218,6 +219,51 @@ func TestVMIHotplugVolume(t *testing.T) {
 	if !fileStarts(t, filepath.Join(claim, "disk.img"), "VMLET-HOT-DISK") {
 		t.Error("the claim's image changed")
 	}
+}
+
+// TestVMIWaitsForCloudInitSecret: a VMI whose cloud-init Secret does not exist yet waits for
+// it (Synchronized=False SecretNotFound, a Warning event, no launcher), then starts once it is
+// created.
+func TestVMIWaitsForCloudInitSecret(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	a := startAgent(t, agentOptions{})
+	defer a.stop(t)
+	ctx := context.Background()
+	vmi := newVMI("late-secret")
+	vmi.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0) // deleted before its guest booted
+	vmi.Spec.Volumes = []vmletv1.Volume{{Name: "cloudinit", VolumeSource: vmletv1.VolumeSource{CloudInitNoCloud: &vmletv1.CloudInitNoCloudSource{
+		CloudInitData: vmletv1.CloudInitData{UserDataSecretRef: &vmletv1.LocalObjectReference{Name: "late-userdata"}}}}}}
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	eventually(t, 30*time.Second, "waiting for the secret", func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Reason == "SecretNotFound" && v.Status.Phase == vmletv1.Scheduled, summary(v)
+	})
+	waitEvent(t, vmi, "SecretNotFound")
+	if _, err := os.Stat(filepath.Join(runRoot, string(vmi.UID))); !os.IsNotExist(err) {
+		t.Errorf("a launcher started before its cloud-init secret existed: %v", err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "late-userdata"},
+		Data: map[string][]byte{"userData": []byte("#cloud-config\n")}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Client.Delete(ctx, secret) }()
+	t0 := time.Now()
+	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, time.Minute)
+	t.Logf("secret created → Ready: %s", time.Since(t0).Round(time.Millisecond))
+	if err := env.Client.Delete(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	waitDeleted(t, key)
+	assertNothingLeft(t, string(vmi.UID))
 }
 
 // patchVolumes changes the VMI's volumes and disks with a merge patch (the lists are replaced).

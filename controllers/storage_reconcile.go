@@ -10,7 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -36,6 +38,8 @@ const (
 	unplugTimeout = 20 * time.Second
 	// reasonSecretNotFound: a cloud-init secret the VMI names does not exist (yet).
 	reasonSecretNotFound = "SecretNotFound"
+	// secretRetry is how often a VMI waiting for a missing Secret looks again.
+	secretRetry = 3 * time.Second
 )
 
 // volumeDir is the VMI's storage folder.
@@ -89,18 +93,22 @@ func secretNames(vmi *vmletv1.VirtualMachineInstance) []string {
 	return names
 }
 
-// refsFailed reports a Secret that could not be read: the VMI waits for it (the reconcile is
-// retried with backoff), as a pod waits for a missing Secret volume.
-func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err error) error {
-	reason := "SecretReadFailed"
-	if apierrors.IsNotFound(err) {
-		reason = reasonSecretNotFound
-	}
+// refsFailed reports a Secret that could not be read. A missing one is waited for, as a pod
+// waits for a missing Secret volume: the agent does not watch Secrets, so it looks again after
+// secretRetry. Other read errors are retried with the controller's backoff.
+func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err error) (ctrl.Result, error) {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		setPhase(vmi, vmletv1.Scheduled)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
-	return err
+	if !apierrors.IsNotFound(err) {
+		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SecretReadFailed", err.Error())
+		return ctrl.Result{}, err
+	}
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reasonSecretNotFound {
+		r.Recorder.Eventf(vmi, nil, "Warning", reasonSecretNotFound, "ReadSecret", "%v", err)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reasonSecretNotFound, err.Error())
+	return ctrl.Result{RequeueAfter: secretRetry}, nil
 }
 
 // applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on

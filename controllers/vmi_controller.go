@@ -160,7 +160,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	env.VolumeDir = r.volumeDir(vmi.UID)
 	refs, err := r.readRefs(ctx, vmi)
 	if err != nil {
-		return ctrl.Result{}, r.refsFailed(vmi, err)
+		return r.refsFailed(vmi, err)
 	}
 	want, err := DomainSpec(vmi, env, refs)
 	if err != nil {

@@ -150,7 +150,7 @@ func waitVolumes(t *testing.T, key client.ObjectKey, phase vmletv1.VolumePhase, 
 }
 
 // writeClaim makes a claim folder holding a raw disk.img of size bytes starting with text.
-func writeClaim(t *testing.T, dir, text string, size int64) string {
+func writeClaim(t testing.TB, dir, text string, size int64) string {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -174,7 +174,10 @@ func (a *applier) link(act Action) error {
 // linkFile replaces dst by a hard link to src (which stays valid even if the cache entry is
 // removed later), or by a copy across filesystems.
 func (a *applier) linkFile(src, dst string) error {
-	_, statErr := os.Lstat(dst)
+	dfi, statErr := os.Lstat(dst)
+	if sfi, err := os.Stat(src); statErr == nil && err == nil && os.SameFile(sfi, dfi) {
+		return nil // already linked; renaming another link of the same inode over it would be a no-op
+	}
 	tmp := dst + ".tmp"
 	_ = os.Remove(tmp)
 	if err := os.Link(src, tmp); errors.Is(err, syscall.EXDEV) {

@@ -114,6 +114,12 @@ func TestApply(t *testing.T) {
 			t.Errorf("second Apply replaced %s", id)
 		}
 	}
+	// Nothing half-made is left behind (a re-link of the same kernel used to leave its .tmp:
+	// rename(2) of a hard link onto another link of the same inode does nothing).
+	tmps, err := filepath.Glob(filepath.Join(e.vmDir, "*", "*.tmp"))
+	if err != nil || len(tmps) > 0 {
+		t.Errorf("temporary files left after the second Apply: %v %v", tmps, err)
+	}
 
 	for range 2 {
 		if err := Cleanup(e.vmDir); err != nil {

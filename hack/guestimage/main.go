@@ -3,6 +3,9 @@
 //
 //	vmlet local --image vmlet.dev/testguest:latest="$(go run ./hack/guestimage --guest "$(bash test/assets/guest/build.sh)" --out DIR)"
 //
+// The kernel and initrd keep their names in the guest's build folder (/vmlinuz, /initramfs.gz),
+// which config/samples/vmi-demo.yaml names: a demo VMI kept in an older state folder still boots.
+//
 // It is idempotent: a layout that already holds the same image under the tag is kept, another
 // one is replaced (written next to it, then swapped in).
 package main
@@ -22,8 +25,8 @@ func main() {
 	guest := flag.String("guest", "", "test guest build folder (vmlinuz, initramfs.gz): the output of test/assets/guest/build.sh")
 	out := flag.String("out", "", "OCI layout folder to write")
 	tag := flag.String("tag", "latest", "name of the image in the layout")
-	kernelPath := flag.String("kernel-path", "/boot/vmlinuz", "kernel's path in the image")
-	initrdPath := flag.String("initrd-path", "/boot/initrd.img", "initrd's path in the image")
+	kernelPath := flag.String("kernel-path", "/vmlinuz", "kernel's path in the image")
+	initrdPath := flag.String("initrd-path", "/initramfs.gz", "initrd's path in the image")
 	flag.Parse()
 	if *guest == "" || *out == "" {
 		fmt.Fprintln(os.Stderr, "guestimage: --guest and --out are required")

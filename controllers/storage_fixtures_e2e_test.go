@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -31,21 +34,23 @@ const (
 
 // TestKubeVirtStorageFixtures runs KubeVirt's vmi-ephemeral, vmi-nocloud, vmi-host-disk,
 // vmi-kernel-boot and vmi-sata examples exactly as written (only apiVersion changed): each
-// reaches Running, and its disks are proven where the guest can prove them.
+// reaches Running, QMP query-block shows every disk with the image storage made for it, and the
+// booted guest proves what it can.
 //
-// The cirros containerDisk is served as the test guest's data disk, which has no bootloader
-// (the test guest is a kernel and an initramfs; QEMU's BIOS cannot boot it from a disk). So the
-// fixtures without a kernelBoot (ephemeral, nocloud, host-disk, sata) run their BIOS, which finds
-// nothing to boot: they are Running at the QEMU level, and QMP query-block proves each disk is
-// attached with the image storage made (overlay over the cached containerDisk, NoCloud ISO —
-// read back on the host, holding the fixture's user data —, empty qcow2, host disk). The
-// kernel-boot fixture's image carries the test guest's kernel and initramfs at the alpine
-// paths: its guest boots and answers through the guest agent.
+// The cirros containerDisk is served as a BIOS-bootable disk of the test guest (ext2 + EXTLINUX,
+// test/assets/bootdisk): the fixtures without a kernelBoot boot it through QEMU's BIOS as cirros
+// would, and their guest reads its boot disk's label, mounts vmi-nocloud's NoCloud disk and reads
+// the fixture's user data, and sees the 2Gi emptyDisk. A guest write to the ephemeral boot disk
+// lands in the overlay (the cached image is unchanged). vmi-kernel-boot's image carries the test
+// guest's kernel and initramfs at the alpine paths; its guest checks the command line and the
+// 1Gi of memory. vmi-host-disk has nothing bootable (a blank 1Gi host disk): its BIOS finds
+// nothing to boot, so it is Running at the QEMU level only, and QMP proves the disk.
 //
 // vmi-host-disk's hostDisk is /var/data/disk.img (DiskOrCreate): the test lets the agent create
 // it, checks it survives the VMI (KubeVirt semantics), and removes it.
 //
-// Times to Running are logged for a cold image cache (first VMI of an image) and a warm one.
+// Times to Running (and to the guest's ready marker) are logged for a cold image cache (first
+// VMI of an image) and a warm one.
 func TestKubeVirtStorageFixtures(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -56,7 +61,7 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	sources := map[string]string{
-		cirrosImage: reg.Push(t, "kubevirt/cirros-container-disk-demo:devel", storagetest.ContainerDisk(t, files.DataDisk)),
+		cirrosImage: reg.Push(t, "kubevirt/cirros-container-disk-demo:devel", storagetest.ContainerDisk(t, bootDisk(t))),
 		alpineImage: reg.Push(t, "kubevirt/alpine-ext-kernel-boot-demo:devel", kernelBoot),
 	}
 	const hostDisk = "/var/data/disk.img"
@@ -65,42 +70,66 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 	a := startAgent(t, agentOptions{ImageSources: sources, HostDiskRoot: filepath.Dir(hostDisk), ImageCache: cache})
 	defer a.stop(t)
 
-	cirrosDisk := func(t *testing.T, v *vmletv1.VirtualMachineInstance, b map[string]qmpBlock) {
+	// cirros checks the boot disk: the overlay over the cached image, booted by the BIOS (the
+	// command line is the disk's extlinux.conf), its label read by the guest.
+	cirros := func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) qmpBlock {
 		t.Helper()
 		d := checkBlock(t, b, "containerdisk", filepath.Join(volumeRoot, string(v.UID), "disks", "containerdisk.qcow2"), "qcow2", 64<<20)
 		if bi := d.Inserted.Image.BackingImage; bi == nil || !strings.HasPrefix(bi.Filename, cache+"/") {
-			t.Errorf("containerdisk overlay is not over the cached image: %+v", bi)
+			t.Fatalf("containerdisk overlay is not over the cached image: %+v", bi)
 		}
+		guestReady(t, v)
+		if got := guestRun(t, c, "cat /proc/cmdline"); got != "BOOT_IMAGE=/vmlinuz console=ttyS0 quiet panic=-1 initrd=/initramfs.gz" {
+			t.Errorf("guest command line %q, want EXTLINUX's from the boot disk", got)
+		}
+		if got := guestRun(t, c, "dd if=/dev/vda bs=1 skip=1144 count=9 2>/dev/null"); got != "vmletboot" {
+			t.Errorf("the guest's vda has label %q, want the boot disk's", got)
+		}
+		return d
 	}
 	tests := []struct {
 		file  string
 		cache string // "cold" or "warm": the image is (not) in the cache yet
 		check func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock)
 	}{
-		{file: "vmi-ephemeral.yaml", cache: "cold", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, _ *launcher.Client, b map[string]qmpBlock) {
-			cirrosDisk(t, v, b)
-		}},
-		{file: "vmi-ephemeral.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, _ *launcher.Client, b map[string]qmpBlock) {
-			cirrosDisk(t, v, b)
-		}},
-		{file: "vmi-nocloud.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, _ *launcher.Client, b map[string]qmpBlock) {
-			cirrosDisk(t, v, b)
-			iso := checkBlock(t, b, "cloudinitdisk", filepath.Join(volumeRoot, string(v.UID), "disks", "cloudinitdisk.iso"), "raw", -1)
-			label, files, err := cloudinit.ReadISO(iso.Inserted.File)
-			if err != nil {
-				t.Fatal(err)
+		{file: "vmi-ephemeral.yaml", cache: "cold", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) {
+			base := cirros(t, v, c, b).Inserted.Image.BackingImage.Filename
+			before := fileSum(t, base)
+			guestRun(t, c, "printf VMLET-EPHEMERAL-WRITE | dd of=/dev/vda bs=512 seek=120000 conv=notrunc 2>/dev/null; sync")
+			if fileSum(t, base) != before {
+				t.Error("a guest write changed the cached containerDisk")
 			}
-			if want := v.Spec.Volumes[1].CloudInitNoCloud.UserData; label != cloudinit.LabelNoCloud || string(files["user-data"]) != want {
-				t.Errorf("the ISO QEMU has open: label %q, user-data %q; want %q, %q", label, files["user-data"], cloudinit.LabelNoCloud, want)
+			if got := guestRun(t, c, "echo 3 > /proc/sys/vm/drop_caches; dd if=/dev/vda bs=512 skip=120000 count=1 2>/dev/null | head -c 21"); got != "VMLET-EPHEMERAL-WRITE" {
+				t.Errorf("the guest reads back %q", got)
+			}
+		}},
+		{file: "vmi-ephemeral.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) {
+			cirros(t, v, c, b)
+			if got := guestRun(t, c, "dd if=/dev/vda bs=512 skip=120000 count=1 2>/dev/null | head -c 21"); got == "VMLET-EPHEMERAL-WRITE" {
+				t.Error("the previous VMI's write is in this VMI's containerDisk")
+			}
+		}},
+		{file: "vmi-nocloud.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) {
+			cirros(t, v, c, b)
+			iso := checkBlock(t, b, "cloudinitdisk", filepath.Join(volumeRoot, string(v.UID), "disks", "cloudinitdisk.iso"), "raw", -1)
+			userData := v.Spec.Volumes[1].CloudInitNoCloud.UserData
+			if label, files, err := cloudinit.ReadISO(iso.Inserted.File); err != nil || label != cloudinit.LabelNoCloud || string(files["user-data"]) != userData {
+				t.Errorf("the ISO QEMU has open: label %q, user-data %q (%v)", label, files["user-data"], err)
 			}
 			checkBlock(t, b, "emptydisk", filepath.Join(volumeRoot, string(v.UID), "disks", "emptydisk.qcow2"), "qcow2", 2<<30)
+			// Disks in the fixture's order: vda containerdisk, vdb cloudinitdisk, vdc emptydisk.
+			if got := guestRun(t, c, "mount -t iso9660 -o ro /dev/vdb /mnt && ls /mnt && cat /mnt/user-data"); got != "meta-data\nuser-data\n"+strings.TrimSpace(userData) {
+				t.Errorf("NoCloud disk in the guest:\n%s\nwant the fixture's user data:\n%s", got, userData)
+			}
+			if got := guestRun(t, c, "cat /sys/block/vdc/size"); got != strconv.Itoa(2<<30/512) {
+				t.Errorf("emptydisk in the guest has %s sectors", got)
+			}
 		}},
 		{file: "vmi-host-disk.yaml", cache: "none", check: func(t *testing.T, _ *vmletv1.VirtualMachineInstance, _ *launcher.Client, b map[string]qmpBlock) {
 			checkBlock(t, b, "host-disk", hostDisk, "raw", 1<<30)
 		}},
 		{file: "vmi-kernel-boot.yaml", cache: "cold", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) {
-			waitSerial(t, consoleLog(v), testguest.MarkerReady)
-			waitCondition(t, client.ObjectKeyFromObject(v), vmletv1.VirtualMachineInstanceAgentConnected, "True", time.Minute)
+			guestReady(t, v)
 			if got := guestRun(t, c, "cat /proc/cmdline"); got != "console=ttyS0" {
 				t.Errorf("guest kernel command line %q", got)
 			}
@@ -110,10 +139,10 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 			}
 		}},
 		{file: "vmi-kernel-boot.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, _ *launcher.Client, _ map[string]qmpBlock) {
-			waitSerial(t, consoleLog(v), testguest.MarkerReady)
+			guestReady(t, v)
 		}},
-		{file: "vmi-sata.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, _ *launcher.Client, b map[string]qmpBlock) {
-			cirrosDisk(t, v, b)
+		{file: "vmi-sata.yaml", cache: "warm", check: func(t *testing.T, v *vmletv1.VirtualMachineInstance, c *launcher.Client, b map[string]qmpBlock) {
+			cirros(t, v, c, b)
 		}},
 	}
 	for _, tt := range tests {
@@ -125,8 +154,10 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := client.ObjectKeyFromObject(vmi)
+			createdAt[vmi.UID] = start
 			got := waitPhase(t, key, vmletv1.Running, 2*time.Minute)
 			t.Logf("%s, %s image cache: create → Running %s (%s)", tt.file, tt.cache, time.Since(start).Round(time.Millisecond), got.Status.Launcher.Accelerator)
+
 			var names []string
 			for _, v := range got.Spec.Volumes {
 				names = append(names, v.Name)
@@ -151,6 +182,26 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 	if n := cachedImages(t, cache); n != 2 {
 		t.Errorf("image cache holds %d images, want both fixture images kept", n)
 	}
+}
+
+// createdAt is when each fixture VMI was created, for guestReady's log.
+var createdAt = map[types.UID]time.Time{}
+
+// guestReady waits for the guest's ready marker on its console and its guest agent.
+func guestReady(t *testing.T, v *vmletv1.VirtualMachineInstance) {
+	t.Helper()
+	waitSerial(t, consoleLog(v), testguest.MarkerReady)
+	t.Logf("%s: create → guest ready marker %s", v.Name, time.Since(createdAt[v.UID]).Round(time.Millisecond))
+	waitCondition(t, client.ObjectKeyFromObject(v), vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, time.Minute)
+}
+
+func fileSum(t *testing.T, p string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
 }
 
 // checkBlock checks QEMU has disk id open on file (format; virtual size unless size < 0).

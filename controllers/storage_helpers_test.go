@@ -1,14 +1,17 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +19,9 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // launcherClient dials the VMI's launcher (the agent keeps its own connection; the API serves
@@ -191,4 +197,42 @@ func cachedImages(t *testing.T, cache string) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+var bootDiskOnce struct {
+	sync.Once
+	path, missing string
+	err           error
+}
+
+// bootDisk builds (once per process, cached across runs) a BIOS-bootable disk of the test guest
+// with test/assets/bootdisk/build.sh and returns its qcow2: the stand-in for KubeVirt's bootable
+// containerDisks. A missing prerequisite skips the test (fails it under CI).
+func bootDisk(t *testing.T) string {
+	t.Helper()
+	testguest.Assets(t) // the script builds on the guest; build it (or skip) the usual way first
+	bootDiskOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(apienv.RepoRoot(), "test/assets/bootdisk/build.sh"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			if ee, ok := errors.AsType[*exec.ExitError](err); ok && ee.ExitCode() == 3 {
+				bootDiskOnce.missing = strings.TrimSpace(stderr.String())
+				return
+			}
+			bootDiskOnce.err = fmt.Errorf("build boot disk: %w\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		bootDiskOnce.path = filepath.Join(lines[len(lines)-1], "boot.qcow2")
+	})
+	if bootDiskOnce.missing != "" {
+		prereq.Missing(t, bootDiskOnce.missing)
+	}
+	if bootDiskOnce.err != nil {
+		t.Fatal(bootDiskOnce.err)
+	}
+	return bootDiskOnce.path
 }

@@ -221,10 +221,11 @@ func TestVMIHotplugVolume(t *testing.T) {
 	}
 }
 
-// TestVMIWaitsForCloudInitSecret: a VMI whose cloud-init Secret does not exist yet waits for
-// it (Synchronized=False SecretNotFound, a Warning event, no launcher), then starts once it is
-// created.
-func TestVMIWaitsForCloudInitSecret(t *testing.T) {
+// TestVMICloudInitSecret: a VMI whose cloud-init Secret does not exist yet waits for it
+// (Synchronized=False SecretNotFound, a Warning event, no launcher), then starts once it is
+// created. A later Secret change that no longer translates is reported without touching the
+// running domain, and the VMI is Synchronized again once the Secret is fixed.
+func TestVMICloudInitSecret(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
 	a := startAgent(t, agentOptions{})
@@ -259,6 +260,29 @@ func TestVMIWaitsForCloudInitSecret(t *testing.T) {
 	t0 := time.Now()
 	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, time.Minute)
 	t.Logf("secret created → Ready: %s", time.Since(t0).Round(time.Millisecond))
+
+	// A Secret that stops translating (no user data key) leaves the running domain alone.
+	secret.Data = map[string][]byte{"other": nil}
+	if err := env.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "spec no longer translates", func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Reason == "InvalidSpec", summary(v)
+	})
+	waitEvent(t, vmi, "InvalidSpec")
+	if v, _ := getVMI(t, key); v.Status.Phase != vmletv1.Running || !alive(int(running.Status.Launcher.PID)) {
+		t.Errorf("a Secret change disturbed the running VMI: %s", summary(v))
+	}
+	secret.Data = map[string][]byte{"userData": []byte("#cloud-config\n")}
+	if err := env.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionTrue, time.Minute)
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)
 	}

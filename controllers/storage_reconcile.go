@@ -144,11 +144,13 @@ func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err e
 	r.fail(vmi, storage.Reason(err), err.Error())
 }
 
-// storageDegraded reports a re-Apply that failed while the domain runs: the guest keeps its
-// open disks, the VMI says its storage is not as specified.
-func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, err error) {
-	reason := storage.Reason(err)
-	r.Recorder.Eventf(vmi, nil, "Warning", reason, "ApplyStorage", "%v", err)
+// degraded reports a started VMI whose spec can no longer be carried out (a re-translation or
+// re-Apply failed): the guest keeps its domain and open disks, Synchronized=False says why, and
+// a Warning event marks the change.
+func (r *VMIReconciler) degraded(vmi *vmletv1.VirtualMachineInstance, reason, action string, err error) {
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reason {
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, action, "%v", err)
+	}
 	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
 }
 

@@ -24,6 +24,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // Finalizer keeps a VMI until the node agent has torn down its node-local state.
@@ -164,6 +165,12 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	}
 	want, err := DomainSpec(vmi, env, refs)
 	if err != nil {
+		if _, serr := r.Runtime.State(id); serr == nil {
+			// Started from an earlier translation (a Secret or the node's storage changed
+			// since): the domain keeps running; say why the spec no longer translates, retry.
+			r.degraded(vmi, specReason(err), "Translate", err)
+			return ctrl.Result{}, err
+		}
 		r.fail(vmi, specReason(err), err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -211,7 +218,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		}
 		// The domain runs with the disks it opened: report, keep observing, retry.
 		r.observe(vmi, dom)
-		r.storageDegraded(vmi, storageErr)
+		r.degraded(vmi, storage.Reason(storageErr), "ApplyStorage", storageErr)
 		return ctrl.Result{}, storageErr
 	}
 	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)

@@ -127,6 +127,9 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 	if err != nil {
 		return err
 	}
+	if removed, err := removeOrphanVolumes(ctx, s.CP.Client, cfg.VolumeRoot); err != nil || len(removed) > 0 {
+		cfg.Log.Info("volumes of deleted VMIs removed", "folders", removed, "err", err)
+	}
 	nn, err := openNetwork(cfg.Network)
 	if err != nil {
 		return err

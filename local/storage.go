@@ -1,12 +1,16 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
@@ -81,6 +85,47 @@ func openStorage(cfg Config) (controllers.NodeStorage, error) {
 		return controllers.NodeStorage{}, fmt.Errorf("open image cache: %w", err)
 	}
 	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot}, nil
+}
+
+// removeOrphanVolumes removes the storage folders of VMIs that no longer exist (deleted while
+// no agent ran, e.g. their finalizer removed by hand). It runs before the agent starts, so no
+// reconcile makes a folder meanwhile.
+func removeOrphanVolumes(ctx context.Context, c client.Reader, root string) ([]string, error) {
+	var l vmletv1.VirtualMachineInstanceList
+	if err := c.List(ctx, &l); err != nil {
+		return nil, fmt.Errorf("list VMIs: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, v := range l.Items {
+		keep[string(v.UID)] = true
+	}
+	return cleanupVolumes(root, keep)
+}
+
+// cleanupVolumes removes every VMI folder in root whose name is not in keep (storage.Cleanup:
+// only folders storage made) and returns what it removed.
+func cleanupVolumes(root string, keep map[string]bool) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list volume root: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || keep[e.Name()] {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if err := storage.Cleanup(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
 }
 
 func (cfg *Config) storageEnv() controllers.StorageEnv {

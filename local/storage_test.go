@@ -1,12 +1,14 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/vmlet/vmlet/storage"
+	"github.com/vmlet/vmlet/storage/cloudinit"
 )
 
 func TestParseImageSource(t *testing.T) {
@@ -45,5 +47,44 @@ func TestParseClaim(t *testing.T) {
 	}
 	if _, _, err := ParseClaim("data=" + filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing folder: err = %v, want ErrNotExist", err)
+	}
+}
+
+// TestCleanupVolumes: folders of VMIs that are gone are removed, those of existing VMIs and
+// folders storage did not make stay.
+func TestCleanupVolumes(t *testing.T) {
+	root := t.TempDir()
+	h := &storage.Host{}
+	for _, id := range []string{"kept", "orphan"} {
+		p, err := storage.Plan([]storage.Volume{{Name: "ci", CloudInitNoCloud: &cloudinit.Source{UserData: "#cloud-config\n"}}}, nil,
+			storage.Options{VMDir: filepath.Join(root, id), InstanceID: id + ".default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Apply(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := filepath.Join(root, "foreign")
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(foreign, "data"), []byte("not storage's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := cleanupVolumes(root, map[string]bool{"kept": true})
+	if !errors.Is(err, storage.ErrNotStorageDir) {
+		t.Errorf("err = %v, want the foreign folder refused", err)
+	}
+	if len(removed) != 1 || removed[0] != filepath.Join(root, "orphan") {
+		t.Errorf("removed %v, want the orphan only", removed)
+	}
+	for _, dir := range []string{"kept", "foreign"} {
+		if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
+			t.Errorf("%s: %v", dir, err)
+		}
+	}
+	if removed, err := cleanupVolumes(filepath.Join(root, "missing"), nil); err != nil || removed != nil {
+		t.Errorf("missing root: %v %v", removed, err)
 	}
 }

@@ -138,7 +138,7 @@ type agentOptions struct {
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
-func startAgent(t *testing.T, o agentOptions) *agent {
+func startAgent(t testing.TB, o agentOptions) *agent {
 	t.Helper()
 	if cgroupParent == "" {
 		t.Fatal("no cgroup2 mount")
@@ -203,7 +203,7 @@ var guestImageOnce struct {
 // guestLayout writes the test guest as a kernelBoot image (kernel /vmlinuz, initrd
 // /initramfs.gz, as newVMI names them) into an OCI layout once per package and returns its
 // reference.
-func guestLayout(t *testing.T) string {
+func guestLayout(t testing.TB) string {
 	t.Helper()
 	files := testguest.Assets(t)
 	guestImageOnce.Do(func() {
@@ -220,7 +220,7 @@ func guestLayout(t *testing.T) string {
 	return guestImageOnce.ref
 }
 
-func (a *agent) stop(t *testing.T) {
+func (a *agent) stop(t testing.TB) {
 	t.Helper()
 	a.cancel()
 	select {

@@ -19,8 +19,9 @@ declare -A flags=(
   [./devices]="-bench=. -benchtime=2000x"
   [./storage]="-bench=. -benchtime=10x"
   [./network]="-bench=. -benchtime=3x"
+  [./controllers]="-bench=. -benchtime=1x"
 )
-order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network)
+order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network ./controllers)
 pkgs=${BENCH_PKGS:-${order[*]}}
 
 for p in $pkgs; do

@@ -1,0 +1,186 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/test/prereq"
+)
+
+// BenchmarkCreateToRunning measures VMI creation → Ready=True (QEMU running the guest) through
+// the real API server, agent, launcher and QEMU, for 1 and for 20 VMIs created 100 ms apart (the
+// KubeVirt perf-scale shape), then spec.paused → Paused condition latency, and the agent's CPU
+// and RSS with the VMIs running. Each iteration deletes its VMIs and waits until they are gone.
+func BenchmarkCreateToRunning(b *testing.B) {
+	for _, n := range []int{1, 20} {
+		b.Run(fmt.Sprintf("vmis=%d", n), func(b *testing.B) {
+			prereq.Root(b)
+			prereq.QEMU(b)
+			a := startAgent(b, agentOptions{})
+			defer a.stop(b)
+			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var create, pause []time.Duration
+			var cpu time.Duration
+			var rss int64
+			for i := 0; i < b.N; i++ {
+				c, p, u, r := createRunPauseDelete(b, wc, n, i)
+				create, pause = append(create, c...), append(pause, p...)
+				cpu, rss = cpu+u, max(rss, r)
+			}
+			report(b, "create-to-running", create)
+			report(b, "paused-latency", pause)
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "agent-cpu-ms/s")
+			b.ReportMetric(float64(rss)/(1<<20), "agent-rss-MiB")
+		})
+	}
+}
+
+// createRunPauseDelete runs one round and returns per-VMI latencies, the agent process's CPU
+// time over a 10 s steady-state window with all VMIs running, and its RSS.
+func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int) (create, pause []time.Duration, cpu time.Duration, rss int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	list := &vmletv1.VirtualMachineInstanceList{}
+	w, err := wc.Watch(ctx, list, client.InNamespace("default"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	created := map[string]time.Time{}
+	ready := map[string]time.Duration{}
+	paused := map[string]time.Duration{}
+	pausedAt := map[string]time.Time{}
+	prefix := fmt.Sprintf("bench-%d-%d-", n, round)
+	for i := 0; i < n; i++ {
+		v := newVMI(prefix + strconv.Itoa(i))
+		created[v.Name] = time.Now()
+		if err := env.Client.Create(ctx, v); err != nil {
+			b.Fatal(err)
+		}
+		if i < n-1 {
+			<-time.After(100 * time.Millisecond) // the scenario's arrival rate, not a wait for state
+		}
+	}
+	waitAll(ctx, b, w, prefix, func(v *vmletv1.VirtualMachineInstance) bool {
+		if _, done := ready[v.Name]; !done && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) {
+			ready[v.Name] = time.Since(created[v.Name])
+		}
+		return len(ready) == n
+	})
+	cpu, rss = agentUsage(10 * time.Second)
+	for name := range created {
+		setPausedB(ctx, b, name, true)
+		pausedAt[name] = time.Now()
+	}
+	waitAll(ctx, b, w, prefix, func(v *vmletv1.VirtualMachineInstance) bool {
+		if _, done := paused[v.Name]; !done && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstancePaused) {
+			paused[v.Name] = time.Since(pausedAt[v.Name])
+		}
+		return len(paused) == n
+	})
+	for name := range created {
+		v := &vmletv1.VirtualMachineInstance{}
+		v.Namespace, v.Name = "default", name
+		if err := env.Client.Delete(ctx, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gone := 0
+	for gone < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				b.Fatal("watch closed")
+			}
+			if v, isVMI := ev.Object.(*vmletv1.VirtualMachineInstance); isVMI && ev.Type == watch.Deleted && strings.HasPrefix(v.Name, prefix) {
+				gone++
+			}
+		case <-ctx.Done():
+			b.Fatalf("VMIs not deleted: %v", ctx.Err())
+		}
+	}
+	for _, d := range ready {
+		create = append(create, d)
+	}
+	for _, d := range paused {
+		pause = append(pause, d)
+	}
+	return create, pause, cpu, rss
+}
+
+func waitAll(ctx context.Context, b *testing.B, w watch.Interface, prefix string, done func(*vmletv1.VirtualMachineInstance) bool) {
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				b.Fatal("watch closed")
+			}
+			if v, isVMI := ev.Object.(*vmletv1.VirtualMachineInstance); isVMI && strings.HasPrefix(v.Name, prefix) && done(v) {
+				return
+			}
+		case <-ctx.Done():
+			b.Fatalf("condition not reached: %v", ctx.Err())
+		}
+	}
+}
+
+func setPausedB(ctx context.Context, b *testing.B, name string, p bool) {
+	v := &vmletv1.VirtualMachineInstance{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, v); err != nil {
+		b.Fatal(err)
+	}
+	patch := client.MergeFrom(v.DeepCopy())
+	v.Spec.Paused = p
+	if err := env.Client.Patch(ctx, v, patch); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// agentUsage measures this process's (the agent's) CPU time over window and its RSS.
+func agentUsage(window time.Duration) (time.Duration, int64) {
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	<-time.After(window) // the measured steady-state window
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	return cpu, rssBytes()
+}
+
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func report(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	pct := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1)+0.5)] }
+	b.ReportMetric(float64(pct(0.5).Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(pct(0.95).Microseconds())/1000, name+"-p95-ms")
+}

@@ -21,25 +21,22 @@
 //   - kernelBoot (not a volume): kernel and initrd from an OCI image.
 //
 // Disk ids derive from volume names (DiskID) within QEMU's id alphabet; paths only reach QEMU
-// inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.
-package storage
-
+// inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.//
 // Cluster mode (launcher pods; exercised with a real kubelet in a later issue) keeps this
 // package's plan and changes only where the bytes come from:
-//
-//   - containerDisk and kernelBoot images become Kubernetes image volumes of the launcher pod
-//     (`volumes[].image`, KEP-4639, beta in Kubernetes 1.33 and on by default since 1.35): the
-//     kubelet pulls and verifies the image with the node's CRI and mounts its root read-only,
-//     so the launcher reads /disk/<file> (or the kernel paths) from the mount and the per-VM
-//     qcow2 overlay goes into an emptyDir of the pod. On nodes without image volumes, the
-//     fallback is KubeVirt's: an init container from the image copies nothing but sleeps in
-//     the pod's shared process namespace while the launcher opens /proc/<pid>/root/disk/...
-//     read-only. Either way the node agent pulls nothing itself and the pull policy is the
-//     pod's imagePullPolicy.
-//   - emptyDisk and the cloud-init ISO are written by the agent into the pod's emptyDir (the
-//     agent finds it under the kubelet's pod folder by pod UID) before the launcher's Sync.
+//   - containerDisk and kernelBoot images become image volumes of the launcher pod
+//     (`volumes[].image`, KEP-4639): the kubelet pulls and verifies the image through the
+//     node's CRI honouring the pod's imagePullPolicy and mounts its root read-only, so the
+//     launcher opens /disk/<file> (or the kernel paths) from the mount; the per-VM qcow2
+//     overlay goes into an emptyDir of the pod. Where image volumes are off, the fallback is
+//     KubeVirt's: the image runs as an extra container of the pod whose only process idles,
+//     and the agent opens the disk through /proc/<pid>/root of that container.
+//   - emptyDisk and the cloud-init ISO are written by the agent into the pod's emptyDir before
+//     the launcher's Sync.
 //   - persistentVolumeClaim / dataVolume: the claim is a pod volume; Filesystem mode gives
 //     disk.img in its mount (ClaimImage), Block mode a volumeDevices entry whose device the
-//     launcher opens, and the agent grants that device in the launcher's eBPF filter
-//     (devices.DiskRule) before Sync.
-//   - hostDisk: a hostPath volume of the pod, still checked against the allowed root here.
+//     launcher opens after the agent granted it in the launcher's eBPF filter
+//     (devices.DiskRule).
+//   - hostDisk: a hostPath volume of the pod, still confined to the allowed root here.
+package storage
+

@@ -21,7 +21,8 @@
 //   - kernelBoot (not a volume): kernel and initrd from an OCI image.
 //
 // Disk ids derive from volume names (DiskID) within QEMU's id alphabet; paths only reach QEMU
-// inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.//
+// inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.
+//
 // Cluster mode (launcher pods; exercised with a real kubelet in a later issue) keeps this
 // package's plan and changes only where the bytes come from:
 //   - containerDisk and kernelBoot images become image volumes of the launcher pod
@@ -39,4 +40,3 @@
 //     (devices.DiskRule).
 //   - hostDisk: a hostPath volume of the pod, still confined to the allowed root here.
 package storage
-

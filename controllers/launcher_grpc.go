@@ -2,34 +2,28 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
-// grpcLauncher adapts the launcher's gRPC API (qemu/launcher/api/v1) to Launcher.
+// grpcLauncher adapts the launcher's typed client (qemu/launcher.Client) to Launcher.
 type grpcLauncher struct {
-	conn *grpc.ClientConn
-	c    pb.LauncherClient
+	c *launcher.Client
 }
 
 var _ Launcher = (*grpcLauncher)(nil)
 
 // DialLauncher connects to a launcher's ready socket.
-func DialLauncher(_ context.Context, socket string) (Launcher, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
+	c, err := launcher.Dial(ctx, socket)
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher %s: %w", socket, err)
 	}
-	return &grpcLauncher{conn: conn, c: pb.NewLauncherClient(conn)}, nil
+	return &grpcLauncher{c: c}, nil
 }
 
 // DefaultLauncherArgs is vmlet-launcher's command line for a run folder. A zero grace period
@@ -43,17 +37,17 @@ func DefaultLauncherArgs(runDir, name string, grace time.Duration) []string {
 }
 
 func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error {
-	_, err := g.c.Sync(ctx, &pb.SyncRequest{Spec: launcher.SpecToProto(spec, netns)})
+	_, err := g.c.Sync(ctx, launcher.SpecToProto(spec, netns))
 	return err
 }
 
 func (g *grpcLauncher) Pause(ctx context.Context) error {
-	_, err := g.c.Pause(ctx, &pb.PauseRequest{})
+	_, err := g.c.Pause(ctx)
 	return err
 }
 
 func (g *grpcLauncher) Unpause(ctx context.Context) error {
-	_, err := g.c.Unpause(ctx, &pb.UnpauseRequest{})
+	_, err := g.c.Unpause(ctx)
 	return err
 }
 
@@ -69,7 +63,7 @@ var domainPhases = map[pb.State]DomainPhase{
 }
 
 func (g *grpcLauncher) Domain(ctx context.Context) (DomainState, error) {
-	d, err := g.c.GetDomain(ctx, &pb.GetDomainRequest{})
+	d, err := g.c.GetDomain(ctx)
 	if err != nil {
 		return DomainState{}, err
 	}
@@ -89,19 +83,7 @@ func (g *grpcLauncher) Domain(ctx context.Context) (DomainState, error) {
 }
 
 func (g *grpcLauncher) Watch(ctx context.Context, notify func()) error {
-	stream, err := g.c.WatchEvents(ctx, &pb.WatchEventsRequest{})
-	if err != nil {
-		return fmt.Errorf("watch events: %w", err)
-	}
-	for {
-		if _, err := stream.Recv(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("watch events: %w", err)
-		}
-		notify()
-	}
+	return g.c.WatchEvents(ctx, 0, func(*pb.Event) error { notify(); return nil })
 }
 
-func (g *grpcLauncher) Close() error { return g.conn.Close() }
+func (g *grpcLauncher) Close() error { return g.c.Close() }

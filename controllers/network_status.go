@@ -12,7 +12,6 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/network"
-	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
 // Values of status.interfaces[].infoSource, as in KubeVirt.
@@ -41,7 +40,7 @@ type GuestNetworkReader interface {
 var _ GuestNetworkReader = (*grpcLauncher)(nil)
 
 func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, error) {
-	info, err := g.c.GuestInfo(ctx, &pb.GuestInfoRequest{})
+	info, err := g.c.GuestInfo(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get guest info: %w", err)
 	}

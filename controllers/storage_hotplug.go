@@ -8,7 +8,6 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
-	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -25,21 +24,19 @@ type DiskHotplugger interface {
 var _ DiskHotplugger = (*grpcLauncher)(nil)
 
 func (g *grpcLauncher) AttachedDisks(ctx context.Context) ([]string, error) {
-	d, err := g.c.GetDomain(ctx, &pb.GetDomainRequest{})
+	d, err := g.c.GetDomain(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("get domain: %w", err)
+		return nil, err
 	}
 	return d.GetDisks(), nil
 }
 
 func (g *grpcLauncher) HotplugDisk(ctx context.Context, d qemu.Disk) error {
-	_, err := g.c.HotplugDisk(ctx, &pb.HotplugDiskRequest{Disk: launcher.DiskToProto(d)})
-	return err
+	return g.c.HotplugDisk(ctx, launcher.DiskToProto(d))
 }
 
 func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {
-	_, err := g.c.UnplugDisk(ctx, &pb.UnplugDiskRequest{Id: id})
-	return err
+	return g.c.UnplugDisk(ctx, id)
 }
 
 // volumeState is where one volume stands after a reconcile.

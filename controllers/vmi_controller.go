@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -80,8 +81,15 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("vmi-node").
 		For(&vmletv1.VirtualMachineInstance{}, builder.WithPredicates(onNode)).
 		WatchesRawSource(source.Channel(r.wakeup, &handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{})).
+		// Different VMIs reconcile in parallel (one VMI never does): a slow image pull or a
+		// guest slow to release a disk must not hold every other VMI up. Shared state (launcher
+		// connections, network attachments, the runtime) is behind mutexes.
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
 }
+
+// workers is how many VMIs the node agent reconciles at once.
+const workers = 4
 
 // Wake enqueues a VMI; launcher events and launcher exits call it.
 func (r *VMIReconciler) Wake(namespace, name string) {

@@ -338,9 +338,6 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("launcher state: %w", err)
 	case st.Exited == nil:
-		// A paused guest cannot answer the ACPI power button: resume it first, so deletion
-		// stays a graceful shutdown rather than a forced one at the end of the grace period.
-		r.unpauseForShutdown(ctx, vmi, st)
 		// SIGTERM: the launcher powers the guest down within its grace period, then quits or
 		// kills QEMU. Its exit wakes this reconciler again.
 		if err := r.Runtime.Stop(id); err != nil {
@@ -380,21 +377,4 @@ func gracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
 		return time.Duration(*g) * time.Second
 	}
 	return 30 * time.Second
-}
-
-// unpauseForShutdown resumes a paused guest of a launcher that is ready; best effort (a failure
-// only means the shutdown will be forced at the end of the grace period).
-func (r *VMIReconciler) unpauseForShutdown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, st process.State) {
-	if !st.Ready {
-		return
-	}
-	l, err := r.connect(ctx, vmi)
-	if err != nil {
-		return
-	}
-	if dom, err := l.Domain(ctx); err == nil && dom.State == DomainPaused {
-		if err := l.Unpause(ctx); err != nil {
-			log.FromContext(ctx).Info("could not resume paused guest before shutdown", "err", err)
-		}
-	}
 }

@@ -188,3 +188,24 @@ func copyFile(t testing.TB, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestShutdownPausedGuest: a guest paused with QMP stop cannot see the power button, so
+// Shutdown resumes it first and the shutdown stays graceful (a guest shutdown, not a quit at
+// the end of the grace period).
+func TestShutdownPausedGuest(t *testing.T) {
+	vm := startGuest(t, guestSpec(t, guestOpts{}))
+	vm.waitReady(t)
+	if err := vm.Pause(ctxT(t, opTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := vm.Status(ctxT(t, opTimeout)); err != nil || st.Status != "paused" {
+		t.Fatalf("Status after Pause = %+v, %v", st, err)
+	}
+	if err := vm.Shutdown(ctxT(t, 2*opTimeout), opTimeout); err != nil {
+		t.Fatal(err)
+	}
+	exit, _ := vm.ExitInfo()
+	if exit.Reason != ExitGuestShutdown || exit.Code != 0 || exit.Killed {
+		t.Fatalf("exit = %+v, want a guest shutdown", exit)
+	}
+}

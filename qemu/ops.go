@@ -94,7 +94,8 @@ func (vm *VM) Wait(ctx context.Context) error {
 	}
 }
 
-// Shutdown stops the VM gracefully if it can: it presses the power button, waits up to grace
+// Shutdown stops the VM gracefully if it can: it resumes a guest paused with QMP stop (a paused
+// guest cannot act on ACPI), presses the power button, waits up to grace
 // for the guest to power off, then sends quit, and as a last resort SIGKILL. It returns once
 // QEMU exited; ExitInfo tells which way it went. ctx bounds the whole sequence (SIGKILL is
 // still sent when ctx ends).
@@ -103,6 +104,14 @@ func (vm *VM) Shutdown(ctx context.Context, grace time.Duration) error {
 	case <-vm.exited:
 		return nil
 	default:
+	}
+	// A guest paused by the user cannot see the power button: run it first, so a graceful
+	// shutdown stays graceful. Only "paused" (QMP stop) qualifies: a migration source in
+	// "postmigrate" or a target in "inmigrate" must never run here.
+	if st, err := vm.Status(ctx); err == nil && st.Status == "paused" {
+		if err := vm.Resume(ctx); err != nil {
+			vm.log.Warn("could not resume the paused guest before powerdown", "err", err)
+		}
 	}
 	if err := vm.Powerdown(ctx); err != nil && !errors.Is(err, ErrExited) {
 		vm.log.Warn("powerdown failed, quitting", "err", err)

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/qga"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -32,24 +32,7 @@ type guestVM struct {
 	*qemu.VM
 	console *testguest.Console
 	agent   *qga.Agent
-	logs    *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *logbuf.Buffer
 }
 
 // startGuest opens the tap queues of interface iface of a, starts QEMU with them (getfd over
@@ -77,7 +60,7 @@ func startGuest(t testing.TB, a *Attachment, iface string) *guestVM {
 		NICs:        []qemu.NIC{{ID: "net0", MAC: ip.MAC.String(), TapFDs: fds}},
 		StartPaused: true,
 	}
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	vm, err := qemu.Start(ctx, spec, qemu.StartOptions{

@@ -1,7 +1,6 @@
 package qemu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/vmlet/vmlet/qemu/accel"
 	"github.com/vmlet/vmlet/qemu/qga"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -98,27 +98,10 @@ type testVM struct {
 	spec    *Spec
 	console *testguest.Console
 	conn    net.Conn // serial socket connection
-	logs    *syncBuf
+	logs    *logbuf.Buffer
 	agentMu sync.Mutex
 	qga     *qga.Agent
 	stopped sync.Once
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var tcg = accel.Decision{Accel: accel.TCG, Reason: "tests run under tcg"}
@@ -130,7 +113,7 @@ func startGuest(t testing.TB, spec *Spec) *testVM {
 	t.Helper()
 	bin := prereq.QEMU(t)
 	prereq.Root(t)
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	paused, wantPaused := spec.StartPaused, spec.StartPaused || spec.Incoming
 	spec.StartPaused = true
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)

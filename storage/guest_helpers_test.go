@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -26,25 +26,8 @@ type guestVM struct {
 	*qemu.VM
 	console *testguest.Console
 	conn    net.Conn
-	logs    *logBuf
+	logs    *logbuf.Buffer
 	n       int
-}
-
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // bootGuest starts QEMU (TCG) with the disks and kernel Apply produced, paused, attaches the
@@ -66,7 +49,7 @@ func bootGuest(t *testing.T, res *Result, hotplugPorts int) *guestVM {
 		Agent:       &qemu.Agent{Socket: filepath.Join(dir, "qga.sock")},
 		StartPaused: true,
 	}
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	tcg := accel.Decision{Accel: accel.TCG, Reason: "storage tests run under tcg"}

@@ -1,7 +1,6 @@
 package launcher_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -95,7 +95,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	runDir string
 	paths  launcher.Paths
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan struct{} // closed when the process was reaped
 	state  *os.ProcessState
 	client *launcher.Client
@@ -124,7 +124,7 @@ func startLauncher(t testing.TB, o launchOpts) *proc {
 			t.Fatal(err)
 		}
 	}
-	p := &proc{t: t, runDir: runDir, paths: launcher.Paths{Root: runDir}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, runDir: runDir, paths: launcher.Paths{Root: runDir}, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	args := []string{"--run-dir", runDir, "--log-level", "debug", "--agent-ping-interval", "1s", "--agent-retry-max", "1s"}
 	if o.grace > 0 {
 		args = append(args, "--grace-period", o.grace.String())
@@ -328,21 +328,4 @@ func (w *dirWatch) waitFor(ctx context.Context, name string, abort <-chan struct
 			}
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,15 +1,14 @@
 package qmp_test
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -47,7 +46,7 @@ func startQEMU(t testing.TB) *qemuProc {
 	}
 	defer f.Close()
 
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	cmd := exec.Command(bin, "-machine", "q35", "-accel", "tcg", "-nodefaults", "-nographic", "-S",
 		"-m", "64", "-chardev", "socket,id=qmp,fd=3,server=on,wait=off", "-mon", "chardev=qmp,mode=control")
 	cmd.ExtraFiles = []*os.File{f}
@@ -70,21 +69,4 @@ func startQEMU(t testing.TB) *qemuProc {
 		}
 	})
 	return q
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

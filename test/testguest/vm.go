@@ -1,7 +1,6 @@
 package testguest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,11 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -52,7 +51,7 @@ type VM struct {
 	PID       int
 	Args      []string // QEMU's full argv
 
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan struct{} // closed when cmd.Wait returned
 	state  *os.ProcessState
 	err    error
@@ -78,7 +77,7 @@ func Boot(tb testing.TB, opts BootOptions) *VM {
 		QMPSocket: filepath.Join(dir, "qmp.sock"),
 		QGASocket: filepath.Join(dir, "qga.sock"),
 		Dir:       dir,
-		stderr:    &syncBuffer{},
+		stderr:    &logbuf.Buffer{},
 		done:      make(chan struct{}),
 	}
 	// QEMU gets already-listening sockets (fd=3, fd=4): clients may connect as soon as Boot
@@ -243,24 +242,6 @@ func listenUnix(tb testing.TB, path string) *os.File {
 		tb.Fatalf("get fd of %s: %v", path, err)
 	}
 	return f
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer (exec's stderr copier) and many readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Stop kills QEMU and waits until it is reaped (t.Cleanup does the same if the test does not).

@@ -1,0 +1,29 @@
+// Package logbuf holds Buffer, a bytes.Buffer that one writer (an exec.Cmd's output copier, a
+// logger) and many readers (a test printing it on failure) may use at once. Tests use it to
+// capture QEMU's and the launcher's output.
+package logbuf
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a mutex-guarded bytes.Buffer; the zero value is ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

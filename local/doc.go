@@ -9,9 +9,6 @@
 // regenerated on every start and the kubeconfig is rewritten; etcd's data survives restarts, so a
 // second `make run` picks up the same objects.
 //
-// Storage: images are pulled into an OCI image cache in the state folder (images/), each VMI's
-// overlays, empty disks and cloud-init ISOs live in volumes/<uid> until the VMI is deleted.
-// Local mode has no PersistentVolumes: `--claim NAME=PATH` says which folder (with disk.img) or
-// block device a claim name means, `--host-disk-root` which folder hostDisks may use, and
-// `--image REF=SOURCE` where an image reference is pulled from (e.g. an OCI layout on disk).
+// The node agent itself is package nodeagent's, the same one `vmlet agent` runs; local mode adds
+// the control plane and a scheduler that places every VMI on this machine.
 package local

@@ -21,8 +21,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
-	"github.com/vmlet/vmlet/devices"
-	"github.com/vmlet/vmlet/storage"
+	"github.com/vmlet/vmlet/nodeagent"
 )
 
 // Config is `vmlet local`'s configuration.
@@ -33,19 +32,9 @@ type Config struct {
 	CRDDir         string
 	NodeName       string
 	LauncherBinary string
-	// ImageCacheDir is the node's OCI image cache, shared by all VMIs; default StateDir/images.
-	ImageCacheDir string
-	// VolumeRoot holds one storage folder per VMI (overlays, empty disks, cloud-init ISOs),
-	// removed with the VMI; default StateDir/volumes.
-	VolumeRoot string
-	// HostDiskRoot is the folder hostDisk paths must be beneath; empty refuses hostDisks.
-	HostDiskRoot string
-	// Claims are the persistentVolumeClaims (and dataVolumes) this machine provides, by
-	// "name" or "namespace/name" (see ParseClaim).
-	Claims map[string]storage.Claim
-	// ImageSources maps image references in VMIs to where they are pulled from (see
-	// ParseImageSource).
-	ImageSources map[string]string
+	// Storage is the node's storage; empty folders default to StateDir/images (the image
+	// cache shared by all VMIs) and StateDir/volumes (one folder per VMI, removed with it).
+	nodeagent.StorageConfig
 	// Demo is a VMI manifest applied at start (skipped when a VMI of that name exists).
 	Demo string
 	// TCGCacheMiB bounds each TCG guest's translation cache.
@@ -53,31 +42,26 @@ type Config struct {
 	Out         io.Writer
 	Log         logr.Logger
 	// Network is the pod network vmlet provides as this machine's CNI.
-	Network NetworkConfig
+	Network nodeagent.NetworkConfig
 }
 
 // Stack is a running local mode: control plane, node agent and local scheduler.
 type Stack struct {
-	CP       *ControlPlane
-	Runtime  *process.Runtime
-	Agent    *controllers.VMIReconciler
-	cancel   context.CancelFunc
-	mgrDone  chan error
-	cfg      Config
-	cgParent string
+	CP      *ControlPlane
+	Runtime *process.Runtime
+	Agent   *nodeagent.Agent
+	cancel  context.CancelFunc
+	mgrDone chan error
+	cfg     Config
 }
 
 // Start brings the local stack up: control plane with CRDs, Node registration, and a manager
 // running the local scheduler and the node agent with the process runtime.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	ctrl.SetLogger(cfg.Log)
-	caps := devices.Probe()
-	if caps.Cgroup2 == "" {
-		return nil, errors.New("start local mode: no cgroup2 mount found (launchers run in cgroup-v2 jails)")
-	}
-	cgParent := filepath.Join(caps.Cgroup2, "vmlet")
-	if err := os.MkdirAll(cgParent, 0o755); err != nil {
-		return nil, fmt.Errorf("make launcher cgroup parent: %w", err)
+	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, "vmlet")
+	if err != nil {
+		return nil, fmt.Errorf("start local mode: %w", err)
 	}
 	cp, err := StartControlPlane(ctx, Options{
 		StateDir:    cfg.StateDir,
@@ -89,15 +73,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{CP: cp, cfg: cfg, cgParent: cgParent, mgrDone: make(chan error, 1)}
-	if err := s.startManager(ctx, caps); err != nil {
+	s := &Stack{CP: cp, Runtime: rt, cfg: cfg, mgrDone: make(chan error, 1)}
+	if err := s.startManager(ctx); err != nil {
 		_ = cp.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) error {
+func (s *Stack) startManager(ctx context.Context) error {
 	cfg := s.cfg
 	mgr, err := ctrl.NewManager(s.CP.Config, manager.Options{
 		Scheme:                 s.CP.Scheme,
@@ -107,53 +91,28 @@ func (s *Stack) startManager(ctx context.Context, caps devices.Capabilities) err
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun}
-	hb := &controllers.Heartbeat{Client: s.CP.Client, NodeName: cfg.NodeName, Facts: facts, Register: true}
-	if err := hb.Beat(ctx); err != nil {
+	cfg.StorageConfig.Defaults(cfg.StateDir)
+	netCfg := cfg.Network
+	agent, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
+		NodeName:    cfg.NodeName,
+		Runtime:     s.Runtime,
+		Storage:     cfg.StorageConfig,
+		Network:     &netCfg,
+		TCGCacheMiB: cfg.TCGCacheMiB,
+		Register:    true,
+		Log:         cfg.Log,
+	})
+	if err != nil {
 		return err
 	}
-	if err := mgr.Add(hb); err != nil {
-		return fmt.Errorf("add heartbeat: %w", err)
-	}
+	s.Agent = agent
 	sched := &controllers.LocalScheduler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-local-scheduler"),
-		NodeName: cfg.NodeName, NodeLabels: facts.Labels(),
+		NodeName: cfg.NodeName, NodeLabels: agent.Facts.Labels(),
 	}
 	if err := sched.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setup scheduler: %w", err)
 	}
-	cfg.storageDefaults()
-	st, err := openStorage(cfg)
-	if err != nil {
-		return err
-	}
-	if removed, err := removeOrphanVolumes(ctx, s.CP.Client, cfg.VolumeRoot); err != nil || len(removed) > 0 {
-		cfg.Log.Info("volumes of deleted VMIs removed", "folders", removed, "err", err)
-	}
-	nn, err := openNetwork(cfg.Network)
-	if err != nil {
-		return err
-	}
-	s.Runtime = &process.Runtime{Binary: cfg.LauncherBinary, RunRoot: cfg.RunRoot, CgroupParent: s.cgParent}
-	s.Agent = &controllers.VMIReconciler{
-		Client:    mgr.GetClient(),
-		Recorder:  mgr.GetEventRecorder("vmlet-agent"),
-		NodeName:  cfg.NodeName,
-		Runtime:   s.Runtime,
-		Dial:      controllers.DialLauncher,
-		Args:      controllers.DefaultLauncherArgs,
-		KVM:       facts.KVM,
-		Network:   nn,
-		Storage:   st,
-		APIReader: mgr.GetAPIReader(),
-		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Storage: cfg.storageEnv(), TCGCacheMiB: cfg.TCGCacheMiB}
-		},
-	}
-	if err := s.Agent.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setup agent: %w", err)
-	}
-	s.Runtime.OnExit = s.Agent.WakeByID
 	mctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.mgrDone <- mgr.Start(mctx) }()
@@ -215,7 +174,7 @@ func (s *Stack) Stop(ctx context.Context) error {
 		}
 	}
 	if s.Agent != nil {
-		if err := closeNetwork(s.Agent.Network); err != nil {
+		if err := nodeagent.CloseNetwork(s.Agent.Reconciler.Network); err != nil {
 			errs = append(errs, err)
 		}
 	}

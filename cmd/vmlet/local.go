@@ -14,14 +14,11 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/local"
-	"github.com/vmlet/vmlet/network"
-	"github.com/vmlet/vmlet/storage"
 )
 
 func localCmd() *cobra.Command {
-	cfg := local.Config{ImageSources: map[string]string{}, Claims: map[string]storage.Claim{}}
-	var images, claims []string
-	var subnet, subnet6, nodeNetns string
+	cfg := local.Config{}
+	var nf *nodeFlags
 	var bootTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "local",
@@ -31,25 +28,11 @@ vmlet CRDs, registers this machine as a Node, runs the node agent with launchers
 processes, applies the demo VMI and waits until it runs. Ctrl-C shuts the VMs down gracefully and
 stops everything; the next start picks up the same objects.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, m := range images {
-				ref, src, err := local.ParseImageSource(m)
-				if err != nil {
-					return fmt.Errorf("--image: %w", err)
-				}
-				cfg.ImageSources[ref] = src
-			}
-			for _, m := range claims {
-				name, c, err := local.ParseClaim(m)
-				if err != nil {
-					return fmt.Errorf("--claim: %w", err)
-				}
-				cfg.Claims[name] = c
-			}
-			nc, err := local.ParseNetworkFlags(subnet, subnet6, nodeNetns)
+			sc, nc, err := nf.parse()
 			if err != nil {
 				return err
 			}
-			cfg.Network = nc
+			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB = sc, nc, nf.tcgCacheMiB
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
 			return runLocal(cmd.Context(), cfg, bootTimeout)
@@ -65,15 +48,7 @@ stops everything; the next start picks up the same objects.`,
 	f.StringVar(&cfg.NodeName, "node-name", strings.ToLower(host), "this node's name")
 	f.StringVar(&cfg.LauncherBinary, "launcher", filepath.Join(filepath.Dir(self), "vmlet-launcher"), "vmlet-launcher binary")
 	f.StringVar(&cfg.Demo, "demo", "config/samples/vmi-demo.yaml", "VMI manifest to apply at start (empty: none)")
-	f.StringArrayVar(&images, "image", nil, "REF=SOURCE: pull image REF from SOURCE instead, e.g. an OCI layout oci:/dir:tag (repeatable)")
-	f.StringVar(&cfg.ImageCacheDir, "image-cache", "", "OCI image cache shared by all VMIs (default <state-dir>/images)")
-	f.StringVar(&cfg.VolumeRoot, "volume-root", "", "per-VMI storage folders: overlays, empty disks, cloud-init ISOs (default <state-dir>/volumes)")
-	f.StringVar(&cfg.HostDiskRoot, "host-disk-root", "", "hostDisk volumes must be beneath this folder (empty: hostDisks are refused)")
-	f.StringArrayVar(&claims, "claim", nil, "NAME=PATH: persistentVolumeClaim/dataVolume NAME (or NAMESPACE/NAME) is PATH, a folder with disk.img or a block device (repeatable)")
-	f.IntVar(&cfg.TCGCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
-	f.StringVar(&subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
-	f.StringVar(&subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
-	f.StringVar(&nodeNetns, "node-netns", "", "network namespace for the node bridge (empty: the host's); guests reach only what it routes to")
+	nf = addNodeFlags(f, true)
 	f.DurationVar(&bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
 	return c
 }

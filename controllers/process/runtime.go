@@ -71,6 +71,9 @@ type Runtime struct {
 	watched  map[string]bool          // adopted launchers whose exit is being watched
 }
 
+// SetOnExit sets OnExit; call it before the first Ensure.
+func (r *Runtime) SetOnExit(f func(id string)) { r.OnExit = f }
+
 // Dir is the launcher's run folder.
 func (r *Runtime) Dir(id string) string { return filepath.Join(r.RunRoot, id) }
 

@@ -1,4 +1,4 @@
-package local
+package nodeagent
 
 import (
 	"errors"
@@ -9,8 +9,9 @@ import (
 	"github.com/vmlet/vmlet/network"
 )
 
-// NetworkConfig is local mode's pod network: vmlet acts as the CNI of this machine, with a
-// node bridge, NAT to the outside and one netns + veth per launcher (network.Node).
+// NetworkConfig is the pod network vmlet provides when it acts as the CNI of this machine (local
+// mode, and an agent with the process runtime): a node bridge, NAT to the outside and one netns
+// + veth per launcher (network.Node).
 type NetworkConfig struct {
 	// Subnet is the pods' subnet; zero means network.DefaultNodeSubnet (198.19.118.0/24, a
 	// benchmarking range hosts essentially never sit in).
@@ -20,22 +21,32 @@ type NetworkConfig struct {
 	// NetnsPath puts the node bridge in that network namespace instead of the host's (a
 	// sandboxed node: guests reach only what that namespace routes to).
 	NetnsPath string
+	// NetnsDir is where the pods' network namespaces are bind-mounted; empty means
+	// /run/netns (as `ip netns add`).
+	NetnsDir string
+	// ResolvConf is the resolv.conf whose nameservers DHCP offers guests; empty means
+	// /etc/resolv.conf.
+	ResolvConf string
+}
+
+func (cfg NetworkConfig) node() network.NodeConfig {
+	return network.NodeConfig{Subnet: cfg.Subnet, Subnet6: cfg.Subnet6, NetnsPath: cfg.NetnsPath, NetnsDir: cfg.NetnsDir}
 }
 
 // openNetwork is the agent's network side for cfg. It changes nothing on the host: the node
 // bridge and NAT appear with the first pod.
 func openNetwork(cfg NetworkConfig) (*controllers.NodeNetwork, error) {
-	node, err := network.NewNode(network.NodeConfig{Subnet: cfg.Subnet, Subnet6: cfg.Subnet6, NetnsPath: cfg.NetnsPath})
+	node, err := network.NewNode(cfg.node())
 	if err != nil {
 		return nil, fmt.Errorf("open node network: %w", err)
 	}
-	return &controllers.NodeNetwork{Pods: node}, nil
+	return &controllers.NodeNetwork{Pods: node, ResolvConf: cfg.ResolvConf}, nil
 }
 
-// closeNetwork ends the node network with the stack, once its launchers are gone: the agent's
+// CloseNetwork ends the node network with the stack, once its launchers are gone: the agent's
 // DHCP servers stop and every pod network goes, the last one taking the node bridge and NAT
 // table along. The next start creates them again for the VMIs that run again.
-func closeNetwork(nn *controllers.NodeNetwork) error {
+func CloseNetwork(nn *controllers.NodeNetwork) error {
 	if nn == nil {
 		return nil
 	}
@@ -54,7 +65,7 @@ func closeNetwork(nn *controllers.NodeNetwork) error {
 	return errors.Join(errs...)
 }
 
-// ParseNetworkFlags reads `vmlet local`'s --node-subnet, --node-subnet6 and --node-netns
+// ParseNetworkFlags reads `vmlet local`'s and `vmlet agent`'s --node-subnet, --node-subnet6 and --node-netns
 // values (empty: the default).
 func ParseNetworkFlags(subnet, subnet6, netnsPath string) (NetworkConfig, error) {
 	c := NetworkConfig{NetnsPath: netnsPath}
@@ -69,7 +80,7 @@ func ParseNetworkFlags(subnet, subnet6, netnsPath string) (NetworkConfig, error)
 			return c, fmt.Errorf("parse --node-subnet6: %w", err)
 		}
 	}
-	if _, err := network.NewNode(network.NodeConfig{Subnet: c.Subnet, Subnet6: c.Subnet6, NetnsPath: c.NetnsPath}); err != nil {
+	if _, err := network.NewNode(c.node()); err != nil {
 		return c, fmt.Errorf("check node network flags: %w", err)
 	}
 	return c, nil

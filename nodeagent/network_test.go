@@ -1,4 +1,4 @@
-package local
+package nodeagent
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func TestNetworkClosesWithTheStack(t *testing.T) {
 		}
 	}
 
-	if err := closeNetwork(nn); err != nil {
+	if err := CloseNetwork(nn); err != nil {
 		t.Fatal(err)
 	}
 	if pods, err := node.Pods(); err != nil || len(pods) != 0 {

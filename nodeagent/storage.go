@@ -1,4 +1,4 @@
-package local
+package nodeagent
 
 import (
 	"context"
@@ -65,18 +65,36 @@ func ParseClaim(s string) (name string, c storage.Claim, err error) {
 	return name, c, nil
 }
 
-// storageDefaults fills in the storage folders under the state folder.
-func (cfg *Config) storageDefaults() {
+// StorageConfig is the node's storage: where images are cached, where each VMI's disks are
+// made, and what hostDisks, claims and image references mean on this node.
+type StorageConfig struct {
+	// ImageCacheDir is the node's OCI image cache, shared by all VMIs.
+	ImageCacheDir string
+	// VolumeRoot holds one storage folder per VMI (overlays, empty disks, cloud-init ISOs),
+	// removed with the VMI.
+	VolumeRoot string
+	// HostDiskRoot is the folder hostDisk paths must be beneath; empty refuses hostDisks.
+	HostDiskRoot string
+	// Claims are the persistentVolumeClaims (and dataVolumes) this node provides, by "name" or
+	// "namespace/name" (see ParseClaim).
+	Claims map[string]storage.Claim
+	// ImageSources maps image references in VMIs to where they are pulled from (see
+	// ParseImageSource).
+	ImageSources map[string]string
+}
+
+// Defaults fills in the storage folders under stateDir where they are empty.
+func (cfg *StorageConfig) Defaults(stateDir string) {
 	if cfg.ImageCacheDir == "" {
-		cfg.ImageCacheDir = filepath.Join(cfg.StateDir, "images")
+		cfg.ImageCacheDir = filepath.Join(stateDir, "images")
 	}
 	if cfg.VolumeRoot == "" {
-		cfg.VolumeRoot = filepath.Join(cfg.StateDir, "volumes")
+		cfg.VolumeRoot = filepath.Join(stateDir, "volumes")
 	}
 }
 
 // openStorage opens the image cache and makes the volume root.
-func openStorage(cfg Config) (controllers.NodeStorage, error) {
+func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
 	if err := os.MkdirAll(cfg.VolumeRoot, 0o700); err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
 	}
@@ -128,6 +146,6 @@ func cleanupVolumes(root string, keep map[string]bool) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-func (cfg *Config) storageEnv() controllers.StorageEnv {
+func (cfg *StorageConfig) env() controllers.StorageEnv {
 	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources}
 }

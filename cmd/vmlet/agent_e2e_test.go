@@ -1,0 +1,384 @@
+package main_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/logbuf"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+const (
+	agentNode  = "agent-e2e"
+	guestImage = "vmlet.dev/testguest:agent-e2e"
+)
+
+// agentProc is one `vmlet agent` process.
+type agentProc struct {
+	cmd  *exec.Cmd
+	out  *logbuf.Buffer
+	done chan error
+}
+
+// agentSetup is what the agent processes of one test share: binaries, API server, folders.
+type agentSetup struct {
+	env                     *apienv.Env
+	vmlet, launcher         string
+	runRoot, stateDir, cg   string
+	nodeNetns, podNetnsDir  string
+	resolvConf, guestSource string
+}
+
+func (s *agentSetup) start(t *testing.T) *agentProc {
+	t.Helper()
+	cmd := exec.Command(s.vmlet, "agent",
+		"--kubeconfig", s.env.Kubeconfig, "--node-name", agentNode, "--register-node",
+		"--launcher", s.launcher, "--run-root", s.runRoot, "--state-dir", s.stateDir, "--cgroup-parent", s.cg,
+		"--node-netns", s.nodeNetns, "--pod-netns-dir", s.podNetnsDir, "--resolv-conf", s.resolvConf,
+		"--image", guestImage+"="+s.guestSource)
+	p := &agentProc{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	return p
+}
+
+// kill9 kills the agent the hard way and waits until it is gone.
+func (p *agentProc) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not die of SIGKILL")
+	}
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *agentProc) stop(t *testing.T) {
+	t.Helper()
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("agent exit after SIGTERM: %v\n%s", err, tailOf(p.out.String()))
+		}
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		t.Error("agent did not stop on SIGTERM")
+	}
+}
+
+func buildBinaries(t *testing.T, dir string) (vmlet, launcher string) {
+	t.Helper()
+	vmlet, launcher = filepath.Join(dir, "vmlet"), filepath.Join(dir, "vmlet-launcher")
+	for bin, pkg := range map[string]string{vmlet: "github.com/vmlet/vmlet/cmd/vmlet", launcher: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
+		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return vmlet, launcher
+}
+
+func newSetup(t *testing.T) *agentSetup {
+	t.Helper()
+	prereq.Root(t)
+	prereq.QEMU(t)
+	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	tmp, err := os.MkdirTemp("", "vmlet-agent-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	s := &agentSetup{env: env, runRoot: filepath.Join(tmp, "run"), stateDir: filepath.Join(tmp, "state"),
+		podNetnsDir: filepath.Join(tmp, "pods"), resolvConf: filepath.Join(tmp, "resolv.conf")}
+	s.vmlet, s.launcher = buildBinaries(t, tmp)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	suffix := hex.EncodeToString(b)
+	s.cg = "vmlet-agent-e2e-" + suffix
+	// The node bridge lives in a namespace of the test's own: guests reach nothing else.
+	nsName := "vmlet-agt-" + suffix
+	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsName).Run() })
+	s.nodeNetns = "/run/netns/" + nsName
+	if err := os.WriteFile(s.resolvConf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := testguest.Assets(t)
+	img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.guestSource, err = images.WriteLayout(filepath.Join(tmp, "guest-layout"), img, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestAgentKill9: a separate `vmlet agent` process is killed with SIGKILL while its VM runs;
+// the guest keeps running, a spec change made while no agent runs is applied by the restarted
+// agent, which adopts the launcher (no second one), and deleting the VMI then leaves nothing.
+func TestAgentKill9(t *testing.T) {
+	s := newSetup(t)
+	ctx := context.Background()
+	c := s.env.Client
+	a := s.start(t)
+	defer func() {
+		a.stop(t)
+		if t.Failed() {
+			t.Logf("agent output:\n%s", tailOf(a.out.String()))
+		}
+	}()
+
+	vmi := guestVMI("kill9")
+	if err := c.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	uid := string(vmi.UID)
+	// Stand in for the scheduler (the cluster controller does this from the launcher pod).
+	vmi.Status.NodeName = agentNode
+	vmi.Status.Phase = vmletv1.Scheduled
+	if err := c.Status().Update(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	running := waitFor(t, c, key, 3*time.Minute, "Ready", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+	})
+	qemuPid := int(running.Status.Launcher.PID)
+	runDir := filepath.Join(s.runRoot, uid)
+	launcherPid := readPid(t, filepath.Join(runDir, "launcher.pid"))
+	serial := filepath.Join(runDir, "logs", "serial.log")
+	waitFile(t, serial, testguest.MarkerReady, 3*time.Minute)
+	ip := running.Status.Interfaces
+	t.Logf("running: launcher %d, qemu %d, interfaces %+v", launcherPid, qemuPid, ip)
+
+	a.kill9(t)
+	if !alive(launcherPid) || !alive(qemuPid) {
+		t.Fatalf("SIGKILL of the agent took the VM along: launcher alive %v, qemu alive %v", alive(launcherPid), alive(qemuPid))
+	}
+	// Changed while no agent runs: the next agent must act on it.
+	patchPaused(t, c, key, true)
+
+	a = s.start(t)
+	waitFor(t, c, key, 2*time.Minute, "Paused after restart", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstancePaused)
+	})
+	patchPaused(t, c, key, false)
+	after := waitFor(t, c, key, time.Minute, "Ready after unpause", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) &&
+			!meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstancePaused)
+	})
+	if got := readPid(t, filepath.Join(runDir, "launcher.pid")); got != launcherPid || int(after.Status.Launcher.PID) != qemuPid {
+		t.Fatalf("after restart: launcher %d (was %d), qemu %d (was %d): the VM was restarted", got, launcherPid, after.Status.Launcher.PID, qemuPid)
+	}
+	if n := launchersFor(t, runDir); n != 1 {
+		t.Fatalf("%d launcher processes for %s, want 1", n, runDir)
+	}
+	if after.Status.Phase != vmletv1.Running || len(after.Status.Interfaces) == 0 || after.Status.Interfaces[0].IP == "" {
+		t.Errorf("status after restart: phase %s, interfaces %+v", after.Status.Phase, after.Status.Interfaces)
+	}
+
+	if err := c.Delete(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 2*time.Minute, "VMI deleted", func() (bool, string) {
+		err := c.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	for _, p := range []int{launcherPid, qemuPid} {
+		if alive(p) {
+			t.Errorf("process %d left after delete", p)
+		}
+	}
+	for _, path := range []string{runDir, filepath.Join(s.stateDir, "volumes", uid), filepath.Join(s.podNetnsDir, "vmlet-"+uid)} {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after delete: %v", path, err)
+		}
+	}
+	if cg, err := devices.FindCgroup2Mount(); err == nil {
+		jail := filepath.Join(cg, s.cg, "vmlet-"+uid)
+		if _, err := os.Stat(jail); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("launcher cgroup %s left: %v", jail, err)
+		}
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(cg, s.cg)) })
+	}
+}
+
+func guestVMI(name string) *vmletv1.VirtualMachineInstance {
+	mem := resource.MustParse("128Mi")
+	grace := int64(30)
+	return &vmletv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: vmletv1.VirtualMachineInstanceSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Domain: vmletv1.DomainSpec{
+				Memory: &vmletv1.Memory{Guest: &mem},
+				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
+					KernelArgs: testguest.BaseCmdline,
+					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
+				}},
+			},
+		},
+	}
+}
+
+func waitFor(t *testing.T, c client.Client, key client.ObjectKey, d time.Duration, what string, ok func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		v := &vmletv1.VirtualMachineInstance{}
+		err := c.Get(context.Background(), key, v)
+		if err == nil && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s not reached within %s: err %v, status %+v", key.Name, what, d, err, v.Status)
+		}
+		<-tick.C
+	}
+}
+
+func patchPaused(t *testing.T, c client.Client, key client.ObjectKey, paused bool) {
+	t.Helper()
+	v := &vmletv1.VirtualMachineInstance{}
+	if err := c.Get(context.Background(), key, v); err != nil {
+		t.Fatal(err)
+	}
+	p := client.MergeFrom(v.DeepCopy())
+	v.Spec.Paused = paused
+	if err := c.Patch(context.Background(), v, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFile(t *testing.T, path, marker string, d time.Duration) {
+	t.Helper()
+	poll(t, d, fmt.Sprintf("%q in %s", marker, path), func() (bool, string) {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), marker), tailOf(string(b))
+	})
+}
+
+// poll checks cond every 50 ms until it holds or d passes; cond says what it saw.
+func poll(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, seen)
+		}
+		<-tick.C
+	}
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", path, err)
+	}
+	return p
+}
+
+// launchersFor counts vmlet-launcher processes serving runDir.
+func launchersFor(t *testing.T, runDir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if filepath.Base(args[0]) != "vmlet-launcher" {
+			continue
+		}
+		for i, a := range args {
+			if a == "--run-dir" && i+1 < len(args) && args[i+1] == runDir {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// alive: the process exists and is not a zombie (a launcher orphaned by the killed agent is
+// reparented to PID 1, which may be slow to reap it; a zombie runs nothing).
+func alive(pid int) bool {
+	if pid <= 0 || unix.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func tailOf(s string) string {
+	if len(s) > 4000 {
+		return fmt.Sprintf("...%s", s[len(s)-4000:])
+	}
+	return s
+}

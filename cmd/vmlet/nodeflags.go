@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/nodeagent"
+	"github.com/vmlet/vmlet/storage"
+)
+
+// nodeFlags are the storage and network flags `vmlet local` and `vmlet agent` share.
+type nodeFlags struct {
+	storage          nodeagent.StorageConfig
+	images, claims   []string
+	subnet, subnet6  string
+	netns, netnsDir  string
+	resolvConf       string
+	tcgCacheMiB      int
+	withNodeNetworks bool
+}
+
+func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
+	n := &nodeFlags{withNodeNetworks: withNetwork}
+	f.StringArrayVar(&n.images, "image", nil, "REF=SOURCE: pull image REF from SOURCE instead, e.g. an OCI layout oci:/dir:tag (repeatable)")
+	f.StringVar(&n.storage.ImageCacheDir, "image-cache", "", "OCI image cache shared by all VMIs (default <state-dir>/images)")
+	f.StringVar(&n.storage.VolumeRoot, "volume-root", "", "per-VMI storage folders: overlays, empty disks, cloud-init ISOs (default <state-dir>/volumes)")
+	f.StringVar(&n.storage.HostDiskRoot, "host-disk-root", "", "hostDisk volumes must be beneath this folder (empty: hostDisks are refused)")
+	f.StringArrayVar(&n.claims, "claim", nil, "NAME=PATH: persistentVolumeClaim/dataVolume NAME (or NAMESPACE/NAME) is PATH, a folder with disk.img or a block device (repeatable)")
+	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
+	if withNetwork {
+		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
+		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
+		f.StringVar(&n.netns, "node-netns", "", "network namespace for the node bridge (empty: the host's); guests reach only what it routes to")
+		f.StringVar(&n.netnsDir, "pod-netns-dir", "", "where the launchers' network namespaces are bind-mounted (empty: /run/netns)")
+		f.StringVar(&n.resolvConf, "resolv-conf", "", "resolv.conf whose nameservers DHCP offers guests (empty: /etc/resolv.conf)")
+	}
+	return n
+}
+
+// parse checks the values and returns the storage and network configuration.
+func (n *nodeFlags) parse() (nodeagent.StorageConfig, nodeagent.NetworkConfig, error) {
+	sc := n.storage
+	sc.ImageSources = map[string]string{}
+	sc.Claims = map[string]storage.Claim{}
+	for _, m := range n.images {
+		ref, src, err := nodeagent.ParseImageSource(m)
+		if err != nil {
+			return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--image: %w", err)
+		}
+		sc.ImageSources[ref] = src
+	}
+	for _, m := range n.claims {
+		name, c, err := nodeagent.ParseClaim(m)
+		if err != nil {
+			return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--claim: %w", err)
+		}
+		sc.Claims[name] = c
+	}
+	if !n.withNodeNetworks {
+		return sc, nodeagent.NetworkConfig{}, nil
+	}
+	nc, err := nodeagent.ParseNetworkFlags(n.subnet, n.subnet6, n.netns)
+	if err != nil {
+		return sc, nc, err
+	}
+	nc.NetnsDir, nc.ResolvConf = n.netnsDir, n.resolvConf
+	return sc, nc, nil
+}

@@ -1,0 +1,141 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/devices"
+)
+
+// Config is a node agent's configuration.
+type Config struct {
+	NodeName string
+	// Runtime runs the launchers (process.Runtime, or the pod runtime in a cluster). When it
+	// can report exits (ExitNotifier), the agent hears of them at once.
+	Runtime controllers.LauncherRuntime
+	// Storage is the node's image cache, volume folders and claims.
+	Storage StorageConfig
+	// Network, when set, makes vmlet this node's CNI (node bridge, NAT, a netns per launcher).
+	// Pods, when set instead, are the pod networks someone else made (the launcher pods').
+	// Neither: VMIs with interfaces fail with NoPodNetwork.
+	Network *NetworkConfig
+	Pods    controllers.PodNetworks
+	// TCGCacheMiB bounds each TCG guest's translation cache.
+	TCGCacheMiB int
+	// Register creates the Node object when it is missing (no kubelet registers this node).
+	Register bool
+	Log      logr.Logger
+}
+
+// ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
+type ExitNotifier interface {
+	SetOnExit(func(id string))
+}
+
+var _ ExitNotifier = (*process.Runtime)(nil)
+
+// Agent is a node agent set up in a manager: heartbeat and VMI reconciler.
+type Agent struct {
+	Reconciler *controllers.VMIReconciler
+	Facts      controllers.NodeFacts
+	Heartbeat  *controllers.Heartbeat
+}
+
+// Setup adds the node agent to mgr: it probes the node (KVM, tun), writes the Node's labels
+// once (creating the Node with Register), removes the volume folders of VMIs deleted while no
+// agent ran, and registers the heartbeat and the VMI reconciler. Call before mgr.Start.
+func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("set up node agent: no node name")
+	}
+	if cfg.Runtime == nil {
+		return nil, errors.New("set up node agent: no launcher runtime")
+	}
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("new API client: %w", err)
+	}
+	caps := devices.Probe()
+	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun}
+	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register}
+	if err := hb.Beat(ctx); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(hb); err != nil {
+		return nil, fmt.Errorf("add heartbeat: %w", err)
+	}
+	st, err := openStorage(cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
+	if removed, err := removeOrphanVolumes(ctx, direct, cfg.Storage.VolumeRoot); err != nil || len(removed) > 0 {
+		cfg.Log.Info("volumes of deleted VMIs removed", "folders", removed, "err", err)
+	}
+	var nn *controllers.NodeNetwork
+	switch {
+	case cfg.Network != nil:
+		if nn, err = openNetwork(*cfg.Network); err != nil {
+			return nil, err
+		}
+	case cfg.Pods != nil:
+		nn = &controllers.NodeNetwork{Pods: cfg.Pods}
+	}
+	senv := cfg.Storage.env()
+	r := &controllers.VMIReconciler{
+		Client:    mgr.GetClient(),
+		Recorder:  mgr.GetEventRecorder("vmlet-agent"),
+		NodeName:  cfg.NodeName,
+		Runtime:   cfg.Runtime,
+		Dial:      controllers.DialLauncher,
+		Args:      controllers.DefaultLauncherArgs,
+		KVM:       facts.KVM,
+		Network:   nn,
+		Storage:   st,
+		APIReader: mgr.GetAPIReader(),
+		Env: func(runDir string) controllers.NodeEnv {
+			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB}
+		},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up VMI reconciler: %w", err)
+	}
+	if en, ok := cfg.Runtime.(ExitNotifier); ok {
+		en.SetOnExit(r.WakeByID)
+	}
+	return &Agent{Reconciler: r, Facts: facts, Heartbeat: hb}, nil
+}
+
+// Close stops what the agent runs in its own process (the guests' DHCP servers); the kernel
+// state stays, as do the launchers: a new agent picks them up. Call after the manager stopped.
+func (a *Agent) Close() error {
+	if a.Reconciler.Network == nil {
+		return nil
+	}
+	return a.Reconciler.Network.Close()
+}
+
+// ProcessRuntime is the process launcher runtime with each launcher in its own cgroup-v2 jail
+// under <cgroup2 mount>/<cgroupParent>, which it makes.
+func ProcessRuntime(binary, runRoot, cgroupParent string) (*process.Runtime, error) {
+	cg, err := devices.FindCgroup2Mount()
+	if err != nil {
+		return nil, fmt.Errorf("make process runtime: launchers run in cgroup-v2 jails: %w", err)
+	}
+	parent := filepath.Join(cg, cgroupParent)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("make launcher cgroup parent: %w", err)
+	}
+	if err := os.MkdirAll(runRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("make run root: %w", err)
+	}
+	return &process.Runtime{Binary: binary, RunRoot: runRoot, CgroupParent: parent}, nil
+}

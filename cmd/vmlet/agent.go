@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +20,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/podruntime"
+	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/nodeagent"
 )
 
@@ -30,6 +35,7 @@ type agentOptions struct {
 	launcherBinary string
 	runRoot        string
 	cgroupParent   string
+	launcherRoot   string
 	register       bool
 	metricsAddr    string
 	healthAddr     string
@@ -47,8 +53,14 @@ real domain state back into VMI status.
 
 --runtime process runs each launcher as a process of this machine in its own cgroup-v2 jail, with
 vmlet as the node's CNI (node bridge, NAT, a netns per launcher); the launchers outlive the agent
-and a restarted agent adopts them. It needs something that sets status.nodeName (the cluster
-controller's launcher pods, or a scheduler of your own).`,
+and a restarted agent adopts them. It needs something that sets status.nodeName (a scheduler of
+your own).
+
+--runtime pod is cluster mode: the cluster controller (vmlet controller) creates a launcher pod
+per VMI and sets status.nodeName once the pod is scheduled; the kubelet runs the launcher, whose
+hostPath run folder is <launcher-root>/<vmi uid>. The agent runs with hostPID and host cgroup
+namespace: it finds the launcher by its socket, filters its devices with eBPF, wires the VMI's
+bindings in the pod's network namespace (made by the cluster's CNI) and drives QEMU.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, nc, err := nf.parse()
 			if err != nil {
@@ -63,7 +75,8 @@ controller's launcher pods, or a scheduler of your own).`,
 	f := c.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (empty: $KUBECONFIG or in-cluster)")
 	f.StringVar(&o.nodeName, "node-name", strings.ToLower(host), "this node's name")
-	f.StringVar(&o.runtime, "runtime", "process", "launcher runtime: process (launchers are processes of this machine)")
+	f.StringVar(&o.runtime, "runtime", "process", "launcher runtime: process (launchers are processes of this machine) or pod (launcher pods)")
+	f.StringVar(&o.launcherRoot, "launcher-root", launcherpod.DefaultLauncherRoot, "pod runtime: host folder of the launcher pods' run folders (their hostPath)")
 	f.StringVar(&o.stateDir, "state-dir", "/var/lib/vmlet", "node state: image cache and volume folders unless given")
 	f.StringVar(&o.launcherBinary, "launcher", filepath.Join(filepath.Dir(self), "vmlet-launcher"), "vmlet-launcher binary (process runtime)")
 	f.StringVar(&o.runRoot, "run-root", "/run/vmlet", "launcher run folders (keep short: unix socket paths)")
@@ -79,8 +92,8 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	ctx := cmd.Context()
 	log := zap.New(zap.UseDevMode(false), zap.WriteTo(cmd.ErrOrStderr()))
 	ctrl.SetLogger(log)
-	if o.runtime != "process" {
-		return fmt.Errorf("--runtime %q: want process", o.runtime)
+	if o.runtime != "process" && o.runtime != "pod" {
+		return fmt.Errorf("--runtime %q: want process or pod", o.runtime)
 	}
 	if o.kubeconfig != "" {
 		if err := os.Setenv("KUBECONFIG", o.kubeconfig); err != nil {
@@ -101,24 +114,43 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.healthAddr,
-		// The agent caches only its own node's VMIs (status.nodeName is a selectable field).
+		// The agent caches only its own node's VMIs (status.nodeName is a selectable field)
+		// and launcher pods.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&vmletv1.VirtualMachineInstance{}: {Field: fields.OneTermEqualSelector("status.nodeName", o.nodeName)},
+			&corev1.Pod{}: {
+				Field: fields.OneTermEqualSelector("spec.nodeName", o.nodeName),
+				Label: labels.SelectorFromSet(labels.Set{launcherpod.LabelAppName: launcherpod.AppName}),
+			},
 		}},
 	})
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent)
+	acfg := nodeagent.Config{NodeName: o.nodeName, Storage: sc, TCGCacheMiB: tcgMiB, Register: o.register, Log: log}
+	var pods *podruntime.Runtime
+	if o.runtime == "pod" {
+		cg, err := devices.FindCgroup2Mount()
+		if err != nil {
+			return fmt.Errorf("pod runtime: %w", err)
+		}
+		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg}
+		acfg.Runtime, acfg.Pods = pods, podruntime.Networks{Runtime: pods}
+	} else {
+		rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent)
+		if err != nil {
+			return err
+		}
+		acfg.Runtime, acfg.Network = rt, &nc
+	}
+	a, err := nodeagent.Setup(ctx, mgr, acfg)
 	if err != nil {
 		return err
 	}
-	a, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
-		NodeName: o.nodeName, Runtime: rt, Storage: sc, Network: &nc,
-		TCGCacheMiB: tcgMiB, Register: o.register, Log: log,
-	})
-	if err != nil {
-		return err
+	if pods != nil {
+		if err := pods.WatchExits(ctx, mgr.GetCache()); err != nil {
+			return err
+		}
 	}
 	log.Info("node agent starting", "node", o.nodeName, "runtime", o.runtime, "kvm", a.Facts.KVM,
 		"labels", a.Facts.Labels(), "runRoot", o.runRoot)

@@ -35,6 +35,10 @@ const Finalizer = "vmlet.dev/node-cleanup"
 // socket is not ready yet). The launcher has no way to tell the agent before it is ready.
 const launcherStartPoll = 100 * time.Millisecond
 
+// launcherStartFallback is how often a reconcile looks at a starting launcher whose run folder
+// is watched (readyWatch wakes it on the rename): only in case an event is missed.
+const launcherStartFallback = 2 * time.Second
+
 // VMIReconciler is the node agent's VMI reconciler: it runs each VMI assigned to its node through
 // a launcher and writes the observed domain state back into the VMI's status.
 type VMIReconciler struct {
@@ -60,6 +64,7 @@ type VMIReconciler struct {
 	conns  map[types.UID]*launcherConn
 	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
+	ready  *readyWatch // nil: poll starting launchers
 }
 
 type launcherConn struct {
@@ -73,6 +78,14 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.conns = map[types.UID]*launcherConn{}
 	r.keys = map[types.UID]types.NamespacedName{}
 	r.wakeup = make(chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance], 1024)
+	if w, err := newReadyWatch(r.WakeByID); err == nil {
+		if err := mgr.Add(w); err != nil {
+			return fmt.Errorf("add launcher socket watch: %w", err)
+		}
+		r.ready = w
+	} else {
+		mgr.GetLogger().Info("polling starting launchers", "reason", err)
+	}
 	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
 		return ok && vmi.Status.NodeName == r.NodeName
@@ -209,7 +222,14 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if !st.Ready {
 		setPhase(vmi, vmletv1.Scheduled)
 		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "LauncherStarting", "waiting for the launcher to be ready")
-		return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
+		if r.ready == nil || r.ready.add(id, runDir) != nil {
+			return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
+		}
+		// The socket may have been renamed before the watch existed: look once more.
+		if again, err := r.Runtime.State(id); err == nil && again.Ready {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return ctrl.Result{RequeueAfter: launcherStartFallback}, nil
 	}
 	l, err := r.connect(ctx, vmi)
 	if err != nil {

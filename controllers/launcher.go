@@ -40,8 +40,9 @@ type Launcher interface {
 	// Sync defines and starts the domain; the same spec again is a no-op. netns maps NIC ids
 	// to the network namespaces their taps live in (the launcher opens them there).
 	Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error
-	Pause(ctx context.Context) error
-	Unpause(ctx context.Context) error
+	// Pause and Unpause return the domain as it is once the call returned.
+	Pause(ctx context.Context) (DomainState, error)
+	Unpause(ctx context.Context) (DomainState, error)
 	Domain(ctx context.Context) (DomainState, error)
 	// Watch calls notify once per launcher event until ctx ends or the stream breaks; it
 	// returns why it stopped.

@@ -41,14 +41,20 @@ func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec, netns map[stri
 	return err
 }
 
-func (g *grpcLauncher) Pause(ctx context.Context) error {
-	_, err := g.c.Pause(ctx)
-	return err
+func (g *grpcLauncher) Pause(ctx context.Context) (DomainState, error) {
+	d, err := g.c.Pause(ctx)
+	if err != nil {
+		return DomainState{}, err
+	}
+	return domainState(d)
 }
 
-func (g *grpcLauncher) Unpause(ctx context.Context) error {
-	_, err := g.c.Unpause(ctx)
-	return err
+func (g *grpcLauncher) Unpause(ctx context.Context) (DomainState, error) {
+	d, err := g.c.Unpause(ctx)
+	if err != nil {
+		return DomainState{}, err
+	}
+	return domainState(d)
 }
 
 var domainPhases = map[pb.State]DomainPhase{
@@ -67,6 +73,11 @@ func (g *grpcLauncher) Domain(ctx context.Context) (DomainState, error) {
 	if err != nil {
 		return DomainState{}, err
 	}
+	return domainState(d)
+}
+
+// domainState converts the launcher's domain message.
+func domainState(d *pb.Domain) (DomainState, error) {
 	phase, ok := domainPhases[d.GetState()]
 	if !ok {
 		return DomainState{}, fmt.Errorf("get domain: unknown state %v", d.GetState())

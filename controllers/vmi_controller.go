@@ -284,19 +284,21 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
 	switch {
 	case vmi.Spec.Paused && dom.State == DomainRunning:
-		if err := l.Pause(ctx); err != nil {
+		d, err := l.Pause(ctx)
+		if err != nil {
 			return dom, fmt.Errorf("pause: %w", err)
 		}
 		r.Recorder.Eventf(vmi, nil, "Normal", "Paused", "Pause", "guest vCPUs stopped (spec.paused)")
+		return d, nil
 	case !vmi.Spec.Paused && dom.State == DomainPaused:
-		if err := l.Unpause(ctx); err != nil {
+		d, err := l.Unpause(ctx)
+		if err != nil {
 			return dom, fmt.Errorf("unpause: %w", err)
 		}
 		r.Recorder.Eventf(vmi, nil, "Normal", "Resumed", "Unpause", "guest vCPUs resumed (spec.paused=false)")
-	default:
-		return dom, nil
+		return d, nil
 	}
-	return l.Domain(ctx)
+	return dom, nil
 }
 
 // connect returns the open connection to the VMI's launcher, dialing and starting its event

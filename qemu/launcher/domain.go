@@ -106,6 +106,17 @@ func (d *domain) refresh(trigger string) {
 	d.setState(state, reason, trigger)
 }
 
+// commanded records the run state a successful QMP stop ("paused") or cont ("running") leaves
+// QEMU in, without a query-status round trip, so the reply to Pause/Unpause already agrees
+// with GetDomain. It holds refreshMu like refresh: a STOP/RESUME event (from a client of
+// qmp-debug.sock, say) that arrives after the command refreshes the state again.
+func (d *domain) commanded(status, trigger string) {
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	state, reason := mapStatus(status)
+	d.setState(state, reason, trigger)
+}
+
 func (d *domain) setAgent(up bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -54,7 +54,7 @@ func (l *api) Pause(ctx context.Context, _ *pb.PauseRequest) (*pb.PauseResponse,
 	if err := d.vm.Pause(ctx); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}
-	d.refresh("")
+	d.commanded("paused", "pause")
 	return &pb.PauseResponse{Domain: d.snapshot()}, nil
 }
 
@@ -67,7 +67,7 @@ func (l *api) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.UnpauseRes
 	if err := d.vm.Resume(ctx); err != nil {
 		return nil, fmt.Errorf("unpause: %w", err)
 	}
-	d.refresh("")
+	d.commanded("running", "unpause")
 	return &pb.UnpauseResponse{Domain: d.snapshot()}, nil
 }
 

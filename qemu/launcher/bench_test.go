@@ -120,7 +120,7 @@ func BenchmarkSyncToRunning(b *testing.B) {
 }
 
 // BenchmarkPauseRTT measures one pause + resume round (two round trips) three ways in the
-// same run: through the launcher API (gRPC → stop/cont + query-status, so GetDomain agrees
+// same run: through the launcher API (gRPC → stop/cont, the state recorded so GetDomain agrees
 // when the call returns), through qmp-debug.sock (QMP proxied by the launcher), and raw QMP
 // straight to another QEMU (testguest.Boot, package qmp client). api-getdomain-only is one
 // GetDomain call: the gRPC floor.

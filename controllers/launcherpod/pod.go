@@ -1,0 +1,154 @@
+package launcherpod
+
+import (
+	"errors"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+)
+
+// Options are the cluster-wide settings of launcher pods (the `vmlet controller` flags).
+type Options struct {
+	// Image is the launcher image; empty means DefaultImage.
+	Image string
+	// LauncherRoot is the node folder of launcher run folders; empty means DefaultLauncherRoot.
+	LauncherRoot string
+	// VolumeRoot is the node folder of VMI storage folders; empty means DefaultVolumeRoot.
+	VolumeRoot string
+	// ImageCache is the node's image cache, mounted read-only at the same path (containerDisk
+	// overlays have their backing files there); empty mounts none.
+	ImageCache string
+	// AllowEmulation lets VMIs run under TCG where KVM is not usable (KubeVirt's
+	// useEmulation): without it launcher pods select nodes labelled NodeLabelKVM=true.
+	AllowEmulation bool
+	// TCGCacheMiB is the nodes' TCG translation cache per VM (the agent's --tcg-cache-mib),
+	// budgeted in the pod's memory when AllowEmulation is set.
+	TCGCacheMiB int
+	// Args is the launcher's command line for its run folder, VMI key and grace period
+	// (controllers.DefaultLauncherArgs). Required.
+	Args func(runDir, name string, grace time.Duration) []string
+}
+
+// ErrNoArgs is returned by Build when Options.Args is nil.
+var ErrNoArgs = errors.New("launcherpod: Options.Args is nil")
+
+func (o Options) withDefaults() Options {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.LauncherRoot == "" {
+		o.LauncherRoot = DefaultLauncherRoot
+	}
+	if o.VolumeRoot == "" {
+		o.VolumeRoot = DefaultVolumeRoot
+	}
+	return o
+}
+
+// GracePeriod is the VMI's termination grace period: terminationGracePeriodSeconds (clamped to
+// 0..MaxGracePeriod), DefaultGracePeriod when unset.
+func GracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
+	g := vmi.Spec.TerminationGracePeriodSeconds
+	switch {
+	case g == nil:
+		return DefaultGracePeriod
+	case *g <= 0:
+		return 0
+	case *g >= int64(MaxGracePeriod/time.Second):
+		return MaxGracePeriod
+	}
+	return time.Duration(*g) * time.Second
+}
+
+// NodeSelector is the VMI's nodeSelector plus NodeLabelSchedulable=true (nodes whose vmlet
+// agent beats) and, unless emulation is allowed, NodeLabelKVM=true.
+func NodeSelector(vmi *vmletv1.VirtualMachineInstance, allowEmulation bool) map[string]string {
+	sel := maps.Clone(vmi.Spec.NodeSelector)
+	if sel == nil {
+		sel = map[string]string{}
+	}
+	sel[NodeLabelSchedulable] = "true"
+	if !allowEmulation {
+		sel[NodeLabelKVM] = "true"
+	}
+	return sel
+}
+
+// Build returns the launcher pod of vmi (to be created; the API server generates its name).
+func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) {
+	if o.Args == nil {
+		return nil, ErrNoArgs
+	}
+	o = o.withDefaults()
+	tcg := 0
+	if o.AllowEmulation {
+		tcg = o.TCGCacheMiB
+	}
+	res, err := Resources(vmi, tcg)
+	if err != nil {
+		return nil, err
+	}
+	grace := GracePeriod(vmi)
+	volDir := HostVolumeDir(o.VolumeRoot, vmi.UID)
+	volumes := []corev1.Volume{
+		hostPath(RunVolume, HostRunDir(o.LauncherRoot, vmi.UID), corev1.HostPathDirectoryOrCreate),
+		hostPath(StorageVolume, volDir, corev1.HostPathDirectoryOrCreate),
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: RunVolume, MountPath: RunDir},
+		{Name: StorageVolume, MountPath: volDir},
+	}
+	if o.ImageCache != "" {
+		volumes = append(volumes, hostPath(ImageCacheVolume, o.ImageCache, corev1.HostPathDirectoryOrCreate))
+		mounts = append(mounts, corev1.VolumeMount{Name: ImageCacheVolume, MountPath: o.ImageCache, ReadOnly: true})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: GenerateName(vmi.Name),
+			Namespace:    vmi.Namespace,
+			Labels:       Labels(vmi.Name, vmi.UID),
+			Annotations:  map[string]string{AnnotVMIName: vmi.Name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         vmletv1.GroupVersion.String(),
+				Kind:               "VirtualMachineInstance",
+				Name:               vmi.Name,
+				UID:                vmi.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  NodeSelector(vmi, o.AllowEmulation),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(int64((grace + GraceMargin) / time.Second)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			Volumes:                       volumes,
+			Containers: []corev1.Container{{
+				Name:                     ContainerName,
+				Image:                    o.Image,
+				ImagePullPolicy:          corev1.PullIfNotPresent,
+				Command:                  []string{Binary},
+				Args:                     o.Args(RunDir, vmi.Namespace+"/"+vmi.Name, grace),
+				Resources:                res,
+				VolumeMounts:             mounts,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+				},
+			}},
+		},
+	}, nil
+}
+
+func hostPath(name, path string, t corev1.HostPathType) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(t)},
+	}}
+}

@@ -47,10 +47,11 @@ func TestControllerCommand(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	reaped := false // set once exited was received
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		if !reaped {
 			_ = cmd.Process.Kill()
-			<-exited
+			t.Logf("vmlet controller killed: %v", <-exited)
 		}
 		if t.Failed() {
 			t.Logf("vmlet controller output:\n%s", logs.String())
@@ -84,6 +85,7 @@ func TestControllerCommand(t *testing.T) {
 		}
 		select {
 		case err := <-exited:
+			reaped = true
 			t.Fatalf("vmlet controller exited: %v", err)
 		case <-tick.C:
 		}
@@ -100,6 +102,7 @@ func TestControllerCommand(t *testing.T) {
 	}
 	select {
 	case err := <-exited:
+		reaped = true
 		if err != nil {
 			t.Errorf("vmlet controller after SIGTERM: %v", err)
 		}

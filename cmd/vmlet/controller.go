@@ -92,7 +92,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	f.pods.Args = controllers.DefaultLauncherArgs
+	f.pods.Args, f.pods.DomainName = controllers.DefaultLauncherArgs, controllers.DomainName
 	r := &cluster.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("vmlet-controller"), Pods: f.pods,

@@ -140,7 +140,7 @@ func (r *Reconciler) pods(ctx context.Context, vmi *vmletv1.VirtualMachineInstan
 // create makes the VMI's launcher pod.
 func (r *Reconciler) create(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
 	pod, err := launcherpod.Build(vmi, r.Pods)
-	if errors.Is(err, launcherpod.ErrNoArgs) {
+	if errors.Is(err, launcherpod.ErrOptions) {
 		return err
 	}
 	if err != nil {

@@ -54,7 +54,7 @@ const wait = time.Minute // generous: 2 shared cores, QEMU tests next door
 // testPods are the launcher pod options of the tests.
 var testPods = launcherpod.Options{
 	Image: "vmlet-launcher:test", LauncherRoot: "/run/vl", VolumeRoot: "/var/lib/vl", AllowEmulation: true,
-	TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs,
+	TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: controllers.DomainName,
 }
 
 var managers atomic.Int32

@@ -33,3 +33,7 @@ go run ./api/internal/crdpatch "$tmp"/*.yaml
 rm -f config/crd/bases/*.yaml
 mkdir -p config/crd/bases
 cp "$tmp"/*.yaml config/crd/bases/
+
+# 4. The cluster controller's ClusterRole from the +kubebuilder:rbac markers of
+#    controllers/cluster: config/rbac/role.yaml.
+controller_gen rbac:roleName=vmlet-controller paths=./controllers/cluster/... output:rbac:artifacts:config=config/rbac

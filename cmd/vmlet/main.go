@@ -25,13 +25,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-func controllerCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "controller",
-		Short: "Cluster controller (launcher pods, migrations): not built yet",
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("the cluster controller (launcher pods) is not implemented yet; use `vmlet local`")
-		},
-	}
-}

@@ -29,13 +29,16 @@ type Options struct {
 	// TCGCacheMiB is the nodes' TCG translation cache per VM (the agent's --tcg-cache-mib),
 	// budgeted in the pod's memory when AllowEmulation is set.
 	TCGCacheMiB int
-	// Args is the launcher's command line for its run folder, VMI key and grace period
+	// Args is the launcher's command line for its run folder, domain name and grace period
 	// (controllers.DefaultLauncherArgs). Required.
 	Args func(runDir, name string, grace time.Duration) []string
+	// DomainName is the domain name the node agent syncs for a VMI (controllers.DomainName):
+	// the launcher's --name, which refuses a Sync under any other name. Required.
+	DomainName func(*vmletv1.VirtualMachineInstance) string
 }
 
-// ErrNoArgs is returned by Build when Options.Args is nil.
-var ErrNoArgs = errors.New("launcherpod: Options.Args is nil")
+// ErrOptions is returned by Build when Options.Args or Options.DomainName is nil.
+var ErrOptions = errors.New("launcherpod: Options.Args and Options.DomainName are required")
 
 func (o Options) withDefaults() Options {
 	if o.Image == "" {
@@ -81,8 +84,8 @@ func NodeSelector(vmi *vmletv1.VirtualMachineInstance, allowEmulation bool) map[
 
 // Build returns the launcher pod of vmi (to be created; the API server generates its name).
 func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) {
-	if o.Args == nil {
-		return nil, ErrNoArgs
+	if o.Args == nil || o.DomainName == nil {
+		return nil, ErrOptions
 	}
 	o = o.withDefaults()
 	tcg := 0
@@ -134,7 +137,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 				Image:                    o.Image,
 				ImagePullPolicy:          corev1.PullIfNotPresent,
 				Command:                  []string{Binary},
-				Args:                     o.Args(RunDir, vmi.Namespace+"/"+vmi.Name, grace),
+				Args:                     o.Args(RunDir, o.DomainName(vmi), grace),
 				Resources:                res,
 				VolumeMounts:             mounts,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

@@ -36,7 +36,7 @@ func testVMI(mutate func(*vmletv1.VirtualMachineInstance)) *vmletv1.VirtualMachi
 }
 
 func opts(mutate func(*launcherpod.Options)) launcherpod.Options {
-	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs,
+	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: controllers.DomainName,
 		ImageCache: launcherpod.DefaultImageCache}
 	if mutate != nil {
 		mutate(&o)
@@ -125,7 +125,8 @@ func TestContract(t *testing.T) {
 		t.Fatalf("%d containers", len(pod.Spec.Containers))
 	}
 	c := pod.Spec.Containers[0]
-	wantArgs := controllers.DefaultLauncherArgs("/var/run/vmlet/launcher", "ns1/vm1", launcherpod.DefaultGracePeriod)
+	// --name is the domain name the agent syncs (the launcher refuses any other).
+	wantArgs := controllers.DefaultLauncherArgs("/var/run/vmlet/launcher", "ns1_vm1", launcherpod.DefaultGracePeriod)
 	if c.Name != "launcher" || c.Image != launcherpod.DefaultImage || strings.Join(c.Command, " ") != "/usr/bin/vmlet-launcher" ||
 		strings.Join(c.Args, " ") != strings.Join(wantArgs, " ") {
 		t.Errorf("container %s image %s command %v args %v", c.Name, c.Image, c.Command, c.Args)

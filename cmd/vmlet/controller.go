@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/cluster"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
+)
+
+// controllerFlags are `vmlet controller`'s settings.
+type controllerFlags struct {
+	pods           launcherpod.Options
+	metricsAddr    string
+	probeAddr      string
+	leaderElect    bool
+	leaderElectNS  string
+	leaderElectID  string
+	developmentLog bool
+}
+
+func controllerCmd() *cobra.Command {
+	var f controllerFlags
+	c := &cobra.Command{
+		Use:   "controller",
+		Short: "Cluster controller: a launcher pod per VMI, scheduled by kube-scheduler",
+		Long: `controller runs vmlet's cluster controller against a Kubernetes cluster: every pending
+VirtualMachineInstance gets a launcher pod (guest memory + vmlet's measured overhead, node
+selector for nodes whose vmlet agent is up), kube-scheduler places it, and the VMI is handed to
+that node's agent (status.nodeName). A failed or deleted pod fails the VMI; a finished or deleted
+VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runController(cmd.Context(), f)
+		},
+	}
+	fs := c.Flags()
+	// --kubeconfig is controller-runtime's flag (client/config): explicit path, else
+	// $KUBECONFIG, else the in-cluster service account, else ~/.kube/config.
+	fs.AddGoFlag(flag.CommandLine.Lookup(config.KubeconfigFlagName))
+	fs.StringVar(&f.pods.Image, "launcher-image", launcherpod.DefaultImage, "image of the launcher pods (holds "+launcherpod.Binary+")")
+	fs.StringVar(&f.pods.LauncherRoot, "launcher-root", launcherpod.DefaultLauncherRoot, "node folder of launcher run folders (<root>/<vmi uid>); the node agent's must match")
+	fs.StringVar(&f.pods.VolumeRoot, "volume-root", launcherpod.DefaultVolumeRoot, "node folder of VMI storage folders (<root>/<vmi uid>); the node agent's must match")
+	fs.StringVar(&f.pods.ImageCache, "image-cache", launcherpod.DefaultImageCache, "node image cache, mounted read-only into launcher pods (containerDisk overlays' backing files); empty: none")
+	fs.BoolVar(&f.pods.AllowEmulation, "allow-emulation", true, "let VMIs run under TCG on nodes without usable KVM; false: launcher pods select nodes labelled "+controllers.LabelKVM+"=true")
+	fs.IntVar(&f.pods.TCGCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM on the nodes (the agents' --tcg-cache-mib), budgeted in pod memory when emulation is allowed")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables it)")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "healthz/readyz endpoint address (0 disables it)")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader (a Lease) so that only one replica acts")
+	fs.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own namespace)")
+	fs.StringVar(&f.leaderElectID, "leader-election-id", "vmlet-controller.vmlet.dev", "name of the leader Lease")
+	fs.BoolVar(&f.developmentLog, "dev-log", false, "human-readable development logs instead of JSON")
+	return c
+}
+
+func runController(ctx context.Context, f controllerFlags) error {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(f.developmentLog)))
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("add client-go scheme: %w", err)
+	}
+	if err := vmletv1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("add vmlet scheme: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cluster.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        f.leaderElectID,
+		LeaderElectionNamespace: f.leaderElectNS,
+		// Stepping down ends the process (the manager returns), so nothing acts without the
+		// lease.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("new manager: %w", err)
+	}
+	f.pods.Args, f.pods.DomainName = controllers.DefaultLauncherArgs, controllers.DomainName
+	r := &cluster.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("vmlet-controller"), Pods: f.pods,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the launcher pod controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add healthz check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add readyz check: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
+)
+
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstances/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Reconciler runs launcher pods for VMIs.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads pods from the API server when the cache has none for a VMI: a pod this
+	// controller just created may not be in the cache yet, and a second one must never be made.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Pods      launcherpod.Options
+}
+
+// CacheOptions restrict the manager's pod cache to launcher pods (a cluster has many pods).
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{launcherpod.LabelAppName: launcherpod.AppName})},
+	}}
+}
+
+// SetupWithManager registers the controller: VMIs and the pods they control.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("vmi-launcher-pod").
+		For(&vmletv1.VirtualMachineInstance{}).
+		Owns(&corev1.Pod{}).
+		Complete(r)
+}
+
+// Reconcile is level-based: it reads the VMI and its pods, acts, and writes the VMI's status
+// once if it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	err := r.Client.Get(ctx, req.NamespacedName, vmi)
+	if apierrors.IsNotFound(err) {
+		// Deleted (no finalizer held it): its pods go too. Owner references would let the
+		// garbage collector do it, but do not rely on one running.
+		return ctrl.Result{}, r.deleteStale(ctx, req.NamespacedName, "")
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get vmi: %w", err)
+	}
+	before := vmi.Status.DeepCopy()
+	err = r.reconcile(ctx, vmi)
+	if err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, "SyncFailed", "Reconcile", "%v", err)
+	}
+	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
+		uerr := r.Client.Status().Update(ctx, vmi)
+		switch {
+		case apierrors.IsConflict(uerr):
+			// Someone (the node agent) wrote the VMI since we read it: read everything again.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, err
+		case uerr != nil && !apierrors.IsNotFound(uerr):
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
+		}
+	}
+	return ctrl.Result{}, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	key := types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}
+	if err := r.deleteStale(ctx, key, vmi.UID); err != nil {
+		return err
+	}
+	pods, err := r.pods(ctx, vmi)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !vmi.DeletionTimestamp.IsZero():
+		return r.deletePods(ctx, vmi, pods, "the VMI is being deleted")
+	case controllers.IsFinal(vmi.Status.Phase):
+		return r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
+	}
+	pod, extra := pick(vmi, pods)
+	if err := r.deletePods(ctx, vmi, extra, "a VMI has one launcher pod"); err != nil {
+		return err
+	}
+	if pod == nil {
+		if name := podName(vmi); name != "" || vmi.Status.NodeName != "" {
+			// It had one (its name is in the status, or it was scheduled): deleted or evicted.
+			what := "the launcher pod"
+			if name != "" {
+				what += " " + name
+			}
+			r.fail(vmi, ReasonPodDeleted, what+" was deleted")
+			return nil
+		}
+		return r.create(ctx, vmi)
+	}
+	r.observe(vmi, pod)
+	return nil
+}
+
+// pods are the VMI's launcher pods: from the cache, or from the API server when the cache has
+// none (it may lag behind a Create of the previous pass).
+func (r *Reconciler) pods(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) ([]corev1.Pod, error) {
+	sel := []client.ListOption{client.InNamespace(vmi.Namespace), launcherpod.MatchingVMI(vmi.UID)}
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, sel...); err != nil {
+		return nil, fmt.Errorf("list launcher pods: %w", err)
+	}
+	if len(list.Items) > 0 {
+		return list.Items, nil
+	}
+	if err := r.APIReader.List(ctx, list, sel...); err != nil {
+		return nil, fmt.Errorf("list launcher pods from the api server: %w", err)
+	}
+	return list.Items, nil
+}
+
+// create makes the VMI's launcher pod.
+func (r *Reconciler) create(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	pod, err := launcherpod.Build(vmi, r.Pods)
+	if errors.Is(err, launcherpod.ErrOptions) {
+		return err
+	}
+	if err != nil {
+		r.fail(vmi, ReasonInvalidSpec, err.Error())
+		return nil
+	}
+	if err := r.Client.Create(ctx, pod); err != nil {
+		controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "FailedCreate", err.Error())
+		return fmt.Errorf("create launcher pod: %w", err)
+	}
+	r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "created launcher pod %s", pod.Name)
+	setPodName(vmi, pod.Name)
+	controllers.SetPhase(vmi, vmletv1.Scheduling)
+	controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonScheduling,
+		fmt.Sprintf("waiting for launcher pod %s to be scheduled", pod.Name))
+	return nil
+}
+
+// deletePods deletes pods (those not already terminating), saying why in an Event.
+func (r *Reconciler) deletePods(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, pods []corev1.Pod, why string) error {
+	var errs []error
+	for i := range pods {
+		p := &pods[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := deletePod(ctx, r.Client, p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Recorder.Eventf(vmi, p, corev1.EventTypeNormal, "SuccessfulDelete", "DeletePod", "deleted launcher pod %s: %s", p.Name, why)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteStale deletes launcher pods controlled by an earlier VMI of the same name: one whose UID
+// is not uid (any, when uid is empty: the VMI is gone).
+func (r *Reconciler) deleteStale(ctx context.Context, key types.NamespacedName, uid types.UID) error {
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace),
+		client.MatchingLabels{launcherpod.LabelAppName: launcherpod.AppName}); err != nil {
+		return fmt.Errorf("list launcher pods: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		p := &list.Items[i]
+		ref := metav1.GetControllerOf(p)
+		if ref == nil || ref.Kind != "VirtualMachineInstance" || ref.Name != key.Name || ref.UID == uid || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := deletePod(ctx, r.Client, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func deletePod(ctx context.Context, c client.Client, p *corev1.Pod) error {
+	err := c.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete launcher pod %s: %w", p.Name, err)
+	}
+	return nil
+}

@@ -72,7 +72,12 @@ func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *
 
 // observe writes the launcher's domain state into the VMI's status.
 func (r *VMIReconciler) observe(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
+	pod := "" // the cluster controller's: which launcher pod runs the VMI
+	if vmi.Status.Launcher != nil {
+		pod = vmi.Status.Launcher.Pod
+	}
 	vmi.Status.Launcher = &vmletv1.LauncherStatus{
+		Pod:                pod,
 		PID:                int64(d.Pid),
 		Accelerator:        vmletv1.Accelerator(d.Accel),
 		AccelerationReason: d.AccelReason,

@@ -55,7 +55,7 @@ func TestLauncherPodCreated(t *testing.T) {
 		t.Errorf("restartPolicy %s grace %d automount %v", pod.Spec.RestartPolicy, *pod.Spec.TerminationGracePeriodSeconds, *pod.Spec.AutomountServiceAccountToken)
 	}
 	c := pod.Spec.Containers[0]
-	wantArgs := strings.Join(controllers.DefaultLauncherArgs(launcherpod.RunDir, ns+"_vm1", 10e9), " ")
+	wantArgs := strings.Join(controllers.DefaultLauncherArgs(launcherpod.HostRunDir("/run/vl", vmi.UID), ns+"_vm1", 10e9), " ")
 	if len(pod.Spec.Containers) != 1 || c.Name != launcherpod.ContainerName || c.Image != "vmlet-launcher:test" ||
 		strings.Join(c.Command, " ") != launcherpod.Binary || strings.Join(c.Args, " ") != wantArgs {
 		t.Errorf("container %s image %s command %v args %v", c.Name, c.Image, c.Command, c.Args)

@@ -40,10 +40,10 @@ const (
 	ContainerName = "launcher"
 	// Binary is the launcher executable inside the image.
 	Binary = "/usr/bin/vmlet-launcher"
-	// RunDir is the launcher's run folder inside the container (its --run-dir): the hostPath
-	// HostRunDir of the node is mounted here.
-	RunDir = "/var/run/vmlet/launcher"
-	// RunVolume is the name of the pod volume mounted at RunDir.
+	// RunVolume is the name of the pod volume holding the launcher's run folder: the node's
+	// HostRunDir, mounted at the same path inside the container (its --run-dir), because the
+	// domain spec the agent sends names sockets and logs in it by their node paths, and QEMU
+	// in the container opens them (as for the storage folders).
 	RunVolume = "launcher-run"
 	// StorageVolume is the name of the pod volume holding the VMI's storage folder.
 	StorageVolume = "vmi-storage"
@@ -67,7 +67,7 @@ const (
 	MaxGracePeriod = 24 * time.Hour
 )
 
-// HostRunDir is the VMI's launcher run folder on the node: the hostPath mounted at RunDir.
+// HostRunDir is the VMI's launcher run folder on the node, mounted at the same path in the pod.
 func HostRunDir(launcherRoot string, uid types.UID) string {
 	return filepath.Join(launcherRoot, string(uid))
 }

@@ -98,12 +98,13 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 	}
 	grace := GracePeriod(vmi)
 	volDir := HostVolumeDir(o.VolumeRoot, vmi.UID)
+	runDir := HostRunDir(o.LauncherRoot, vmi.UID)
 	volumes := []corev1.Volume{
-		hostPath(RunVolume, HostRunDir(o.LauncherRoot, vmi.UID), corev1.HostPathDirectoryOrCreate),
+		hostPath(RunVolume, runDir, corev1.HostPathDirectoryOrCreate),
 		hostPath(StorageVolume, volDir, corev1.HostPathDirectoryOrCreate),
 	}
 	mounts := []corev1.VolumeMount{
-		{Name: RunVolume, MountPath: RunDir},
+		{Name: RunVolume, MountPath: runDir},
 		{Name: StorageVolume, MountPath: volDir},
 	}
 	if o.ImageCache != "" {
@@ -137,7 +138,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 				Image:                    o.Image,
 				ImagePullPolicy:          corev1.PullIfNotPresent,
 				Command:                  []string{Binary},
-				Args:                     o.Args(RunDir, o.DomainName(vmi), grace),
+				Args:                     o.Args(runDir, o.DomainName(vmi), grace),
 				Resources:                res,
 				VolumeMounts:             mounts,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

@@ -126,7 +126,9 @@ func TestContract(t *testing.T) {
 	}
 	c := pod.Spec.Containers[0]
 	// --name is the domain name the agent syncs (the launcher refuses any other).
-	wantArgs := controllers.DefaultLauncherArgs("/var/run/vmlet/launcher", "ns1_vm1", launcherpod.DefaultGracePeriod)
+	// --run-dir is the node's run folder, mounted at the same path (the domain spec names
+	// sockets and logs by node paths).
+	wantArgs := controllers.DefaultLauncherArgs("/lr/"+string(vmi.UID), "ns1_vm1", launcherpod.DefaultGracePeriod)
 	if c.Name != "launcher" || c.Image != launcherpod.DefaultImage || strings.Join(c.Command, " ") != "/usr/bin/vmlet-launcher" ||
 		strings.Join(c.Args, " ") != strings.Join(wantArgs, " ") {
 		t.Errorf("container %s image %s command %v args %v", c.Name, c.Image, c.Command, c.Args)
@@ -146,7 +148,7 @@ func TestContract(t *testing.T) {
 		}
 		switch v.Name {
 		case "launcher-run":
-			if hp.Path != "/lr/"+string(vmi.UID) || mounts[v.Name] != "/var/run/vmlet/launcher" {
+			if hp.Path != "/lr/"+string(vmi.UID) || mounts[v.Name] != hp.Path {
 				t.Errorf("launcher-run: %s at %s", hp.Path, mounts[v.Name])
 			}
 		case "vmi-storage":

@@ -1,0 +1,377 @@
+package clustere2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/kubeletsim"
+	"github.com/vmlet/vmlet/test/logbuf"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+const (
+	nodeName   = "cluster-node"
+	guestImage = "vmlet.dev/testguest:cluster"
+)
+
+// cluster is one test's cluster: API server, controller and agent processes, kubeletsim.
+type cluster struct {
+	env                                  *apienv.Env
+	tmp                                  string
+	launcherRoot, volumeRoot, imageCache string
+	podCgroups                           string
+	podNetns                             string
+	kubelet                              *kubeletsim.Kubelet
+	procs                                []*proc
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logbuf.Buffer
+	done chan error
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	prereq.Root(t)
+	prereq.QEMU(t)
+	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	tmp, err := os.MkdirTemp("", "vmlet-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	c := &cluster{env: env, tmp: tmp, launcherRoot: filepath.Join(tmp, "l"), volumeRoot: filepath.Join(tmp, "volumes"),
+		imageCache: filepath.Join(tmp, "images"), podNetns: filepath.Join(tmp, "pods")}
+	vmlet, launcher := filepath.Join(tmp, "vmlet"), filepath.Join(tmp, "vmlet-launcher")
+	for bin, pkg := range map[string]string{vmlet: "github.com/vmlet/vmlet/cmd/vmlet", launcher: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	suffix := randomSuffix()
+	cg, err := devices.FindCgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.podCgroups = filepath.Join(cg, "vmlet-cluster-"+suffix)
+	if err := os.Mkdir(c.podCgroups, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(c.podCgroups) })
+	// The CNI's node bridge lives in a namespace of the test's own: guests reach nothing else.
+	nsName := "vmlet-cl-" + suffix
+	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsName).Run() })
+	cni, err := network.NewNode(network.NodeConfig{NetnsPath: "/run/netns/" + nsName, NetnsDir: c.podNetns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := guestLayout(t, tmp)
+
+	c.run(t, "controller", vmlet, "controller", "--kubeconfig", env.Kubeconfig, "--launcher-root", c.launcherRoot,
+		"--volume-root", c.volumeRoot, "--image-cache", c.imageCache, "--allow-emulation",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	c.run(t, "agent", vmlet, "agent", "--runtime", "pod", "--kubeconfig", env.Kubeconfig, "--node-name", nodeName,
+		"--register-node", "--launcher-root", c.launcherRoot, "--volume-root", c.volumeRoot, "--image-cache", c.imageCache,
+		"--state-dir", filepath.Join(tmp, "state"), "--image", guestImage+"="+guest)
+
+	mgr, err := ctrl.NewManager(env.Config, manager.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kubelet = &kubeletsim.Kubelet{Client: mgr.GetClient(), NodeName: nodeName, CgroupParent: c.podCgroups, Network: cni,
+		LogDir: tmp, Binaries: map[string]string{launcherpod.Binary: launcher}}
+	if err := c.kubelet.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&kubeletsim.Scheduler{Client: mgr.GetClient(), NodeName: nodeName}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			c.procs[i].stop(t)
+		}
+		cancel()
+		<-done
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		if err := c.kubelet.Stop(sctx); err != nil {
+			t.Errorf("stop kubelet: %v", err)
+		}
+	})
+	return c
+}
+
+func (c *cluster) run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(args[0], args[1:]...), out: &logbuf.Buffer{}, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	c.procs = append(c.procs, p)
+}
+
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("%s exit: %v", p.name, err)
+		}
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		t.Errorf("%s did not stop on SIGTERM", p.name)
+	}
+	if t.Failed() {
+		t.Logf("%s output:\n%s", p.name, tail(p.out.String(), 6000))
+	}
+}
+
+func guestLayout(t *testing.T, tmp string) string {
+	t.Helper()
+	files := testguest.Assets(t)
+	img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := images.WriteLayout(filepath.Join(tmp, "guest-layout"), img, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func guestVMI(name string) *vmletv1.VirtualMachineInstance {
+	mem := resource.MustParse("128Mi")
+	grace := int64(30)
+	return &vmletv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: vmletv1.VirtualMachineInstanceSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Domain: vmletv1.DomainSpec{
+				Memory: &vmletv1.Memory{Guest: &mem},
+				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
+					KernelArgs: testguest.BaseCmdline,
+					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
+				}},
+			},
+		},
+	}
+}
+
+// TestClusterMode: kubectl create of a VMI in cluster mode → a launcher pod with the contract,
+// bound by the scheduler and run by the kubelet; the agent finds its launcher, filters its
+// devices, wires its network in the pod's namespace and the guest boots and gets its address;
+// delete → graceful shutdown, the pod goes, and nothing is left on the node.
+func TestClusterMode(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	cl := c.env.Client
+	vmi := guestVMI("cluster")
+	if err := cl.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	uid := string(vmi.UID)
+	ready := c.waitVMI(t, key, 3*time.Minute, "Ready with an address", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) &&
+			len(v.Status.Interfaces) > 0 && v.Status.Interfaces[0].IP != ""
+	})
+	if ready.Status.NodeName != nodeName || ready.Status.Phase != vmletv1.Running {
+		t.Fatalf("ready VMI: node %q phase %s", ready.Status.NodeName, ready.Status.Phase)
+	}
+	pod := c.launcherPod(t, uid)
+	if ready.Status.Launcher == nil || ready.Status.Launcher.Pod != pod.Name {
+		t.Errorf("status.launcher %+v, want pod %s", ready.Status.Launcher, pod.Name)
+	}
+	qemuPid := int(ready.Status.Launcher.PID)
+	t.Logf("running in pod %s: qemu %d, address %s", pod.Name, qemuPid, ready.Status.Interfaces[0].IP)
+	// QEMU runs in the pod's cgroup, and that cgroup carries vmlet's device program.
+	podCg := filepath.Join(c.podCgroups, "pod-"+string(pod.UID))
+	if procs, err := os.ReadFile(filepath.Join(podCg, "cgroup.procs")); err != nil || !strings.Contains(string(procs), fmt.Sprint(qemuPid)) {
+		t.Errorf("qemu %d not in the pod cgroup %s: %q, %v", qemuPid, podCg, procs, err)
+	}
+	f, err := devices.Recover(podCg)
+	if err != nil {
+		t.Errorf("no vmlet device program on the pod cgroup: %v", err)
+	} else {
+		_ = f.Close()
+	}
+	serial := filepath.Join(launcherpod.HostRunDir(c.launcherRoot, vmi.UID), "logs", "serial.log")
+	waitFor(t, 2*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
+		b, _ := os.ReadFile(serial)
+		return strings.Contains(string(b), testguest.MarkerReady), tail(string(b), 2000)
+	})
+
+	if err := cl.Delete(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "VMI and pod gone", func() (bool, string) {
+		err := cl.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
+		perr := cl.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(perr), fmt.Sprintf("vmi: %v, pod: %v", err, perr)
+	})
+	if alive(qemuPid) {
+		t.Errorf("qemu %d alive after delete", qemuPid)
+	}
+	for _, p := range []string{launcherpod.HostRunDir(c.launcherRoot, vmi.UID), launcherpod.HostVolumeDir(c.volumeRoot, vmi.UID),
+		podCg, filepath.Join(c.podNetns, "vmlet-"+string(pod.UID))} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after delete: %v", p, err)
+		}
+	}
+}
+
+// TestClusterQEMUKilled: QEMU dies → the VMI fails with a reason, its pod ends and is deleted,
+// and the node is clean.
+func TestClusterQEMUKilled(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	cl := c.env.Client
+	vmi := guestVMI("killed")
+	if err := cl.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	ready := c.waitVMI(t, key, 3*time.Minute, "Ready", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+	})
+	pod := c.launcherPod(t, string(vmi.UID))
+	if err := syscall.Kill(int(ready.Status.Launcher.PID), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	failed := c.waitVMI(t, key, time.Minute, "Failed", func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == vmletv1.Failed
+	})
+	t.Logf("failed: reason %q", failed.Status.Reason)
+	if failed.Status.Reason == "" {
+		t.Error("Failed without a reason")
+	}
+	waitFor(t, time.Minute, "launcher pod deleted", func() (bool, string) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	waitFor(t, time.Minute, "run folder removed", func() (bool, string) {
+		_, err := os.Stat(launcherpod.HostRunDir(c.launcherRoot, vmi.UID))
+		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+	})
+}
+
+func (c *cluster) launcherPod(t *testing.T, uid string) *corev1.Pod {
+	t.Helper()
+	var l corev1.PodList
+	if err := c.env.Client.List(context.Background(), &l, client.MatchingLabels{launcherpod.LabelVMIUID: uid}); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 1 {
+		t.Fatalf("%d launcher pods for %s, want 1", len(l.Items), uid)
+	}
+	return &l.Items[0]
+}
+
+func (c *cluster) waitVMI(t *testing.T, key client.ObjectKey, d time.Duration, what string, ok func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
+	t.Helper()
+	var got *vmletv1.VirtualMachineInstance
+	waitFor(t, d, key.Name+" "+what, func() (bool, string) {
+		v := &vmletv1.VirtualMachineInstance{}
+		if err := c.env.Client.Get(context.Background(), key, v); err != nil {
+			return false, err.Error()
+		}
+		got = v
+		return ok(v), fmt.Sprintf("phase %s reason %q conditions %+v", v.Status.Phase, v.Status.Reason, v.Status.Conditions)
+	})
+	return got
+}
+
+// waitFor checks cond every 50 ms until it holds or d passes; cond says what it saw.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, seen)
+		}
+		<-tick.C
+	}
+}
+
+// alive: the process exists and is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func ptrTo[T any](v T) *T { return &v }

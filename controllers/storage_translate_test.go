@@ -57,10 +57,11 @@ func renderDisks(dom *Domain) []string {
 	var out []string
 	for _, d := range dom.Spec.Disks {
 		s := fmt.Sprintf("%s %s %s %s", d.ID, d.Path, d.Format, d.Bus)
-		for flag, on := range map[string]bool{" ro": d.ReadOnly, " cdrom": d.CDROM} {
-			if on {
-				s += flag
-			}
+		if d.ReadOnly {
+			s += " ro"
+		}
+		if d.CDROM {
+			s += " cdrom"
 		}
 		if d.Serial != "" {
 			s += " serial=" + d.Serial

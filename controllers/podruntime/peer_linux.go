@@ -70,6 +70,10 @@ func cgroupOf(pid int) (string, error) {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(l, "0::"); ok {
+			if strings.HasPrefix(rest, "/..") {
+				// Relative to a cgroup namespace root the launcher is outside of.
+				return "", fmt.Errorf("cgroup of %d is %s: the agent runs in a private cgroup namespace; run it in the host's", pid, rest)
+			}
 			return rest, nil
 		}
 	}

@@ -91,7 +91,7 @@ func (s *Stack) startManager(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	cfg.StorageConfig.Defaults(cfg.StateDir)
+	cfg.Defaults(cfg.StateDir)
 	netCfg := cfg.Network
 	agent, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
 		NodeName:    cfg.NodeName,

@@ -76,7 +76,8 @@ func (p *agentProc) kill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		t.Logf("agent ended: %v", err) // "signal: killed"
 	case <-time.After(30 * time.Second):
 		t.Fatal("agent did not die of SIGKILL")
 	}

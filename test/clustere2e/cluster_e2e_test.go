@@ -135,7 +135,9 @@ func startCluster(t *testing.T) *cluster {
 			c.procs[i].stop(t)
 		}
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("kubeletsim manager: %v", err)
+		}
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
 		if err := c.kubelet.Stop(sctx); err != nil {

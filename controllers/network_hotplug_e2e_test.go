@@ -177,6 +177,7 @@ func TestVMINICHotplug(t *testing.T) {
 		t.Errorf("node links %v, want one more than %v", plugged.node, before.node)
 	}
 	// The node reaches the guest directly on the secondary network.
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, time.Minute)
 	guestServe(t, a, got, 80, "VMLET-HELLO-SECONDARY")
 	waitReply(t, testNet.node, netip.AddrPortFrom(addr, 80), "VMLET-HELLO-SECONDARY\n")
 
@@ -198,6 +199,7 @@ func TestVMINICHotplug(t *testing.T) {
 	})
 	t.Logf("state: absent → NIC gone from the guest and the status: %s", time.Since(t0).Round(time.Millisecond))
 	waitNormalEvent(t, got, "InterfaceDetached")
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, time.Minute)
 	if out := guestShell(t, a, got, "ls /sys/class/net"); strings.Contains(out, "eth1") {
 		t.Errorf("the guest still has eth1: %s", out)
 	}

@@ -380,6 +380,9 @@ func assertNoPodNetwork(t *testing.T, uid string) {
 	if slices.Contains(links, plan.HostVeth) {
 		t.Errorf("pod veth %s of %s left behind", plan.HostVeth, uid)
 	}
+	if veths, err := podVeths(uid); err != nil || len(veths) > 0 {
+		t.Errorf("veths of %s (secondary interfaces included) left behind: %v %v", uid, veths, err)
+	}
 }
 
 // assertNodeNetworkGone checks that, with no pod left, the node bridge and its NAT table went

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -25,12 +26,22 @@ type PodNetworks interface {
 	CreatePod(id string) (network.PodNetwork, error)
 	// DeletePod removes it (idempotent).
 	DeletePod(id string) error
+	// AddInterface gives pod id an additional interface ifname on a secondary network
+	// (idempotent): Multus's job in a cluster.
+	AddInterface(id, ifname string) (network.PodNetwork, error)
+	// RemoveInterface removes it (idempotent).
+	RemoveInterface(id, ifname string) error
+	// Interfaces lists pod id's additional interfaces.
+	Interfaces(id string) ([]string, error)
 }
 
 var _ PodNetworks = (*network.Node)(nil)
 
 // reasonNoPodNetwork: a VMI wants interfaces on an agent that has no pod network.
 const reasonNoPodNetwork = "NoPodNetwork"
+
+// DefaultSecondaryNetworks is the multus network a local-mode node offers: its node bridge.
+var DefaultSecondaryNetworks = []string{"vmlet-node"}
 
 // errNoPodNetwork: the agent was started without a pod network.
 var errNoPodNetwork = errors.New("this node has no pod network")
@@ -45,6 +56,10 @@ type NodeNetwork struct {
 	// ResolvConf is the resolv.conf whose nameservers and search domains DHCP offers the
 	// guests (loopback servers are dropped); empty means /etc/resolv.conf.
 	ResolvConf string
+	// Secondary are the multus network names this node's pods can be attached to (an
+	// additional pod interface on the node bridge, PodNetworks.AddInterface); nil means
+	// DefaultSecondaryNetworks. A "namespace/" prefix of a VMI's networkName is ignored.
+	Secondary []string
 
 	mu       sync.Mutex
 	attached map[types.UID]*vmiAttachment
@@ -141,11 +156,16 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 	}
 	ns, name := vmi.Namespace, vmi.Name
 	logger := slog.New(logr.ToSlogHandler(log.FromContext(ctx).WithValues("vmi", ns+"/"+name)))
-	a, err := r.Network.attach(vmi.UID, vn.Spec, func() { r.Wake(ns, name) }, logger)
+	boot := vn.BootSpec()
+	a, err := r.Network.attach(vmi.UID, boot, func() { r.Wake(ns, name) }, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	return ResolveNICs(planned, a.Plan(), a.netns)
+	plan := a.Plan()
+	plan.Interfaces = slices.DeleteFunc(plan.Interfaces, func(ip network.InterfacePlan) bool {
+		return !slices.ContainsFunc(boot.Interfaces, func(i network.Interface) bool { return i.Name == ip.Name })
+	})
+	return ResolveNICs(planned, plan, a.netns)
 }
 
 // networkFailed reports a network that could not be wired. Before the domain exists, a node

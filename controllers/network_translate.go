@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -25,11 +26,38 @@ type VMINetwork struct {
 	// Spec is nil when the guest has no interfaces (autoattachPodInterface: false and none
 	// listed): then the VMI needs no pod network.
 	Spec *network.Spec
-	// NICs are the guest NICs in interface order. Their tap names, queues and MACs are the
-	// ones the binding plan will have, except the MAC of a bridge binding without macAddress:
-	// the guest takes over the pod interface's MAC (as in KubeVirt), known once attached, so
-	// it is planned as a generated one here and ResolveNICs replaces it.
+	// NICs are the guest NICs the domain starts with: the pod network's interface, in
+	// interface order. Their tap names, queues and MACs are the ones the binding plan will
+	// have, except the MAC of a bridge binding without macAddress: the guest takes over the
+	// pod interface's MAC (as in KubeVirt), known once attached, so it is planned as a
+	// generated one here and ResolveNICs replaces it.
 	NICs []qemu.NIC
+	// Hot are the interfaces of multus (secondary) networks: always plugged into the running
+	// domain (hotplug), also those listed at creation, so the domain's boot spec never
+	// depends on them (as hotpluggable volumes). Interfaces with state: absent are in
+	// neither list (nor in Spec): they are unplugged.
+	Hot []HotNIC
+}
+
+// HotNIC is an interface of a secondary network, plugged into the running domain.
+type HotNIC struct {
+	// Name is the interface's (and its network's) name.
+	Name string
+	// PodInterface is its pod interface in the launcher's netns.
+	PodInterface string
+	// NIC is the guest NIC as planned (the MAC may be replaced by the binding's, as for NICs).
+	NIC qemu.NIC
+}
+
+// BootSpec is the part of Spec wired before the domain starts: the pod network's interface.
+func (n *VMINetwork) BootSpec() *network.Spec {
+	var names []string
+	for _, ifc := range n.Spec.Interfaces {
+		if !slices.ContainsFunc(n.Hot, func(h HotNIC) bool { return h.Name == ifc.Name }) {
+			names = append(names, ifc.Name)
+		}
+	}
+	return n.Spec.Select(names...)
 }
 
 // NetworkSpec translates the VMI's interfaces and networks (with KubeVirt's defaults: one
@@ -42,6 +70,7 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 	if err := networksUsed(ifaces, nets); err != nil {
 		return nil, err
 	}
+	ifaces, nets = presentOnly(ifaces, nets)
 	if len(ifaces) == 0 {
 		return &VMINetwork{}, nil
 	}
@@ -74,14 +103,41 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 		return nil, networkSpecError(err)
 	}
 	out := &VMINetwork{Spec: s}
-	for i, ni := range s.Interfaces {
+	for _, ni := range s.Interfaces {
 		mac := ni.MAC
 		if mac == "" {
 			mac = network.GenerateMAC(s.UID, ni.Name).String()
 		}
-		out.NICs = append(out.NICs, qemu.NIC{ID: NICID(ni.Name), MAC: mac, TapName: fmt.Sprintf("tap%d", i), Queues: planQueues(s)})
+		n := s.Networks[slices.IndexFunc(s.Networks, func(n network.Network) bool { return n.Name == ni.Name })] // validated
+		podIf := network.PodInterfaceOf(n)
+		nic := qemu.NIC{ID: NICID(ni.Name), MAC: mac, TapName: network.TapName(podIf), Queues: planQueues(s)}
+		if n.Pod {
+			out.NICs = append(out.NICs, nic)
+		} else {
+			out.Hot = append(out.Hot, HotNIC{Name: ni.Name, PodInterface: podIf, NIC: nic})
+		}
 	}
 	return out, nil
+}
+
+// presentOnly drops interfaces with state: absent, and their networks.
+func presentOnly(ifaces []vmletv1.Interface, nets []vmletv1.Network) ([]vmletv1.Interface, []vmletv1.Network) {
+	absent := map[string]bool{}
+	var outI []vmletv1.Interface
+	for _, ifc := range ifaces {
+		if ifc.State == vmletv1.InterfaceStateAbsent {
+			absent[ifc.Name] = true
+			continue
+		}
+		outI = append(outI, ifc)
+	}
+	var outN []vmletv1.Network
+	for _, n := range nets {
+		if !absent[n.Name] {
+			outN = append(outN, n)
+		}
+	}
+	return outI, outN
 }
 
 // interfaces is DomainSpec's part of the network: the guest NICs as planned.
@@ -110,8 +166,11 @@ func networksUsed(ifaces []vmletv1.Interface, nets []vmletv1.Network) error {
 
 func podNetwork(i int, n vmletv1.Network) (network.Network, error) {
 	field := fmt.Sprintf("spec.networks[%d]", i)
+	if n.Multus != nil {
+		return network.Network{Name: n.Name, Attachment: n.Multus.NetworkName}, nil
+	}
 	if n.Pod == nil {
-		return network.Network{}, &SpecError{Field: field, Reason: fmt.Sprintf("network %q: only the pod network is supported", n.Name), Err: ErrUnsupported}
+		return network.Network{}, &SpecError{Field: field, Reason: fmt.Sprintf("network %q: only pod and multus networks are supported", n.Name), Err: ErrUnsupported}
 	}
 	nn := network.Network{Name: n.Name, Pod: true}
 	var err error
@@ -232,4 +291,16 @@ func ResolveNICs(planned []qemu.NIC, plan *network.Plan, netnsPath string) ([]qe
 		ns[n.ID] = netnsPath
 	}
 	return nics, ns, nil
+}
+
+// BootSpecNames are the names of the boot interfaces.
+func (n *VMINetwork) BootSpecNames() []string {
+	if n.Spec == nil {
+		return nil
+	}
+	var names []string
+	for _, ifc := range n.BootSpec().Interfaces {
+		names = append(names, ifc.Name)
+	}
+	return names
 }

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -269,13 +271,22 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
 		return ctrl.Result{}, err
 	}
+	var synced *metav1.Condition // as found: observe overwrites it
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c != nil {
+		synced = c.DeepCopy()
+	}
 	r.observe(vmi, dom)
+	var nicErr error
+	if dom.State == DomainRunning {
+		nicErr = r.reconcileNICs(ctx, vmi, l, synced)
+	}
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState
 	var hotErr error
 	if dom.State == DomainRunning {
 		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, want, spec)
 	}
+	hotErr = errors.Join(nicErr, hotErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	return ctrl.Result{}, hotErr
 }

@@ -95,7 +95,13 @@ func applyInterface(h *netlink.Handle, nsPath string, ip *InterfacePlan) error {
 
 // ownerAlias marks the links a binding creates, so that only those are ever reused or
 // deleted: a link of the same name that vmlet did not create is a collision.
-func ownerAlias(ip *InterfacePlan) string { return "vmlet-binding " + ip.Name }
+func ownerAlias(ip *InterfacePlan) string { return ownerAliasOf(ip.Name) }
+
+// ownerAliasPrefix starts the alias of every link a binding creates.
+const ownerAliasPrefix = "vmlet-binding "
+
+// ownerAliasOf is the alias of the links of interface name's binding.
+func ownerAliasOf(name string) string { return ownerAliasPrefix + name }
 
 // ensureLink returns link name, creating it with create and marking it with alias owner when
 // missing; an existing link without that mark (or of another type) is a collision.

@@ -25,11 +25,8 @@ func Discover(netnsPath string, spec *Spec) (*PodState, error) {
 	st := &PodState{}
 	seen := map[string]bool{}
 	for _, n := range spec.Networks {
-		name := n.PodInterface
-		if name == "" {
-			name = DefaultPodInterface
-		}
-		if !n.Pod || seen[name] {
+		name := PodInterfaceOf(n)
+		if seen[name] {
 			continue
 		}
 		seen[name] = true

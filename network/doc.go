@@ -24,6 +24,19 @@
 //     DHCP on the guest's side of eth0. The original state is kept in eth0's alias, so plans
 //     are reproducible and RemovePlan restores it.
 //
+// Secondary networks and NIC hotplug: a Network with an Attachment (KubeVirt's multus
+// networks) is a second pod interface, which the CNI (Multus) adds to the pod in a cluster.
+// In local mode vmlet is that CNI: Node.AddInterface adds one more veth from the launcher's
+// netns to the node bridge, named SecondaryInterfaceName(network) ("pod" + a hash, as KubeVirt
+// names them), with the next free address of the node subnet and no routes (the pod's default
+// route stays on eth0); its host end's alias "vmlet-pod ID ADDR IFNAME" keeps the kernel the
+// only IPAM state. Secondary networks take only the bridge binding: Attachment.AddInterface
+// binds one while the VM runs (bridge "k6t-" + hash, tap "tap" + hash, table bridge
+// "vmlet-NAME", a DHCP server offering the interface's address and no router), and
+// Attachment.RemoveInterface unbinds it, also when an earlier agent made it (found by its
+// links' "vmlet-binding NAME" alias); Node.RemoveInterface then deletes the veth. Names never
+// depend on an interface's position, so adding or removing one leaves the others alone.
+//
 // DHCP (ServeDHCP, in-process): one server per binding, its socket created inside the
 // launcher's netns and bound to the bridge; it offers exactly one address to exactly one MAC,
 // with router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU

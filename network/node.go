@@ -78,6 +78,9 @@ type PodNetwork struct {
 	Gateway6  netip.Addr
 	MTU       int
 	Bridge    string
+	// Secondary marks an additional interface of the pod (Node.AddInterface): an address on
+	// the node subnet but no routes, like a Multus attachment's.
+	Secondary bool
 }
 
 var podIDRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
@@ -215,21 +218,61 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// podAlias is the alias of a pod's host veth: "vmlet-pod <id> <addr>/<bits>".
-func podAlias(p PodNetwork) string { return podAliasPrefix + p.ID + " " + p.Addr.String() }
+// podAlias is the alias of a pod's host veth: "vmlet-pod <id> <addr>/<bits>", followed by
+// the pod-side name for a secondary interface.
+func podAlias(p PodNetwork) string {
+	s := podAliasPrefix + p.ID + " " + p.Addr.String()
+	if p.Secondary {
+		s += " " + p.Interface
+	}
+	return s
+}
+
+// podVeth is a host veth as its alias describes it.
+type podVeth struct {
+	id     string
+	addr   netip.Prefix
+	ifname string // the pod side of a secondary interface; "" for the pod's eth0
+}
 
 // parsePodAlias reverses podAlias.
-func parsePodAlias(s string) (id string, addr netip.Prefix, ok bool) {
+func parsePodAlias(s string) (podVeth, bool) {
 	rest, found := strings.CutPrefix(s, podAliasPrefix)
 	if !found {
-		return "", netip.Prefix{}, false
+		return podVeth{}, false
 	}
-	id, a, found := strings.Cut(rest, " ")
-	if !found {
-		return "", netip.Prefix{}, false
+	f := strings.Fields(rest)
+	if len(f) != 2 && len(f) != 3 {
+		return podVeth{}, false
 	}
-	addr, err := netip.ParsePrefix(a)
-	return id, addr, err == nil
+	addr, err := netip.ParsePrefix(f[1])
+	if err != nil {
+		return podVeth{}, false
+	}
+	v := podVeth{id: f[0], addr: addr}
+	if len(f) == 3 {
+		v.ifname = f[2]
+	}
+	return v, true
+}
+
+// hostName is the host veth's name this alias belongs on.
+func (v podVeth) hostName() string {
+	if v.ifname == "" {
+		return hostVethName(v.id)
+	}
+	return hostVethName(v.id + "/" + v.ifname)
+}
+
+// secondaryPlan is the plan of pod id's secondary interface ifname with address addr.
+func secondaryPlan(cfg NodeConfig, id, ifname string, addr netip.Addr) PodNetwork {
+	p := podPlan(cfg, id, addr)
+	p.HostVeth = hostVethName(id + "/" + ifname)
+	p.Interface = ifname
+	p.MAC = GenerateMAC(id, "pod-"+ifname)
+	p.Addr6, p.Gateway6 = netip.Prefix{}, netip.Addr{}
+	p.Secondary = true
+	return p
 }
 
 // nodeTable is the node's NAT: pod traffic leaving the pod subnet is masqueraded to the

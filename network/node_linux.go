@@ -62,16 +62,12 @@ func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 	if created {
 		r.add(func() error { return n.removeBridge(h) })
 	}
-	pods, err := n.scan(h, br)
+	pods, used, err := n.scan(h, br)
 	if err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	pod, exists := pods[id]
 	if !exists {
-		var used []netip.Addr
-		for _, p := range pods {
-			used = append(used, p.Addr.Addr())
-		}
 		if pod, err = PlanPod(n.cfg, id, used); err != nil {
 			return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 		}
@@ -169,6 +165,9 @@ func configurePodSide(pod PodNetwork) error {
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up: %w", pod.Interface, err)
 	}
+	if pod.Secondary {
+		return nil // no routes: the pod's default route stays on eth0
+	}
 	def := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: pod.Gateway.AsSlice(), Dst: prefixNet(netip.MustParsePrefix("0.0.0.0/0"))}
 	if err := h.RouteReplace(def); err != nil {
 		return fmt.Errorf("add default route via %s: %w", pod.Gateway, err)
@@ -203,12 +202,15 @@ func (n *Node) DeletePod(id string) error {
 	}
 	defer done()
 	if l, err := h.LinkByName(hostVethName(id)); err == nil {
-		if got, _, ok := parsePodAlias(l.Attrs().Alias); !ok || got != id {
+		if v, ok := parsePodAlias(l.Attrs().Alias); !ok || v.id != id {
 			return fmt.Errorf("delete pod %s: %w: %s has alias %q", id, ErrNameCollision, l.Attrs().Name, l.Attrs().Alias)
 		}
 		if err := h.LinkDel(l); err != nil {
 			return fmt.Errorf("delete pod %s: delete veth: %w", id, err)
 		}
+	}
+	if err := deleteSecondaries(h, id, ""); err != nil {
+		return fmt.Errorf("delete pod %s: %w", id, err)
 	}
 	if err := removeNetns(filepath.Join(n.cfg.NetnsDir, "vmlet-"+id)); err != nil {
 		return fmt.Errorf("delete pod %s: %w", id, err)
@@ -242,7 +244,7 @@ func (n *Node) Pods() ([]PodNetwork, error) {
 	if err != nil {
 		return nil, nil
 	}
-	pods, err := n.scan(h, br)
+	pods, _, err := n.scan(h, br)
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
@@ -254,21 +256,26 @@ func (n *Node) Pods() ([]PodNetwork, error) {
 	return out, nil
 }
 
-// scan reads the pods from the aliases of the bridge's ports.
-func (n *Node) scan(h *netlink.Handle, br netlink.Link) (map[string]PodNetwork, error) {
+// scan reads the pods from the aliases of the bridge's ports, and the addresses in use (those
+// of secondary interfaces included).
+func (n *Node) scan(h *netlink.Handle, br netlink.Link) (map[string]PodNetwork, []netip.Addr, error) {
 	ports, err := bridgePorts(h, br)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pods := map[string]PodNetwork{}
+	var used []netip.Addr
 	for _, l := range ports {
-		id, addr, ok := parsePodAlias(l.Attrs().Alias)
-		if !ok || l.Attrs().Name != hostVethName(id) {
+		v, ok := parsePodAlias(l.Attrs().Alias)
+		if !ok || l.Attrs().Name != v.hostName() {
 			continue
 		}
-		pods[id] = podPlan(n.cfg, id, addr.Addr())
+		used = append(used, v.addr.Addr())
+		if v.ifname == "" {
+			pods[v.id] = podPlan(n.cfg, v.id, v.addr.Addr())
+		}
 	}
-	return pods, nil
+	return pods, used, nil
 }
 
 // bridgePorts lists the links enslaved to br.

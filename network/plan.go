@@ -95,12 +95,9 @@ func PlanBindings(spec *Spec, pod *PodState) (*Plan, error) {
 		nets[n.Name] = n
 	}
 	p := &Plan{}
-	for i, ifc := range spec.Interfaces {
+	for _, ifc := range spec.Interfaces {
 		n := nets[ifc.Name]
-		podIf := n.PodInterface
-		if podIf == "" {
-			podIf = DefaultPodInterface
-		}
+		podIf := PodInterfaceOf(n)
 		var pi *PodInterface
 		for j := range pod.Interfaces {
 			if pod.Interfaces[j].Name == podIf {
@@ -110,7 +107,7 @@ func PlanBindings(spec *Spec, pod *PodState) (*Plan, error) {
 		if pi == nil {
 			return nil, fmt.Errorf("plan interface %s: %w: %s not found in the pod", ifc.Name, ErrNoPodAddress, podIf)
 		}
-		ip, err := planInterface(spec, pod, ifc, n, *pi, i)
+		ip, err := planInterface(spec, pod, ifc, n, *pi)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +116,7 @@ func PlanBindings(spec *Spec, pod *PodState) (*Plan, error) {
 	return p, nil
 }
 
-func planInterface(spec *Spec, pod *PodState, ifc Interface, n Network, pi PodInterface, idx int) (InterfacePlan, error) {
+func planInterface(spec *Spec, pod *PodState, ifc Interface, n Network, pi PodInterface) (InterfacePlan, error) {
 	mtu := pi.MTU
 	if mtu == 0 {
 		mtu = 1500
@@ -128,8 +125,8 @@ func planInterface(spec *Spec, pod *PodState, ifc Interface, n Network, pi PodIn
 		Name:    ifc.Name,
 		Binding: ifc.Binding,
 		Pod:     pi,
-		Bridge:  "k6t-" + pi.Name,
-		Tap:     fmt.Sprintf("tap%d", idx),
+		Bridge:  bridgeName(pi.Name),
+		Tap:     TapName(pi.Name),
 		Queues:  queues(spec),
 		MTU:     mtu,
 	}
@@ -156,7 +153,7 @@ func planInterface(spec *Spec, pod *PodState, ifc Interface, n Network, pi PodIn
 	case BindingMasquerade:
 		planMasquerade(spec, ifc, n, &ip)
 	case BindingBridge:
-		if err := planBridge(spec, ifc, &ip); err != nil {
+		if err := planBridge(spec, ifc, n, &ip); err != nil {
 			return InterfacePlan{}, err
 		}
 	}
@@ -214,9 +211,10 @@ func planMasquerade(spec *Spec, ifc Interface, n Network, ip *InterfacePlan) {
 		}
 	}
 	ip.Table = masqueradeTable(ip)
+	ip.Table.Name = tableName(n, ifc.Name)
 }
 
-func planBridge(spec *Spec, ifc Interface, ip *InterfacePlan) error {
+func planBridge(spec *Spec, ifc Interface, n Network, ip *InterfacePlan) error {
 	pi := ip.Pod
 	if !pi.Addr.IsValid() {
 		return fmt.Errorf("plan interface %s: %w: %s has no IPv4 address to hand to the guest", ifc.Name, ErrNoPodAddress, pi.Name)
@@ -229,7 +227,7 @@ func planBridge(spec *Spec, ifc Interface, ip *InterfacePlan) error {
 	ip.BridgeAddrs = []netip.Prefix{BridgeServerAddr}
 	ip.DHCP.ServerAddr = BridgeServerAddr.Addr()
 	ip.DHCP.ClientAddr = pi.Addr
-	if pi.Gateway.IsValid() {
+	if pi.Gateway.IsValid() && n.Pod { // a secondary network gives the guest no default route
 		ip.DHCP.Router = pi.Gateway
 		if !pi.Addr.Masked().Contains(pi.Gateway) {
 			ip.DHCP.Routes = []StaticRoute{
@@ -239,5 +237,6 @@ func planBridge(spec *Spec, ifc Interface, ip *InterfacePlan) error {
 		}
 	}
 	ip.Table = bridgeTable(ip)
+	ip.Table.Name = tableName(n, ifc.Name)
 	return nil
 }

@@ -50,12 +50,19 @@ func TestAliases(t *testing.T) {
 		}
 	}
 	p := podPlan(NodeConfig{Subnet: DefaultNodeSubnet}, "pod-1", netip.MustParseAddr("198.19.118.9"))
-	id, addr, ok := parsePodAlias(podAlias(p))
-	if !ok || id != "pod-1" || addr != p.Addr {
-		t.Errorf("pod alias round trip: %q %v %v", id, addr, ok)
+	v, ok := parsePodAlias(podAlias(p))
+	if !ok || v.id != "pod-1" || v.addr != p.Addr || v.ifname != "" || v.hostName() != p.HostVeth {
+		t.Errorf("pod alias round trip: %+v %v", v, ok)
 	}
-	if _, _, ok := parsePodAlias("vmlet-pod x"); ok {
-		t.Error("truncated pod alias accepted")
+	sec := secondaryPlan(NodeConfig{Subnet: DefaultNodeSubnet}, "pod-1", "pod0123456789a", netip.MustParseAddr("198.19.118.10"))
+	v, ok = parsePodAlias(podAlias(sec))
+	if !ok || v.id != "pod-1" || v.addr != sec.Addr || v.ifname != "pod0123456789a" || v.hostName() != sec.HostVeth || sec.HostVeth == p.HostVeth {
+		t.Errorf("secondary pod alias round trip: %+v %v (host veth %s)", v, ok, sec.HostVeth)
+	}
+	for _, s := range []string{"vmlet-pod x", "vmlet-pod x 198.19.118.1/24 a b"} {
+		if _, ok := parsePodAlias(s); ok {
+			t.Errorf("malformed pod alias %q accepted", s)
+		}
 	}
 	if got := lastAddr(netip.MustParsePrefix("198.19.118.0/24")); got.String() != "198.19.118.255" {
 		t.Errorf("lastAddr = %s", got)

@@ -2,6 +2,7 @@ package network
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -44,7 +45,8 @@ type Spec struct {
 	Hostname string
 	// Interfaces are the guest NICs, each on one network of Networks.
 	Interfaces []Interface
-	// Networks are the networks the interfaces refer to. Only the pod network exists.
+	// Networks are the networks the interfaces refer to: at most one pod network, and
+	// secondary networks (Network.Attachment).
 	Networks []Network
 	// VCPUs is the guest's vCPU count: the number of tap queues per NIC when MultiQueue.
 	VCPUs int
@@ -77,13 +79,19 @@ type Network struct {
 	Name string
 	// Pod marks the pod network: the launcher's pod interface (PodInterface, "eth0").
 	Pod bool
+	// Attachment names a secondary network instead (Multus's network attachment in a cluster;
+	// in local mode a second veth to the node bridge, Node.AddInterface): its pod interface is
+	// PodInterface, by default SecondaryInterfaceName(Name). Secondary networks take the
+	// bridge binding only, and guests learn no default route from them.
+	Attachment string
 	// GuestCIDR is the masquerade guest subnet; zero means DefaultGuestCIDR. The gateway is
 	// its first address, the guest its second.
 	GuestCIDR netip.Prefix
 	// GuestCIDR6 is the IPv6 masquerade guest subnet; zero means DefaultGuestCIDR6. Used only
 	// when the pod interface has a global IPv6 address.
 	GuestCIDR6 netip.Prefix
-	// PodInterface is the interface in the launcher's netns; empty means "eth0".
+	// PodInterface is the interface in the launcher's netns; empty means PodInterfaceOf's
+	// default ("eth0" for the pod network).
 	PodInterface string
 }
 
@@ -117,3 +125,20 @@ const (
 	// MaxInterfaces is the most NICs one spec may have (KubeVirt's API limit).
 	MaxInterfaces = 16
 )
+
+// Select returns a copy of s with only the named interfaces (in s's order) and their networks.
+func (s *Spec) Select(names ...string) *Spec {
+	out := *s
+	out.Interfaces, out.Networks = nil, nil
+	for _, ifc := range s.Interfaces {
+		if slices.Contains(names, ifc.Name) {
+			out.Interfaces = append(out.Interfaces, ifc)
+		}
+	}
+	for _, n := range s.Networks {
+		if slices.Contains(names, n.Name) {
+			out.Networks = append(out.Networks, n)
+		}
+	}
+	return &out
+}

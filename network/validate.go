@@ -13,6 +13,13 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // "k6t-" + name fits IFNAMSIZ.
 var ifnameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,10}$`)
 
+// secondaryIfnameRE is a pod-side name of an additional interface (Node.AddInterface).
+var secondaryIfnameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,14}$`)
+
+// attachmentRE is a secondary network's attachment name: a Multus network name, optionally
+// namespace-qualified.
+var attachmentRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
 // Validate checks a spec without touching the host and returns every problem found, joined;
 // each is a *FieldError matching ErrInvalidSpec and its specific sentinel.
 func (s *Spec) Validate() error {
@@ -30,19 +37,29 @@ func (s *Spec) Validate() error {
 	if len(s.Interfaces) > MaxInterfaces {
 		add(fieldErr("interfaces", fmt.Sprint(len(s.Interfaces)), ErrInvalidSpec, fmt.Sprintf("at most %d", MaxInterfaces)))
 	}
-	nets := map[string]bool{}
+	nets := map[string]Network{}
 	pods := 0
 	for i, n := range s.Networks {
 		f := fmt.Sprintf("networks[%d]", i)
 		if !nameRE.MatchString(n.Name) {
 			add(fieldErr(f+".name", n.Name, ErrInvalidSpec, "must be a DNS label"))
 		}
-		if nets[n.Name] {
+		if _, dup := nets[n.Name]; dup {
 			add(fieldErr(f+".name", n.Name, ErrDuplicateInterface, "network defined twice"))
 		}
-		nets[n.Name] = true
-		if !n.Pod {
-			add(fieldErr(f, n.Name, ErrUnknownNetwork, "only the pod network is supported"))
+		nets[n.Name] = n
+		switch {
+		case n.Pod && n.Attachment != "":
+			add(fieldErr(f, n.Name, ErrInvalidSpec, "a network is either the pod network or a secondary one"))
+			continue
+		case !n.Pod && n.Attachment == "":
+			add(fieldErr(f, n.Name, ErrUnknownNetwork, "neither the pod network nor a secondary network attachment"))
+			continue
+		case !n.Pod:
+			if !attachmentRE.MatchString(n.Attachment) {
+				add(fieldErr(f+".attachment", n.Attachment, ErrUnknownNetwork, "want a network attachment name such as ns/name"))
+			}
+			errs = append(errs, validateNetwork(f, n)...)
 			continue
 		}
 		pods++
@@ -62,10 +79,14 @@ func (s *Spec) Validate() error {
 			add(fieldErr(f+".name", ifc.Name, ErrDuplicateInterface, "interface defined twice"))
 		}
 		names[ifc.Name] = true
-		if !nets[ifc.Name] {
+		n, ok := nets[ifc.Name]
+		switch {
+		case !ok:
 			add(fieldErr(f+".name", ifc.Name, ErrUnknownNetwork, "no network of this name"))
-		} else if used[ifc.Name] {
+		case used[ifc.Name]:
 			add(fieldErr(f+".name", ifc.Name, ErrDuplicateInterface, "network used by two interfaces"))
+		case !n.Pod && ifc.Binding != BindingBridge:
+			add(fieldErr(f+".binding", string(ifc.Binding), ErrUnsupportedBinding, "secondary networks take the bridge binding only (masquerade needs the pod network)"))
 		}
 		used[ifc.Name] = true
 		errs = append(errs, validateInterface(f, ifc)...)

@@ -87,7 +87,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	case cfg.Pods != nil:
-		nn = &controllers.NodeNetwork{Pods: cfg.Pods}
+		// Someone else's pod networks: no secondary (multus) networks offered.
+		nn = &controllers.NodeNetwork{Pods: cfg.Pods, Secondary: []string{}}
 	}
 	senv := cfg.Storage.env()
 	r := &controllers.VMIReconciler{

@@ -257,7 +257,20 @@ type Interface struct {
 	// +kubebuilder:validation:MaxLength=12
 	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
 	PciAddress string `json:"pciAddress,omitempty"`
+	// State represents the requested operational state of the interface.
+	// The only value supported is 'absent', which hot-unplugs the interface from the running
+	// guest (interfaces of multus networks with the bridge binding only); KubeVirt's link
+	// states 'up' and 'down' are not supported by vmlet.
+	// +optional
+	// +kubebuilder:validation:Enum=absent
+	State InterfaceState `json:"state,omitempty"`
 }
+
+// InterfaceState represents the requested operational state of an interface.
+type InterfaceState string
+
+// InterfaceStateAbsent asks for the interface to be hot-unplugged (KubeVirt's value).
+const InterfaceStateAbsent InterfaceState = "absent"
 
 // InterfaceBindingMethod represents the method which will be used to connect the interface to
 // the guest. Only one of its members may be specified.

@@ -113,7 +113,16 @@ var invalidCases = []invalidCase{
 		at(t, o, "spec.domain.devices.disks[0]")["bootOrder"] = int64(1)
 		at(t, o, "spec.domain.devices.interfaces[0]")["bootOrder"] = int64(1)
 	}, false, invalid, badValue, "spec.domain.devices.interfaces"},
-	{"multus network", set("spec.networks[0]", "multus", map[string]any{"networkName": "blue"}), false, invalid, forbid, "spec.networks[0].multus"},
+	{"pod and multus network", set("spec.networks[0]", "multus", map[string]any{"networkName": "blue"}), false, invalid, badValue, "spec.networks[0]"},
+	{"masquerade on a multus network", func(t *testing.T, o *unstructured.Unstructured) {
+		addMultus(t, o, "blue", map[string]any{"name": "blue", "masquerade": map[string]any{}})
+	}, false, invalid, badValue, "spec.domain.devices.interfaces"},
+	{"default multus network", func(t *testing.T, o *unstructured.Unstructured) {
+		addMultus(t, o, "blue", map[string]any{"name": "blue", "bridge": map[string]any{}})
+		at(t, o, "spec.networks[1].multus")["default"] = true
+	}, false, invalid, badValue, "spec.networks[1].multus.default"},
+	{"absent on the pod network", set("spec.domain.devices.interfaces[0]", "state", "absent"), false, invalid, badValue, "spec.domain.devices.interfaces"},
+	{"link state down", set("spec.domain.devices.interfaces[0]", "state", "down"), false, invalid, notSupp, "spec.domain.devices.interfaces[0].state"},
 	{"unsupported KubeVirt field", set("spec.domain", "clock", map[string]any{"utc": map[string]any{}}), false, invalid, forbid, "spec.domain.clock"},
 	{"unsupported KubeVirt list", set("spec", "tolerations", []any{map[string]any{"key": "k"}}), false, invalid, forbid, "spec.tolerations"},
 	{"unknown field with strict validation", set("spec.domain", "bogus", true), true, badReq, "", ""},
@@ -151,4 +160,13 @@ func TestBaseVMIIsValid(t *testing.T) {
 	if err := env.Client.Create(ctx, o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
 		t.Fatalf("create base VMI: %v", err)
 	}
+}
+
+// addMultus adds a multus network name (network attachment "vmlet-node") and interface ifc.
+func addMultus(t *testing.T, o *unstructured.Unstructured, name string, ifc map[string]any) {
+	t.Helper()
+	s := at(t, o, "spec")
+	s["networks"] = append(s["networks"].([]any), map[string]any{"name": name, "multus": map[string]any{"networkName": "vmlet-node"}})
+	d := at(t, o, "spec.domain.devices")
+	d["interfaces"] = append(d["interfaces"].([]any), ifc)
 }

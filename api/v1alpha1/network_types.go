@@ -15,14 +15,38 @@ type Network struct {
 }
 
 // NetworkSource represents the source resource that will be connected to the vm.
-// Exactly one of its members must be specified; vmlet supports only the pod network
-// (KubeVirt's multus and resourceClaim are rejected).
+// Exactly one of its members must be specified; vmlet supports pod and multus (KubeVirt's
+// resourceClaim is rejected).
 //
-// +kubebuilder:validation:XValidation:rule="has(self.pod)",message="a network must have exactly one source; vmlet supports only pod"
+// +kubebuilder:validation:XValidation:rule="(has(self.pod) ? 1 : 0) + (has(self.multus) ? 1 : 0) == 1",message="a network must have exactly one source: pod or multus"
 type NetworkSource struct {
 	// Pod connects the vm to the pod network of its launcher.
 	// +optional
 	Pod *PodNetwork `json:"pod,omitempty"`
+	// Multus connects the vm to a secondary network: a second interface of the launcher's pod.
+	// vmlet plugs interfaces of multus networks into the running guest (hotplug), also those
+	// listed at creation. In local mode the node agent is the CNI and offers one secondary
+	// network, "vmlet-node" (or "<namespace>/vmlet-node"): a second veth on the node bridge
+	// with an address of the node subnet.
+	// +optional
+	Multus *MultusNetwork `json:"multus,omitempty"`
+}
+
+// MultusNetwork represents a secondary network of the pod, as Multus attaches it.
+//
+// +kubebuilder:validation:XValidation:rule="!self.?default.orValue(false)",message="default multus networks (replacing the pod network) are not supported by vmlet",fieldPath=".default"
+type MultusNetwork struct {
+	// References to a NetworkAttachmentDefinition CRD object. Format:
+	// <networkName>, <namespace>/<networkName>. If namespace is not specified, VMI namespace is
+	// assumed.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
+	NetworkName string `json:"networkName"`
+	// Select the default network and add it to the multus-cni.io/default-network annotation.
+	// Not supported by vmlet (must be false).
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // PodNetwork represents the stock pod network interface.

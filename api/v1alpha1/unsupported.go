@@ -104,7 +104,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.domain.devices.interfaces[]", "dhcpOptions", KindObject},
 	{"spec.domain.devices.interfaces[]", "tag", KindString},
 	{"spec.domain.devices.interfaces[]", "acpiIndex", KindInteger},
-	{"spec.domain.devices.interfaces[]", "state", KindString},
 	{"spec.domain.devices.interfaces[]", "slirp", KindObject},
 	{"spec.domain.devices.interfaces[]", "sriov", KindObject},
 	{"spec.domain.devices.interfaces[]", "macvtap", KindObject},
@@ -121,6 +120,5 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.volumes[]", "containerPath", KindObject},
 	{"spec.volumes[].containerDisk", "imagePullSecret", KindString},
 
-	{"spec.networks[]", "multus", KindObject},
 	{"spec.networks[]", "resourceClaim", KindObject},
 }

@@ -22,11 +22,31 @@ func TestSpecUpdates(t *testing.T) {
 			d["disks"] = append(d["disks"].([]any), map[string]any{"name": "data", "disk": map[string]any{"bus": "scsi"}})
 		}
 	}
+	hotplugNIC := func(ifc map[string]any) func(t *testing.T, o *unstructured.Unstructured) {
+		return func(t *testing.T, o *unstructured.Unstructured) { addMultus(t, o, "blue", ifc) }
+	}
 	tests := []struct {
 		name   string
 		mutate func(t *testing.T, o *unstructured.Unstructured)
 		field  string // "" = the update is allowed
 	}{
+		{"hotplug a bridge interface on a multus network", hotplugNIC(map[string]any{"name": "blue", "bridge": map[string]any{}, "macAddress": "02:00:00:00:00:01"}), ""},
+		{"hotplug a masquerade interface", hotplugNIC(map[string]any{"name": "blue", "masquerade": map[string]any{}}), "spec.domain.devices.interfaces"},
+		{"hotplug an interface with a bad MAC", hotplugNIC(map[string]any{"name": "blue", "bridge": map[string]any{}, "macAddress": "02:00:00:00:00"}), "spec.domain.devices.interfaces[1].macAddress"},
+		{"hotplug an interface without its network", func(t *testing.T, o *unstructured.Unstructured) {
+			d := at(t, o, "spec.domain.devices")
+			d["interfaces"] = append(d["interfaces"].([]any), map[string]any{"name": "blue", "bridge": map[string]any{}})
+		}, "spec.domain.devices.interfaces"},
+		{"hotplug a second pod network", func(t *testing.T, o *unstructured.Unstructured) {
+			addMultus(t, o, "blue", map[string]any{"name": "blue", "bridge": map[string]any{}})
+			n := at(t, o, "spec.networks[1]")
+			delete(n, "multus")
+			n["pod"] = map[string]any{}
+		}, "spec.networks"},
+		{"hotplug an interface of a duplicate name", func(t *testing.T, o *unstructured.Unstructured) {
+			addMultus(t, o, "blue", map[string]any{"name": "default", "bridge": map[string]any{}})
+		}, "spec.domain.devices.interfaces"}, // and a Duplicate cause on interfaces[1]
+		{"unplug the pod network's interface", set("spec.domain.devices.interfaces[0]", "state", "absent"), "spec.domain.devices.interfaces"},
 		{"pause", set("spec", "paused", true), ""},
 		{"hotplug a hotpluggable PVC", hotplugPVC(true), ""},
 		{"add a plain PVC", hotplugPVC(false), "spec.volumes"},
@@ -36,7 +56,7 @@ func TestSpecUpdates(t *testing.T) {
 		{"add firmware", set("spec.domain", "firmware", map[string]any{"serial": "s1"}), "spec.domain"},
 		{"change a disk bus", set("spec.domain.devices.disks[0].disk", "bus", "sata"), "spec.domain.devices.disks"},
 		{"change a volume", set("spec.volumes[0].containerDisk", "image", "example.org/other:1"), "spec.volumes"},
-		{"change a port", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(8080)), "spec.domain.devices"},
+		{"change a port", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(8080)), "spec.domain.devices.interfaces"},
 		{"add rng", set("spec.domain.devices", "rng", map[string]any{}), "spec.domain.devices"},
 		{"change the network", set("spec.networks[0].pod", "vmNetworkCIDR", "10.1.0.0/24"), "spec.networks"},
 		{"add a nodeSelector", set("spec", "nodeSelector", map[string]any{"zone": "a"}), "spec"},
@@ -112,4 +132,52 @@ func TestLargestVMIFitsCELBudget(t *testing.T) {
 	if err := env.Client.Update(ctx, o); err != nil {
 		t.Fatalf("update: %v", err)
 	}
+}
+
+// TestInterfaceHotplugUpdates walks KubeVirt's hotplug flow on a VMI: add a multus network and
+// its bridge interface, set the interface to state: absent, drop both; and checks that an
+// existing interface changes only to absent and that a VMI whose pod interface was
+// auto-attached cannot hotplug.
+func TestInterfaceHotplugUpdates(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	update := func(o *unstructured.Unstructured) error {
+		return env.Client.Update(ctx, o, client.FieldValidation(metav1.FieldValidationStrict))
+	}
+	o := validVMI("nic-hotplug")
+	if err := env.Client.Create(ctx, o); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	addMultus(t, o, "blue", map[string]any{"name": "blue", "bridge": map[string]any{}})
+	if err := update(o); err != nil {
+		t.Fatalf("hotplug: %v", err)
+	}
+	changed := o.DeepCopy()
+	at(t, changed, "spec.domain.devices.interfaces[1]")["macAddress"] = "02:00:00:00:00:02"
+	wantRejected(t, update(changed), invalid, badValue, "spec.domain.devices.interfaces")
+	at(t, o, "spec.domain.devices.interfaces[1]")["state"] = "absent"
+	if err := update(o); err != nil {
+		t.Fatalf("unplug (state: absent): %v", err)
+	}
+	back := o.DeepCopy()
+	delete(at(t, back, "spec.domain.devices.interfaces[1]"), "state")
+	wantRejected(t, update(back), invalid, badValue, "spec.domain.devices.interfaces")
+	s := at(t, o, "spec")
+	s["networks"] = s["networks"].([]any)[:1]
+	d := at(t, o, "spec.domain.devices")
+	d["interfaces"] = d["interfaces"].([]any)[:1]
+	if err := update(o); err != nil {
+		t.Fatalf("remove the unplugged interface: %v", err)
+	}
+
+	auto := validVMI("nic-hotplug-auto")
+	delete(at(t, auto, "spec.domain.devices"), "interfaces")
+	delete(at(t, auto, "spec"), "networks")
+	if err := env.Client.Create(ctx, auto); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	at(t, auto, "spec")["networks"] = []any{}
+	at(t, auto, "spec.domain.devices")["interfaces"] = []any{}
+	addMultus(t, auto, "blue", map[string]any{"name": "blue", "bridge": map[string]any{}})
+	wantRejected(t, update(auto), invalid, badValue, "spec.domain.devices.interfaces")
 }

@@ -67,3 +67,18 @@ func isNetns(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
+
+// ErrNoMultus: secondary pod interfaces in a cluster are Multus's to make; the pod runtime does
+// not drive Multus yet, so its nodes offer no secondary networks.
+var ErrNoMultus = errors.New("secondary networks need Multus, which the pod runtime does not drive yet")
+
+// AddInterface refuses: see ErrNoMultus.
+func (Networks) AddInterface(id, ifname string) (network.PodNetwork, error) {
+	return network.PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, ErrNoMultus)
+}
+
+// RemoveInterface has nothing to remove.
+func (Networks) RemoveInterface(string, string) error { return nil }
+
+// Interfaces lists no additional interfaces.
+func (Networks) Interfaces(string) ([]string, error) { return nil, nil }

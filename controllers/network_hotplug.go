@@ -1,0 +1,303 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
+)
+
+// NICHotplugger plugs NICs into a running domain and unplugs them: the launcher's HotplugNIC
+// and UnplugNIC RPCs. A Launcher without it cannot hotplug interfaces.
+type NICHotplugger interface {
+	// AttachedNICs lists the ids of the domain's NICs, cold- and hotplugged.
+	AttachedNICs(ctx context.Context) ([]string, error)
+	// HotplugNIC attaches n on its tap n.TapName in the network namespace netns.
+	HotplugNIC(ctx context.Context, n qemu.NIC, netns string) error
+	// UnplugNIC returns once the guest released the NIC.
+	UnplugNIC(ctx context.Context, id string) error
+}
+
+var _ NICHotplugger = (*grpcLauncher)(nil)
+
+func (g *grpcLauncher) AttachedNICs(ctx context.Context) ([]string, error) {
+	d, err := g.c.GetDomain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.GetNics(), nil
+}
+
+func (g *grpcLauncher) HotplugNIC(ctx context.Context, n qemu.NIC, netns string) error {
+	return g.c.HotplugNIC(ctx, launcher.NICToProto(n, netns))
+}
+
+func (g *grpcLauncher) UnplugNIC(ctx context.Context, id string) error {
+	return g.c.UnplugNIC(ctx, id)
+}
+
+// Reasons of interfaces that cannot be plugged (Synchronized=False, Warning events).
+const (
+	// reasonUnknownNetwork: a multus network this node does not offer.
+	reasonUnknownNetwork = "UnknownNetwork"
+	// reasonInterfaceHotplugFailed: wiring or plugging the interface failed (retried).
+	reasonInterfaceHotplugFailed = "InterfaceHotplugFailed"
+	// reasonInterfaceUnplugFailed: the guest did not release the NIC, or unwiring failed.
+	reasonInterfaceUnplugFailed = "InterfaceUnplugFailed"
+)
+
+// errUnknownSecondary: a multus network that the node does not offer.
+var errUnknownSecondary = errors.New("secondary network not offered by this node")
+
+// offers reports whether the node offers multus network name (a "namespace/" prefix is
+// ignored: the node's networks are not namespaced).
+func (n *NodeNetwork) offers(name string) bool {
+	nets := n.Secondary
+	if nets == nil {
+		nets = DefaultSecondaryNetworks
+	}
+	_, short, found := strings.Cut(name, "/")
+	if !found {
+		short = name
+	}
+	return slices.Contains(nets, short)
+}
+
+// plugSecondary wires interface hot of spec in the VMI's pod: its pod interface (Multus's job,
+// done by PodNetworks in local mode) and its bridge binding with DHCP. It returns the NIC to
+// plug, resolved from the binding plan, and the netns of its tap. Idempotent; on failure what
+// this call created is removed again.
+func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot HotNIC) (_ qemu.NIC, _ string, err error) {
+	a := n.attachment(uid)
+	if a == nil {
+		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: the VMI's network is not attached", hot.Name)
+	}
+	if ip, ok := findPlan(a.Plan(), hot.Name); ok {
+		return resolveNIC(hot.NIC, ip), a.netns, nil
+	}
+	att := ""
+	for _, nw := range spec.Networks {
+		if nw.Name == hot.Name {
+			att = nw.Attachment
+		}
+	}
+	if !n.offers(att) {
+		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w: multus network %q (this node offers %v)", hot.Name, errUnknownSecondary, att, n.secondaryNames())
+	}
+	had, err := n.Pods.Interfaces(string(uid))
+	if err != nil {
+		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
+	}
+	if _, err := n.Pods.AddInterface(string(uid), hot.PodInterface); err != nil {
+		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
+	}
+	defer func() {
+		if err != nil && !slices.Contains(had, hot.PodInterface) {
+			err = errors.Join(err, n.Pods.RemoveInterface(string(uid), hot.PodInterface))
+		}
+	}()
+	s := *spec
+	s.ResolvConf = n.ResolvConf
+	ip, err := a.AddInterface(&s, hot.Name)
+	if err != nil {
+		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
+	}
+	return resolveNIC(hot.NIC, ip), a.netns, nil
+}
+
+func (n *NodeNetwork) secondaryNames() []string {
+	if n.Secondary == nil {
+		return DefaultSecondaryNetworks
+	}
+	return n.Secondary
+}
+
+// unplugSecondary removes interface name's binding and pod interface podIf (idempotent).
+func (n *NodeNetwork) unplugSecondary(uid types.UID, name, podIf string) error {
+	var errs []error
+	if a := n.attachment(uid); a != nil {
+		errs = append(errs, a.RemoveInterface(name))
+	}
+	errs = append(errs, n.Pods.RemoveInterface(string(uid), podIf))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("unplug interface %s: %w", name, err)
+	}
+	return nil
+}
+
+// pruneSecondaries removes the bindings and pod interfaces of secondary interfaces that are
+// neither wanted (keep) nor the boot interfaces, except those whose NIC the domain still has
+// (busy: its unplug failed and is retried).
+func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []HotNIC, busy []string) error {
+	a := n.attachment(uid)
+	if a == nil {
+		return nil
+	}
+	names, err := a.Interfaces()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range names {
+		if slices.Contains(boot, name) || slices.Contains(busy, name) || slices.ContainsFunc(keep, func(h HotNIC) bool { return h.Name == name }) {
+			continue
+		}
+		errs = append(errs, a.RemoveInterface(name))
+	}
+	podIfs, err := n.Pods.Interfaces(string(uid))
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, podIf := range podIfs {
+		if slices.ContainsFunc(keep, func(h HotNIC) bool { return h.PodInterface == podIf }) ||
+			slices.ContainsFunc(busy, func(name string) bool { return network.SecondaryInterfaceName(name) == podIf }) {
+			continue
+		}
+		errs = append(errs, n.Pods.RemoveInterface(string(uid), podIf))
+	}
+	return errors.Join(errs...)
+}
+
+func findPlan(p *network.Plan, name string) (network.InterfacePlan, bool) {
+	for _, ip := range p.Interfaces {
+		if ip.Name == name {
+			return ip, true
+		}
+	}
+	return network.InterfacePlan{}, false
+}
+
+// resolveNIC is ResolveNICs for one NIC.
+func resolveNIC(n qemu.NIC, ip network.InterfacePlan) qemu.NIC {
+	n.MAC, n.TapName, n.Queues = ip.MAC.String(), ip.Tap, ip.Queues
+	return n
+}
+
+// reconcileNICs makes the running domain's secondary NICs match the VMI's interfaces of multus
+// networks: it wires and plugs the missing ones, unplugs NICs whose interface is absent or
+// gone, and removes their bindings and pod interfaces. An interface that cannot be plugged is
+// reported (Synchronized=False with its reason, a Warning event) without disturbing the
+// others; nothing of it stays half-created.
+//
+// synced is the Synchronized condition as the reconcile found it: a Warning event is recorded
+// only when the reason changes.
+func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, synced *metav1.Condition) error {
+	if r.Network == nil || r.Network.Pods == nil || r.Network.attachment(vmi.UID) == nil {
+		return nil
+	}
+	vn, err := NetworkSpec(vmi)
+	if err != nil {
+		return nil // reported by the translation
+	}
+	hp, ok := l.(NICHotplugger)
+	if !ok {
+		if len(vn.Hot) > 0 {
+			r.nicsDegraded(vmi, synced, reasonInterfaceHotplugFailed, errors.New("this node's launchers cannot hotplug interfaces"))
+		}
+		return nil
+	}
+	attached, err := hp.AttachedNICs(ctx)
+	if err != nil {
+		return fmt.Errorf("list nics: %w", err)
+	}
+	var problems []nicProblem
+	for _, hot := range vn.Hot {
+		nic, netns, err := r.Network.plugSecondary(vmi.UID, vn.Spec, hot)
+		if err != nil {
+			reason := reasonInterfaceHotplugFailed
+			if errors.Is(err, errUnknownSecondary) || errors.Is(err, network.ErrInvalidSpec) {
+				reason = reasonUnknownNetwork
+			}
+			problems = append(problems, nicProblem{reason, err})
+			continue
+		}
+		if slices.Contains(attached, nic.ID) {
+			continue
+		}
+		if err := hp.HotplugNIC(ctx, nic, netns); err != nil {
+			err = errors.Join(fmt.Errorf("hotplug interface %s: %w", hot.Name, err), r.Network.unplugSecondary(vmi.UID, hot.Name, hot.PodInterface))
+			problems = append(problems, nicProblem{reasonInterfaceHotplugFailed, err})
+			continue
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", "InterfaceAttached", "Hotplug", "interface %s plugged as NIC %s (MAC %s)", hot.Name, nic.ID, nic.MAC)
+	}
+	var busy []string
+	for _, id := range attached {
+		if !isSecondaryNIC(id, vn) {
+			continue
+		}
+		uctx, cancel := context.WithTimeout(ctx, unplugTimeout)
+		err := hp.UnplugNIC(uctx, id)
+		cancel()
+		name := interfaceOfNIC(vmi, id)
+		if err != nil {
+			busy = append(busy, name)
+			problems = append(problems, nicProblem{reasonInterfaceUnplugFailed, fmt.Errorf("unplug nic %s: %w", id, err)})
+			continue
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", "InterfaceDetached", "Unplug", "NIC %s of interface %s unplugged", id, name)
+	}
+	// A NIC that failed to unplug keeps its binding; one whose interface left the spec cannot
+	// be told apart from the others: then nothing is removed until it is unplugged.
+	if !slices.Contains(busy, "") {
+		if err := r.Network.pruneSecondaries(vmi.UID, vn.BootSpecNames(), vn.Hot, busy); err != nil {
+			problems = append(problems, nicProblem{reasonInterfaceUnplugFailed, fmt.Errorf("remove unplugged interfaces: %w", err)})
+		}
+	}
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = p.err
+		}
+		err := errors.Join(errs...)
+		r.nicsDegraded(vmi, synced, problems[0].reason, err)
+		if problems[0].reason == reasonUnknownNetwork && len(problems) == 1 {
+			return nil // nothing to retry until the spec changes
+		}
+		return err
+	}
+	return nil
+}
+
+// nicsDegraded sets Synchronized=False with reason, recording a Warning event when the
+// condition did not say so before this reconcile.
+func (r *VMIReconciler) nicsDegraded(vmi *vmletv1.VirtualMachineInstance, synced *metav1.Condition, reason string, err error) {
+	if synced == nil || synced.Reason != reason || synced.Message != err.Error() {
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, "HotplugInterface", "%v", err)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+}
+
+type nicProblem struct {
+	reason string
+	err    error
+}
+
+// isSecondaryNIC reports whether NIC id is not one the VMI wants: neither a boot NIC nor a
+// present interface of a multus network.
+func isSecondaryNIC(id string, vn *VMINetwork) bool {
+	if slices.ContainsFunc(vn.NICs, func(n qemu.NIC) bool { return n.ID == id }) {
+		return false
+	}
+	return !slices.ContainsFunc(vn.Hot, func(h HotNIC) bool { return h.NIC.ID == id })
+}
+
+// interfaceOfNIC is the name of the VMI interface whose NIC is id ("" when the spec no longer
+// lists it).
+func interfaceOfNIC(vmi *vmletv1.VirtualMachineInstance, id string) string {
+	for _, ifc := range vmi.Spec.Domain.Devices.Interfaces {
+		if NICID(ifc.Name) == id {
+			return ifc.Name
+		}
+	}
+	return ""
+}

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,4 +204,45 @@ func tail(b []byte) string {
 		b = b[len(b)-300:]
 	}
 	return string(b)
+}
+
+// TestVMICreatedPaused: a VMI created with spec.paused starts with its vCPUs stopped (the guest
+// prints nothing), stays Synchronized while paused, and boots once unpaused.
+func TestVMICreatedPaused(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	a := startAgent(t, agentOptions{})
+	defer a.stop(t)
+	ctx := context.Background()
+
+	vmi := newVMI("created-paused")
+	vmi.Spec.Paused = true
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	p := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 2*time.Minute)
+	if p.Status.Phase != vmletv1.Running {
+		t.Errorf("paused at creation: %s", summary(p))
+	}
+	serial := filepath.Join(runRoot, string(vmi.UID), "logs", "serial.log")
+	// A later reconcile (any status write wakes one) must not find the domain out of sync.
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionTrue, 30*time.Second)
+	if b, _ := os.ReadFile(serial); strings.Contains(string(b), testguest.MarkerReady) {
+		t.Fatal("a guest created paused booted")
+	}
+	setPaused(t, key, false)
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, time.Minute)
+	eventually(t, 2*time.Minute, "guest boot marker after unpause", func() (bool, string) {
+		b, err := os.ReadFile(serial)
+		return err == nil && strings.Contains(string(b), testguest.MarkerReady), tail(b)
+	})
+	v := waitCondition(t, key, vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionTrue, 30*time.Second)
+	if err := env.Client.Delete(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
+		_, err := getVMI(t, key)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }

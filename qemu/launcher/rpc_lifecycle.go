@@ -30,7 +30,7 @@ func (l *api) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncResponse, 
 		if d.incoming {
 			return nil, fmt.Errorf("sync: %w: this launcher is a migration target", ErrWrongState)
 		}
-		if !proto.Equal(d.spec, req.GetSpec()) {
+		if !sameDomain(d.spec, req.GetSpec()) {
 			return nil, fmt.Errorf("sync: %w: %s runs with another spec (use the hotplug calls)", ErrDomainExists, d.info.Name)
 		}
 		if !d.running() {
@@ -43,6 +43,21 @@ func (l *api) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncResponse, 
 		return nil, err
 	}
 	return &pb.SyncResponse{Domain: d.snapshot(), Started: true}, nil
+}
+
+// sameDomain reports whether a and b define the same domain. start_paused says how a domain
+// started, not what it is: a domain started paused and resumed since is still the one an agent
+// syncs later without the flag.
+func sameDomain(a, b *pb.DomainSpec) bool {
+	if a.GetStartPaused() == b.GetStartPaused() {
+		return proto.Equal(a, b)
+	}
+	c, ok := proto.Clone(b).(*pb.DomainSpec)
+	if !ok {
+		return false
+	}
+	c.StartPaused = a.GetStartPaused()
+	return proto.Equal(a, c)
 }
 
 // Pause implements the Pause RPC (QMP stop).

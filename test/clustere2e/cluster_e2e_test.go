@@ -43,7 +43,43 @@ const (
 	guestImage = "vmlet.dev/testguest:cluster"
 )
 
-// cluster is one test's cluster: API server, controller and agent processes, kubeletsim.
+// One API server and one build of the binaries per package; each test runs its own controller,
+// agent and kubeletsim against it.
+var (
+	env              *apienv.Env
+	vmletBin, launch string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run() // the tests' prereq guards say why they cannot run (and fail under CI)
+	}
+	var err error
+	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start api server:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	bin, err := os.MkdirTemp("", "vmlet-cluster-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	vmletBin, launch = filepath.Join(bin, "vmlet"), filepath.Join(bin, "vmlet-launcher")
+	for b, pkg := range map[string]string{vmletBin: "github.com/vmlet/vmlet/cmd/vmlet", launch: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
+		if out, err := exec.Command("go", "build", "-o", b, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// cluster is one test's cluster: controller and agent processes and kubeletsim.
 type cluster struct {
 	env                                  *apienv.Env
 	tmp                                  string
@@ -65,11 +101,6 @@ func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	prereq.Root(t)
 	prereq.QEMU(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
 	tmp, err := os.MkdirTemp("", "vmlet-cluster-")
 	if err != nil {
 		t.Fatal(err)
@@ -77,12 +108,7 @@ func startCluster(t *testing.T) *cluster {
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	c := &cluster{env: env, tmp: tmp, launcherRoot: filepath.Join(tmp, "l"), volumeRoot: filepath.Join(tmp, "volumes"),
 		imageCache: filepath.Join(tmp, "images"), podNetns: filepath.Join(tmp, "pods")}
-	vmlet, launcher := filepath.Join(tmp, "vmlet"), filepath.Join(tmp, "vmlet-launcher")
-	for bin, pkg := range map[string]string{vmlet: "github.com/vmlet/vmlet/cmd/vmlet", launcher: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	vmlet, launcher := vmletBin, launch
 	suffix := randomSuffix()
 	cg, err := devices.FindCgroup2Mount()
 	if err != nil {

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# `make bench`: runs the project's Go benchmarks (real QEMU, real kernel) one package at a time and
-# rewrites the generated part of BENCHMARKS.md with the machine, the exact commands and the raw
-# results. It exits non-zero only when a benchmark errors, never because a number is slow.
+# `make bench`: runs the project's Go benchmarks (real QEMU, real kernel) one package at a time,
+# then the side-by-side comparison with libvirt (bench/sidebyside: vmlet vs libvirtd + virtlogd vs
+# bare QEMU, interleaved rounds, JSON in bench/results.json), and rewrites the generated part of
+# BENCHMARKS.md with the machine, the exact commands and the raw results. It exits non-zero only
+# when a benchmark errors, never because a number is slow.
 #
-#   hack/bench.sh            # all packages below
-#   BENCH_PKGS="./qemu/qmp" hack/bench.sh
+#   hack/bench.sh                                # everything (≈30 min on 2 cores)
+#   BENCH_PKGS="./qemu/qmp" hack/bench.sh        # some Go packages only
+#   BENCH_PKGS=none BENCH_ROUNDS=3 hack/bench.sh # only the side by side, 3 rounds (not for publishing)
+#   BENCH_SIDEBYSIDE=0 hack/bench.sh             # skip the side by side
+#   BENCH_VMIS=1,20 hack/bench.sh                # agent benchmark without the 100-VMI case
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=_output/bench
@@ -23,15 +28,30 @@ declare -A flags=(
 )
 order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network ./controllers)
 pkgs=${BENCH_PKGS:-${order[*]}}
+[ "$pkgs" = none ] && pkgs=""
+# The agent benchmark's VMI counts (controllers BenchmarkCreateToRunning); 100 only runs here.
+export VMLET_BENCH_VMIS=${BENCH_VMIS:-1,20,100}
+rounds=${BENCH_ROUNDS:-10}
+sidebyside=${BENCH_SIDEBYSIDE:-1}
 
 for p in $pkgs; do
   f=${flags[$p]:-"-bench=. -benchtime=3x"}
   echo "bench: $p ($f)..." >&2
   start=$(date +%s)
   # shellcheck disable=SC2086
-  go test -run '^$' $f -benchmem -count=1 -timeout 20m "$p" | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
+  go test -run '^$' $f -benchmem -count=1 -timeout 40m "$p" | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
   echo "bench: $p took $(( $(date +%s) - start )) s" >&2
 done
+
+if [ "$sidebyside" = 1 ]; then
+  echo "bench: side by side with libvirt ($rounds rounds; progress below)..." >&2
+  start=$(date +%s)
+  mkdir -p "$out/bin"
+  CGO_ENABLED=0 go build -o "$out/bin/vmlet-launcher" ./cmd/vmlet-launcher
+  go build -o "$out/bin/sidebyside" ./bench/sidebyside
+  "$out/bin/sidebyside" run -launcher "$out/bin/vmlet-launcher" -rounds "$rounds" -out bench/results.json -gobench-dir "$out"
+  echo "bench: side by side took $(( $(date +%s) - start )) s" >&2
+fi
 
 gen=$out/generated.md
 {
@@ -44,12 +64,20 @@ gen=$out/generated.md
     echo "### \`$p\`"
     echo
     echo "\`go test -run '^\$' $f -benchmem -count=1 $p\`"
+    [ "$p" = ./controllers ] && echo && echo "(with VMLET_BENCH_VMIS=$VMLET_BENCH_VMIS)"
     echo
     echo '```'
     grep -E '^(Benchmark|goos|cpu)' "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt" || true
     echo '```'
     echo
   done
+  if [ "$sidebyside" = 1 ]; then
+    "$out/bin/sidebyside" render -in bench/results.json
+  elif [ -f bench/results.json ] && [ -x "$out/bin/sidebyside" ]; then
+    echo "(side by side not rerun: the section below is from bench/results.json of an earlier run)"
+    echo
+    "$out/bin/sidebyside" render -in bench/results.json
+  fi
 } > "$gen"
 
 # Replace the generated section of BENCHMARKS.md (everything after the marker line).

@@ -196,8 +196,8 @@ func lvDo(ctx context.Context, l *libvirt.Libvirt, what string, call func() erro
 		return nil
 	case <-ctx.Done():
 		_ = l.Disconnect() // aborts the call; the connection is unusable from here on
-		<-res
-		return fmt.Errorf("%s: %w: %w", what, errLibvirtTimeout, ctx.Err())
+		callErr := <-res   // the disconnect's doing; joined after ctx's reason
+		return errors.Join(fmt.Errorf("%s: %w: %w", what, errLibvirtTimeout, ctx.Err()), callErr)
 	}
 }
 

@@ -60,7 +60,7 @@ func (b *bench) compareArgv(ctx context.Context) error {
 		}
 		v, err := p.start(ctx)
 		if err != nil {
-			return fmt.Errorf("start %s for its command line: %w (discard: %v)", s.name(), err, p.discard(ctx))
+			return undone(fmt.Errorf("start %s for its command line: %w", s.name(), err), "discard", p.discard(ctx))
 		}
 		cl, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", v.qemuPID()))
 		if err := v.stop(ctx); err != nil {

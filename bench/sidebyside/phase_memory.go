@@ -13,6 +13,9 @@ var memoryVMs = []int{1, 10}
 // round first drives every VM through the stack (pause, resume, state query) and then reads
 // /proc/PID/smaps_rollup. Control plane: vmlet's launchers; libvirt's libvirtd + virtlogd.
 // QEMU is reported separately. Per VM = total / VMs.
+//
+// An idle TCG guest costs 10–15 % of a core: each guest is paused (through its stack) once
+// booted, so that the next boots do not crawl, and all are resumed before the rounds.
 func (b *bench) phaseMemory(ctx context.Context) error {
 	modes := []stack{b.vmlet, b.libvirt}
 	vms := make([][]vm, len(modes))
@@ -34,8 +37,18 @@ func (b *bench) phaseMemory(ctx context.Context) error {
 					return fmt.Errorf("boot %s for memory: %w", s.name(), err)
 				}
 				vms[i] = append(vms[i], v)
+				if err := v.pause(ctx); err != nil {
+					return fmt.Errorf("pause %s after boot: %w", s.name(), err)
+				}
 			}
 			b.progress("memory", -1, "booted %d vmlet + %d libvirt guests (target %d each)", len(vms[0]), len(vms[1]), n)
+		}
+		for i, list := range vms {
+			for _, v := range list {
+				if err := v.resume(ctx); err != nil {
+					return fmt.Errorf("resume %s before sampling: %w", modes[i].name(), err)
+				}
+			}
 		}
 		ctlRSS, ctlPSS, qRSS, qPSS := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for r := range b.rounds {

@@ -112,18 +112,19 @@ func (b *bench) bootVmletMig(ctx context.Context) (*vmletMig, error) {
 	g.MemoryMiB = migrationMemMiB
 	spec := g.LauncherSpec()
 	spec.Migratable = true
-	spec.Cpu.Model = "" // the launcher's migratable default (qemu64), as bare QEMU's
+	spec.Cpu.Model = "" // the launcher's migratable defaults: qemu64 and the versioned q35,
+	spec.Machine = ""   // as bare QEMU's (bareOptions.migratable)
 	p, err := b.vmlet.spawn(ctx, "l-"+g.Name+"-0", g.Name, spec)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := p.start(ctx); err != nil {
-		return nil, fmt.Errorf("%w (stop: %v)", err, p.stop(ctx))
+		return nil, undone(err, "stop", p.stop(ctx))
 	}
 	bctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	if err := waitMarker(bctx, p.console(), marker); err != nil {
-		return nil, fmt.Errorf("%w (stop: %v)", err, p.stop(ctx))
+		return nil, undone(err, "stop", p.stop(ctx))
 	}
 	return &vmletMig{b: b, src: p, dom: g.Name}, nil
 }
@@ -221,6 +222,7 @@ func (m *bareMig) name() string { return modeBare }
 func (b *bench) bootBareMig(ctx context.Context) (*bareMig, error) {
 	g := b.guest("sbs-mig-bare")
 	g.MemoryMiB = migrationMemMiB
+	g.Machine = "" // the versioned q35 (bareMode.machine), as the launcher picks it
 	m := &bareMig{b: b, base: g}
 	g.Name += "-0"
 	p, err := b.bare.prepareWith(g, bareOptions{migratable: true})
@@ -234,7 +236,7 @@ func (b *bench) bootBareMig(ctx context.Context) (*bareMig, error) {
 	bctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	if err := waitMarker(bctx, v.console(), marker); err != nil {
-		return nil, fmt.Errorf("%w (stop: %v)", err, v.stop(ctx))
+		return nil, undone(err, "stop", v.stop(ctx))
 	}
 	m.src = v
 	return m, nil

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
 
-// bootTimeout bounds one guest boot to its marker (≈3–7 s under TCG here).
-const bootTimeout = 2 * time.Minute
+// bootTimeout bounds one guest boot to its marker (≈3–7 s under TCG on a quiet machine, over
+// a minute when the two cores are shared with a dozen running guests).
+const bootTimeout = 4 * time.Minute
 
 // phaseStart: per round and mode, the untimed prepare (launcher process up; sockets bound;
 // XML built), then request → domain running (Sync / DomainCreateXML / exec + QMP handshake +
@@ -55,7 +57,7 @@ func startOnce(ctx context.Context, s stack, g Guest) (tRun, tBoot, tDown time.D
 	v, err := p.start(ctx)
 	tRun = time.Since(t0)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%w (discard: %v)", err, p.discard(ctx))
+		return 0, 0, 0, undone(err, "discard", p.discard(ctx))
 	}
 	bctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	err = waitMarker(bctx, v.console(), marker)
@@ -65,7 +67,7 @@ func startOnce(ctx context.Context, s stack, g Guest) (tRun, tBoot, tDown time.D
 	serr := v.stop(ctx)
 	tDown = time.Since(t1)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%w (stop: %v)", err, serr)
+		return 0, 0, 0, undone(err, "stop", serr)
 	}
 	return tRun, tBoot, tDown, serr
 }
@@ -78,14 +80,22 @@ func bootVM(ctx context.Context, s stack, g Guest) (vm, error) {
 	}
 	v, err := p.start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w (discard: %v)", err, p.discard(ctx))
+		return nil, undone(err, "discard", p.discard(ctx))
 	}
 	bctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	if err := waitMarker(bctx, v.console(), marker); err != nil {
-		return nil, fmt.Errorf("%w (stop: %v)", err, v.stop(ctx))
+		return nil, undone(err, "stop", v.stop(ctx))
 	}
 	return v, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// undone returns err, joined with the error of the cleanup step that followed it, if any.
+func undone(err error, step string, cleanupErr error) error {
+	if cleanupErr == nil {
+		return err
+	}
+	return errors.Join(err, fmt.Errorf("%s: %w", step, cleanupErr))
+}

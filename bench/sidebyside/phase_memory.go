@@ -27,6 +27,7 @@ func (b *bench) phaseMemory(ctx context.Context) error {
 		}
 	}()
 	for _, n := range memoryVMs {
+		from := []int{len(vms[0]), len(vms[1])} // the guests booted (and paused) below
 		for len(vms[0]) < n || len(vms[1]) < n {
 			for i, s := range modes {
 				if len(vms[i]) >= n {
@@ -44,7 +45,7 @@ func (b *bench) phaseMemory(ctx context.Context) error {
 			b.progress("memory", -1, "booted %d vmlet + %d libvirt guests (target %d each)", len(vms[0]), len(vms[1]), n)
 		}
 		for i, list := range vms {
-			for _, v := range list {
+			for _, v := range list[from[i]:] {
 				if err := v.resume(ctx); err != nil {
 					return fmt.Errorf("resume %s before sampling: %w", modes[i].name(), err)
 				}

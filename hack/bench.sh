@@ -39,7 +39,9 @@ for p in $pkgs; do
   echo "bench: $p ($f)..." >&2
   start=$(date +%s)
   # shellcheck disable=SC2086
-  go test -run '^$' $f -benchmem -count=1 -timeout 40m "$p" | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
+  # stderr too: a benchmark that skips for want of memory says so there (go test -bench without -v
+  # prints no skip reason).
+  go test -run '^$' $f -benchmem -count=1 -timeout 40m "$p" 2>&1 | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
   echo "bench: $p took $(( $(date +%s) - start )) s" >&2
 done
 
@@ -59,22 +61,26 @@ gen=$out/generated.md
   echo "Run $(date -u +%FT%TZ) on $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(qemu-system-x86_64 --version | head -1), $(go version | cut -d' ' -f3)."
   echo "Accelerator: $(go run ./hack/accel 2>/dev/null || echo unknown)."
   echo
-  for p in $pkgs; do
+  # Every package with a result file: this run's, or an earlier run's when BENCH_PKGS named
+  # fewer packages (the file's time says which run it came from).
+  for p in "${order[@]}"; do
+    txt="$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
+    [ -f "$txt" ] || continue
     f=${flags[$p]:-"-bench=. -benchtime=3x"}
     echo "### \`$p\`"
     echo
-    echo "\`go test -run '^\$' $f -benchmem -count=1 $p\`"
+    echo "\`go test -run '^\$' $f -benchmem -count=1 $p\` ($(date -u -r "$txt" +%FT%TZ))"
     [ "$p" = ./controllers ] && echo && echo "(with VMLET_BENCH_VMIS=$VMLET_BENCH_VMIS)"
     echo
     echo '```'
-    grep -E '^(Benchmark|goos|cpu)' "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt" || true
+    grep -E '^(Benchmark|goos|cpu)| skipped: ' "$txt" || true
     echo '```'
     echo
   done
   if [ "$sidebyside" = 1 ]; then
     "$out/bin/sidebyside" render -in bench/results.json
   elif [ -f bench/results.json ] && [ -x "$out/bin/sidebyside" ]; then
-    echo "(side by side not rerun: the section below is from bench/results.json of an earlier run)"
+    echo "(side by side not rerun here: rendered from bench/results.json)"
     echo
     "$out/bin/sidebyside" render -in bench/results.json
   fi

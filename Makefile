@@ -77,8 +77,8 @@ test: deps assets ## Run the whole test suite against real QEMU, kernel and API 
 	go test $(GO_TEST_FLAGS) -p $(GO_TEST_P) -json $(PKGS) | go run ./hack/testreport
 
 .PHONY: bench
-bench: deps assets ## Run the Go benchmarks and regenerate BENCHMARKS.md (libvirt side by side: not yet).
-	@echo "bench: vmlet's own benchmarks; the libvirt side-by-side harness is not built yet." >&2
+bench: deps assets ## Run the Go benchmarks and the side by side with libvirt; regenerate BENCHMARKS.md + bench/results.json (≈30 min).
+	@hack/bench-deps.sh
 	@hack/bench.sh
 
 .PHONY: e2e

@@ -135,6 +135,8 @@ type agentOptions struct {
 	Claims       map[string]storage.Claim
 	// ImageCache is the agent's image cache folder; empty means the package's shared one.
 	ImageCache string
+	// TCGCacheMiB is each TCG guest's translation cache; 0 means 32.
+	TCGCacheMiB int
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -149,6 +151,9 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	}
 	if o.ImageCache == "" {
 		o.ImageCache = imageCache
+	}
+	if o.TCGCacheMiB == 0 {
+		o.TCGCacheMiB = 32
 	}
 	cache, err := oci.Open(oci.Options{Dir: o.ImageCache})
 	if err != nil {
@@ -176,7 +181,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		APIReader: mgr.GetAPIReader(),
 		Network:   nn,
 		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: 32}
+			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB}
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# `make bench`: runs the project's Go benchmarks (real QEMU, real kernel) one package at a time and
-# rewrites the generated part of BENCHMARKS.md with the machine, the exact commands and the raw
-# results. It exits non-zero only when a benchmark errors, never because a number is slow.
+# `make bench`: runs the project's Go benchmarks (real QEMU, real kernel) one package at a time,
+# then the side-by-side comparison with libvirt (bench/sidebyside: vmlet vs libvirtd + virtlogd vs
+# bare QEMU, interleaved rounds, JSON in bench/results.json), and rewrites the generated part of
+# BENCHMARKS.md with the machine, the exact commands and the raw results. It exits non-zero only
+# when a benchmark errors, never because a number is slow.
 #
-#   hack/bench.sh            # all packages below
-#   BENCH_PKGS="./qemu/qmp" hack/bench.sh
+#   hack/bench.sh                                # everything (≈30 min on 2 cores)
+#   BENCH_PKGS="./qemu/qmp" hack/bench.sh        # some Go packages only
+#   BENCH_PKGS=none BENCH_ROUNDS=3 hack/bench.sh # only the side by side, 3 rounds (not for publishing)
+#   BENCH_SIDEBYSIDE=0 hack/bench.sh             # skip the side by side
+#   BENCH_VMIS=1,20 hack/bench.sh                # agent benchmark without the 100-VMI case
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=_output/bench
@@ -23,15 +28,32 @@ declare -A flags=(
 )
 order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network ./controllers)
 pkgs=${BENCH_PKGS:-${order[*]}}
+[ "$pkgs" = none ] && pkgs=""
+# The agent benchmark's VMI counts (controllers BenchmarkCreateToRunning); 100 only runs here.
+export VMLET_BENCH_VMIS=${BENCH_VMIS:-1,20,100}
+rounds=${BENCH_ROUNDS:-10}
+sidebyside=${BENCH_SIDEBYSIDE:-1}
 
 for p in $pkgs; do
   f=${flags[$p]:-"-bench=. -benchtime=3x"}
   echo "bench: $p ($f)..." >&2
   start=$(date +%s)
   # shellcheck disable=SC2086
-  go test -run '^$' $f -benchmem -count=1 -timeout 20m "$p" | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
+  # stderr too: a benchmark that skips for want of memory says so there (go test -bench without -v
+  # prints no skip reason).
+  go test -run '^$' $f -benchmem -count=1 -timeout 40m "$p" 2>&1 | tee "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
   echo "bench: $p took $(( $(date +%s) - start )) s" >&2
 done
+
+if [ "$sidebyside" = 1 ]; then
+  echo "bench: side by side with libvirt ($rounds rounds; progress below)..." >&2
+  start=$(date +%s)
+  mkdir -p "$out/bin"
+  CGO_ENABLED=0 go build -o "$out/bin/vmlet-launcher" ./cmd/vmlet-launcher
+  go build -o "$out/bin/sidebyside" ./bench/sidebyside
+  "$out/bin/sidebyside" run -launcher "$out/bin/vmlet-launcher" -rounds "$rounds" -out bench/results.json -gobench-dir "$out"
+  echo "bench: side by side took $(( $(date +%s) - start )) s" >&2
+fi
 
 gen=$out/generated.md
 {
@@ -39,17 +61,29 @@ gen=$out/generated.md
   echo "Run $(date -u +%FT%TZ) on $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(qemu-system-x86_64 --version | head -1), $(go version | cut -d' ' -f3)."
   echo "Accelerator: $(go run ./hack/accel 2>/dev/null || echo unknown)."
   echo
-  for p in $pkgs; do
+  # Every package with a result file: this run's, or an earlier run's when BENCH_PKGS named
+  # fewer packages (the file's time says which run it came from).
+  for p in "${order[@]}"; do
+    txt="$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt"
+    [ -f "$txt" ] || continue
     f=${flags[$p]:-"-bench=. -benchtime=3x"}
     echo "### \`$p\`"
     echo
-    echo "\`go test -run '^\$' $f -benchmem -count=1 $p\`"
+    echo "\`go test -run '^\$' $f -benchmem -count=1 $p\` ($(date -u -r "$txt" +%FT%TZ))"
+    [ "$p" = ./controllers ] && echo && echo "(with VMLET_BENCH_VMIS=$VMLET_BENCH_VMIS)"
     echo
     echo '```'
-    grep -E '^(Benchmark|goos|cpu)' "$out/$(echo "$p" | tr -c 'a-z0-9\n' _).txt" || true
+    grep -E '^(Benchmark|goos|cpu)| skipped: ' "$txt" || true
     echo '```'
     echo
   done
+  if [ "$sidebyside" = 1 ]; then
+    "$out/bin/sidebyside" render -in bench/results.json
+  elif [ -f bench/results.json ] && [ -x "$out/bin/sidebyside" ]; then
+    echo "(side by side not rerun here: rendered from bench/results.json)"
+    echo
+    "$out/bin/sidebyside" render -in bench/results.json
+  fi
 } > "$gen"
 
 # Replace the generated section of BENCHMARKS.md (everything after the marker line).

@@ -146,6 +146,15 @@ func (d *domain) setMigration(status string) {
 	d.l.events.migration(d.migRole, status)
 }
 
+// migratingIn reports whether d is a migration target whose incoming migration has not
+// completed yet: until it has, it can neither be synced nor migrated. A completed target is an
+// ordinary domain (it can migrate on).
+func (d *domain) migratingIn() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.incoming && (d.mig == nil || d.mig.Status != "completed")
+}
+
 func (d *domain) migrationRole() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -15,7 +15,8 @@ import (
 // this host through the API: target prepared from the source's live spec, source migrated,
 // both finalized. The guest is verified alive on the target (agent ping, a file written
 // before is read after, the hotplugged disk still reads), the source launcher exits 0 with
-// reason "migrated", and the target shuts down cleanly through the Shutdown RPC.
+// reason "migrated"; the target then migrates the guest on to a third launcher (a completed
+// target is an ordinary domain), which shuts it down cleanly through the Shutdown RPC.
 func TestMigration(t *testing.T) {
 	src := startLauncher(t, launchOpts{})
 	dst := startLauncher(t, launchOpts{})
@@ -122,17 +123,45 @@ func TestMigration(t *testing.T) {
 	if err != nil || td.GetState() != pb.State_STATE_RUNNING || len(td.GetDisks()) != 1 {
 		t.Errorf("target domain %v (%v), want RUNNING with data1", td, err)
 	}
-	sr, err := dst.client.Shutdown(ctx, time.Minute)
+
+	// Once its incoming migration completed, the target is an ordinary domain: it migrates on.
+	third := startLauncher(t, launchOpts{})
+	uri, err = third.client.PrepareMigrationTarget(ctx, td.GetLiveSpec(), "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d3, err := third.client.GetDomain(ctx); err == nil {
+		third.qemu = int(d3.GetPid())
+	}
+	if err := dst.client.Migrate(ctx, uri, opts); err != nil {
+		t.Fatalf("migrate the former target onward: %v", err)
+	}
+	if st, err := third.client.FinalizeMigration(ctx, 0); err != nil || st.GetStatus() != "completed" {
+		t.Fatalf("second hop, target finalize: %v %v", st, err)
+	}
+	if st, err := dst.client.FinalizeMigration(ctx, 0); err != nil || st.GetRole() != "source" || st.GetStatus() != "completed" {
+		t.Fatalf("second hop, source finalize: %v %v", st, err)
+	}
+	if code, err := dst.wait(ctx); err != nil || code != launcher.ExitOK {
+		t.Errorf("former target launcher exit %d (%v), want 0 (migrated)", code, err)
+	}
+	dst.assertClean(t)
+	r, err = third.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
+	if err != nil || string(r.GetStdout()) != payload+"\n" {
+		t.Errorf("read file after the second hop: %q %v", r.GetStdout(), err)
+	}
+
+	sr, err := third.client.Shutdown(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sr.GetForced() || sr.GetReason() != "guest-shutdown" {
 		t.Errorf("target shutdown: %v, want a guest shutdown", sr)
 	}
-	if code, err := dst.wait(ctx); err != nil || code != launcher.ExitOK {
+	if code, err := third.wait(ctx); err != nil || code != launcher.ExitOK {
 		t.Errorf("target launcher exit %d (%v), want 0", code, err)
 	}
-	dst.assertClean(t)
+	third.assertClean(t)
 }
 
 // migrationPair boots a migratable guest on a source launcher, waits for its agent, writes a

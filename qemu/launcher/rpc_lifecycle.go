@@ -27,8 +27,8 @@ func (l *api) Sync(ctx context.Context, req *pb.SyncRequest) (*pb.SyncResponse, 
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if d := l.domain(); d != nil {
-		if d.incoming {
-			return nil, fmt.Errorf("sync: %w: this launcher is a migration target", ErrWrongState)
+		if d.migratingIn() {
+			return nil, fmt.Errorf("sync: %w: this launcher is a migration target whose migration has not completed", ErrWrongState)
 		}
 		if !sameDomain(d.spec, req.GetSpec()) {
 			return nil, fmt.Errorf("sync: %w: %s runs with another spec (use the hotplug calls)", ErrDomainExists, d.info.Name)

@@ -89,8 +89,8 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 	if err != nil {
 		return nil, err
 	}
-	if d.incoming {
-		return nil, fmt.Errorf("migrate: %w: this launcher is a migration target", ErrWrongState)
+	if d.migratingIn() {
+		return nil, fmt.Errorf("migrate: %w: this launcher is a migration target whose migration has not completed", ErrWrongState)
 	}
 	if req.GetUri() == "" {
 		return nil, fmt.Errorf("migrate: %w: uri missing", ErrInvalidRequest)

@@ -238,10 +238,7 @@ func (d *domain) supervise() {
 	d.closeAll()
 	d.watchers.Wait()
 	d.stderr.Close()
-	d.mu.Lock()
-	pending := d.incoming && (d.mig == nil || d.mig.Status != "completed")
-	d.mu.Unlock()
-	ex := classifyExit(info, intent, pending)
+	ex := classifyExit(info, intent, d.migratingIn())
 	state := pb.State_STATE_SHUTOFF
 	if ex.Reason == "crashed" {
 		state = pb.State_STATE_CRASHED

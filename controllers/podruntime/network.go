@@ -68,8 +68,8 @@ func isNetns(path string) bool {
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
-// ErrNoMultus: secondary pod interfaces in a cluster are Multus's to make; the pod runtime does
-// not drive Multus yet, so its nodes offer no secondary networks.
+// ErrNoMultus is returned for secondary pod interfaces: in a cluster they are Multus's to
+// make, and the pod runtime does not drive Multus yet, so its nodes offer no secondary networks.
 var ErrNoMultus = errors.New("secondary networks need Multus, which the pod runtime does not drive yet")
 
 // AddInterface refuses: see ErrNoMultus.

@@ -124,8 +124,9 @@ func configure(ctx context.Context, ifi *net.Interface, reply *dhcpv6.Message) (
 	if err := addAddr(ctx, ifi.Index, l); err != nil {
 		return lease{}, err
 	}
-	// One write: the line stays whole among other processes' console output.
-	fmt.Printf("%s %s %s\n", Marker, ifi.Name, l.addr)
+	// One write, starting on a line of its own (after boot the console shell's prompt may
+	// end without a newline): the marker stays a whole line among other console output.
+	fmt.Printf("\n%s %s %s\n", Marker, ifi.Name, l.addr)
 	return l, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -407,12 +408,16 @@ func assertNodeNetworkGone(t *testing.T) {
 	}
 }
 
-// clientNet is where test clients sit, behind the node (TEST-NET-3, RFC 5737).
-var clientNet = netip.MustParsePrefix("203.0.113.0/24")
+// clientNet and clientNet6 are where test clients sit, behind the node (TEST-NET-3, RFC 5737;
+// IPv6 documentation prefix, RFC 3849).
+var (
+	clientNet  = netip.MustParsePrefix("203.0.113.0/24")
+	clientNet6 = netip.MustParsePrefix("2001:db8:c::/64")
+)
 
-// addClient creates netns client-<name> behind the node: a veth with 203.0.113.1/24 on the
-// node side, .2 (at most one client) on the client side and a default route via .1. It
-// returns the client's netns path and a function removing it.
+// addClient creates netns client-<name> behind the node: a veth with 203.0.113.1/24 and
+// 2001:db8:c::1/64 on the node side, .2 and ::2 (at most one client) on the client side and
+// default routes via .1 and ::1. It returns the client's netns path and a function removing it.
 func addClient(name string) (string, func() error, error) {
 	path := filepath.Join(testNet.dir, "client-"+name)
 	if err := createNetns(path); err != nil {
@@ -421,6 +426,8 @@ func addClient(name string) (string, func() error, error) {
 	remove := func() error { return removeNetns(path) } // the veth goes with the namespace
 	nodeAddr := netip.PrefixFrom(clientNet.Addr().Next(), clientNet.Bits())
 	clientAddr := netip.PrefixFrom(nodeAddr.Addr().Next(), clientNet.Bits())
+	nodeAddr6 := netip.PrefixFrom(clientNet6.Addr().Next(), clientNet6.Bits())
+	clientAddr6 := netip.PrefixFrom(nodeAddr6.Addr().Next(), clientNet6.Bits())
 	err := func() error {
 		node, err := netns.GetFromPath(testNet.node)
 		if err != nil {
@@ -444,6 +451,10 @@ func addClient(name string) (string, func() error, error) {
 		if err := h.AddrAdd(v, &netlink.Addr{IPNet: ipNet(nodeAddr)}); err != nil {
 			return err
 		}
+		// No duplicate address detection: the addresses are usable at once.
+		if err := h.AddrAdd(v, &netlink.Addr{IPNet: ipNet(nodeAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return err
+		}
 		if err := h.LinkSetUp(v); err != nil {
 			return err
 		}
@@ -459,10 +470,16 @@ func addClient(name string) (string, func() error, error) {
 		if err := ch.AddrAdd(l, &netlink.Addr{IPNet: ipNet(clientAddr)}); err != nil {
 			return err
 		}
+		if err := ch.AddrAdd(l, &netlink.Addr{IPNet: ipNet(clientAddr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return err
+		}
 		if err := ch.LinkSetUp(l); err != nil {
 			return err
 		}
-		return ch.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nodeAddr.Addr().AsSlice()})
+		if err := ch.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nodeAddr.Addr().AsSlice()}); err != nil {
+			return err
+		}
+		return ch.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nodeAddr6.Addr().AsSlice(), Dst: ipNet(netip.MustParsePrefix("::/0"))})
 	}()
 	if err != nil {
 		return "", nil, errors.Join(fmt.Errorf("add client %s: %w", name, err), remove())

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,8 @@ import (
 // namespace):
 //
 //	client ns (203.0.113.2) ──veth── node ns (203.0.113.1) ── bridge vmlet0 198.19.118.1/24
+//	  2001:db8:c::2                        2001:db8:c::1          (fd76:6d6c:6574:1::1/64 when
+//	                                                               an agent runs dual-stack)
 //	                                                           └── pods: netns vmlet-<uid>, eth0 198.19.118.N
 //
 // The node ns has no route anywhere else, so guest traffic cannot leave it.
@@ -66,12 +69,15 @@ func removeAllNetns() error {
 }
 
 // agentNetwork is a fresh agent process's network side on the test node (each agent gets its
-// own network.Node and attachments, as a restarted agent would).
-func agentNetwork() (*controllers.NodeNetwork, error) {
+// own network.Node and attachments, as a restarted agent would); a valid subnet6 makes its pod
+// network dual-stack.
+func agentNetwork(subnet6 netip.Prefix) (*controllers.NodeNetwork, error) {
 	if testNet.node == "" {
 		return nil, errors.New("no test node network (not root)")
 	}
-	n, err := network.NewNode(testNet.cfg)
+	cfg := testNet.cfg
+	cfg.Subnet6 = subnet6
+	n, err := network.NewNode(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,8 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 // infoSource "domain"). When guest (the guest agent's view; nil if not read) reports the
 // leased address on the NIC's MAC, the guest's interface name is added and infoSource says
 // both agree; a confirmation stays while the addresses do. An agent restarted while the guest
-// keeps its lease has not seen the lease: the addresses in prev stay. needAgent reports a
+// keeps its leases has not seen them: the addresses in prev stay, per family (on a dual-stack
+// pod the DHCPv4 and DHCPv6 leases are renewed at different times). needAgent reports a
 // leased address the guest agent has not confirmed yet. It is pure.
 func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, sts []network.InterfaceStatus, guest []GuestInterface) (out []vmletv1.VirtualMachineInstanceNetworkInterface, needAgent bool) {
 	byName := map[string]vmletv1.VirtualMachineInstanceNetworkInterface{}
@@ -104,6 +105,9 @@ func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, st
 		}
 		p, seen := byName[st.Name]
 		seen = seen && p.MAC == s.MAC
+		if seen && len(s.IPs) > 0 {
+			s.IPs = keepFamilies(p.IPs, s.IPs)
+		}
 		switch {
 		case len(s.IPs) == 0 && seen:
 			s.IPs, s.InterfaceName, s.InfoSource = p.IPs, p.InterfaceName, p.InfoSource
@@ -121,6 +125,29 @@ func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, st
 		out = append(out, s)
 	}
 	return out, needAgent
+}
+
+// keepFamilies adds to cur the addresses of prev whose family (IPv4, IPv6) cur has none of,
+// IPv4 first.
+func keepFamilies(prev, cur []string) []string {
+	family := func(a string) int {
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
+			return 4
+		}
+		return 6
+	}
+	has := map[int]bool{}
+	for _, a := range cur {
+		has[family(a)] = true
+	}
+	out := slices.Clone(cur)
+	for _, a := range prev {
+		if !has[family(a)] {
+			out = append(out, a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return family(a) - family(b) })
+	return out
 }
 
 // agentConfirms reports whether the guest agent shows the leased guest address on st's MAC.

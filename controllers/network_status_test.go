@@ -24,6 +24,16 @@ func TestInterfaceStatuses(t *testing.T) {
 	agentOK := []GuestInterface{{Name: "lo", MAC: "00:00:00:00:00:00", IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, {Name: "eth0", MAC: mac, IPs: []netip.Addr{guest}}}
 	otherMAC := withIP
 	otherMAC.MAC = "02:00:00:00:00:99"
+	pod6, guest6 := netip.MustParseAddr("fd76:6d6c:6574:1::5"), netip.MustParseAddr("fd10:0:2::2")
+	leased6 := attached // DHCPv6 only: a restarted agent saw the guest renew its IPv6 lease first
+	leased6.IPs, leased6.GuestIPs = []netip.Addr{pod6}, []netip.Addr{guest6}
+	both := attached
+	both.IPs, both.GuestIPs = []netip.Addr{pod, pod6}, []netip.Addr{guest, guest6}
+	confirmedBoth := confirmed
+	confirmedBoth.IPs = []string{pod.String(), pod6.String()}
+	withBoth := withIP
+	withBoth.IPs = confirmedBoth.IPs
+	agentBoth := []GuestInterface{{Name: "eth0", MAC: mac, IPs: []netip.Addr{guest, guest6, netip.MustParseAddr("fe80::1:2")}}}
 
 	tests := []struct {
 		name      string
@@ -45,6 +55,11 @@ func TestInterfaceStatuses(t *testing.T) {
 		{name: "confirmed before, same address: no need to ask again", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: leased, want: confirmed},
 		{name: "agent restarted, lease not seen yet: the status keeps the address", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: attached, want: confirmed},
 		{name: "a previous status of another MAC is not kept", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{otherMAC}, st: attached, want: domain},
+		{name: "dual stack: both pod addresses, IPv4 first", st: both, want: withBoth, needAgent: true},
+		{name: "dual stack: the agent agrees", st: both, guest: agentBoth, want: confirmedBoth},
+		{name: "dual stack, IPv6 lease added to a confirmed IPv4 one: ask again", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: both, want: withBoth, needAgent: true},
+		{name: "dual stack, agent restarted, only the IPv4 lease seen: the IPv6 address stays", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmedBoth}, st: leased, want: confirmedBoth},
+		{name: "dual stack, agent restarted, only the IPv6 lease seen: the IPv4 address stays first", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmedBoth}, st: leased6, want: confirmedBoth},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

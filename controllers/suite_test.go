@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,10 @@ type agentOptions struct {
 	ImageCache string
 	// TCGCacheMiB is each TCG guest's translation cache; 0 means 32.
 	TCGCacheMiB int
+	// Subnet6 makes the test node's pod network dual-stack (network.NodeConfig.Subnet6) for
+	// this agent. The node bridge exists only while pods do, so agents of later tests get an
+	// IPv4-only bridge again.
+	Subnet6 netip.Prefix
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -169,7 +174,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		t.Fatal(err)
 	}
 	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent}
-	nn, err := agentNetwork()
+	nn, err := agentNetwork(o.Subnet6)
 	if err != nil {
 		t.Fatal(err)
 	}

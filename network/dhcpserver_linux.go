@@ -122,7 +122,7 @@ func ServeDHCPv6(netnsPath string, cfg DHCPv6Config, opts ServerOptions) (*DHCPS
 			return dhcpResult{} // relayed: not on a pod bridge
 		}
 		reply, ev := dhcp6Reply(&cfg, msg)
-		r := dhcpResult{event: ev, dst: peer}
+		r := dhcpResult{event: ev, dst: unzoned(peer)}
 		if reply != nil {
 			r.reply = reply.ToBytes()
 		}
@@ -133,6 +133,17 @@ func ServeDHCPv6(netnsPath string, cfg DHCPv6Config, opts ServerOptions) (*DHCPS
 		return r
 	}
 	return startServer(cfg.Interface, conn, handle, opts), nil
+}
+
+// unzoned is a reply's destination without its zone: the socket is bound to the bridge, which
+// scopes the client's link-local address. Go names zones through a process-wide cache of one
+// namespace's interfaces, and this process serves bridges in many namespaces: a zone name
+// from it may stand for another interface's index.
+func unzoned(peer net.Addr) net.Addr {
+	if ua, ok := peer.(*net.UDPAddr); ok {
+		return &net.UDPAddr{IP: ua.IP, Port: ua.Port}
+	}
+	return peer
 }
 
 func startServer(iface string, conn *net.UDPConn, handle func([]byte, net.Addr) dhcpResult, opts ServerOptions) *DHCPServer {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestGuestMasquerade is the end-to-end check with the real test guest under QEMU: two pods
@@ -143,12 +144,13 @@ func checkTeardown(t *testing.T, tn *testNode, g *guestVM, a *Attachment, pod Po
 	}
 }
 
-// TestGuestMasqueradeDualStack: on a dual-stack pod the real guest kernel takes its IPv6
-// default route (via fe80::1) from the binding's router advertisements; with its IPv6
-// address configured it is reachable through the pod's IPv6 address on the declared port and
-// reaches the remote host over IPv6. The test guest has no DHCPv6 client (busybox-static in
-// Debian 12 lacks udhcpc6), so the address is set through the guest agent here; the DHCPv6
-// server itself is tested with a library client in TestMasqueradeDualStack.
+// TestGuestMasqueradeDualStack: on a dual-stack pod the real guest configures both families by
+// itself: 10.0.2.2 by DHCP (udhcpc), fd10:0:2::2 by DHCPv6 (the test guest's vmlet-dhcp6c)
+// and its IPv6 default route via fe80::1 from the binding's router advertisements. Status
+// reports the pod's two addresses (reachable ones) and the guest's two. The guest reaches the
+// bridge's IPv6 gateway and the remote host over IPv6 (source: the node's uplink address after
+// both masquerades), and is reachable through the pod's IPv6 address on the declared port only,
+// seeing the client's real address.
 func TestGuestMasqueradeDualStack(t *testing.T) {
 	tn := newTestNodeWith(t, NodeConfig{Subnet6: DefaultNodeSubnet6})
 	clientNS, _, client6 := attachHost6(t, tn, "client", clientNet, clientNet6)
@@ -160,19 +162,47 @@ func TestGuestMasqueradeDualStack(t *testing.T) {
 	a, err := Attach(pod.NetnsPath, masqSpec("vm-ds", Port{Port: 8080}), AttachOptions{})
 	must(t, err)
 	t.Cleanup(func() { must(t, a.Detach()) })
+	ip := a.Plan().Interfaces[0]
+	serveGreeting(listenIn(t, pod.NetnsPath, netip.AddrPortFrom(ip.Gateway6, 7003).String()))
 	g := startGuest(t, a, "default")
+	started := time.Now()
 	if got := g.waitIP(t); got != "10.0.2.2" {
 		t.Fatalf("guest configured eth0 with %s, want 10.0.2.2", got)
 	}
-	// The guest has no event to block on: its shell waits (bounded) for the RA's route.
-	g.sh(t, `i=0; until ip -6 route show default | grep -q 'via fe80::1'; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done`)
-	g.sh(t, "echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad && ip -6 addr add fd10:0:2::2/128 dev eth0")
+	v4 := time.Since(started)
+	if got := g.waitIP6(t); got != ip.GuestAddr6.Addr().String() {
+		t.Fatalf("guest configured eth0 with %s by DHCPv6, want %s", got, ip.GuestAddr6.Addr())
+	}
+	t.Logf("resume → IPv4 address %s, → IPv6 address %s (after DAD)", v4.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if l, err := a.WaitLease6(ctx, "default"); err != nil || l.Addr != ip.GuestAddr6 {
+		t.Errorf("WaitLease6 = %+v, %v; want %s", l, err, ip.GuestAddr6)
+	}
+	st := a.Status()
+	if want := []netip.Addr{pod.Addr.Addr(), pod.Addr6.Addr()}; !slices.Equal(st[0].IPs, want) {
+		t.Errorf("Status IPs = %v, want the pod's %v", st[0].IPs, want)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("10.0.2.2"), ip.GuestAddr6.Addr()}; !slices.Equal(st[0].GuestIPs, want) {
+		t.Errorf("Status GuestIPs = %v, want %v", st[0].GuestIPs, want)
+	}
+	if out := g.sh(t, "ip -6 route show default"); !strings.Contains(out, "via fe80::1 dev eth0") {
+		t.Errorf("guest IPv6 default route = %q, want via fe80::1 (router advertisement)", out)
+	}
+	out := g.sh(t, fmt.Sprintf("nc -w 30 %s 7003 </dev/null", ip.Gateway6))
+	if want := fmt.Sprintf("hello %s\n", ip.GuestAddr6.Addr()); out != want {
+		t.Errorf("guest -> bridge gateway [%s]:7003 = %q, want %q", ip.Gateway6, out, want)
+	}
 	g.serveHTTP(t, 8080)
+	g.serveHTTP(t, 8081)
 	got, err := httpHello(clientNS, netip.AddrPortFrom(pod.Addr6.Addr(), 8080).String())
 	if want := fmt.Sprintf("hello %s", client6); err != nil || got != want {
 		t.Errorf("client -> [pod]:8080 -> guest = %q, %v; want %q", got, err, want)
 	}
-	out := g.sh(t, fmt.Sprintf("nc -w 30 %s 7001 </dev/null", remote6))
+	if _, err := httpHello(clientNS, netip.AddrPortFrom(pod.Addr6.Addr(), 8081).String()); !isRefused(err) {
+		t.Errorf("client -> [pod]:8081 (not declared) = %v, want connection refused", err)
+	}
+	out = g.sh(t, fmt.Sprintf("nc -w 30 %s 7001 </dev/null", remote6))
 	if out != "hello 2001:db8:e::1\n" {
 		t.Errorf("guest -> remote over IPv6 = %q, want the node's uplink address", out)
 	}

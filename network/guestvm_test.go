@@ -110,6 +110,20 @@ func (g *guestVM) waitIP(t testing.TB) string {
 	return strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, testguest.MarkerIP):], testguest.MarkerIP+" eth0 "))
 }
 
+// waitIP6 waits for the guest's "VMLET-IP6 eth0 <addr>" console marker (its DHCPv6 client
+// configured the address) and returns addr.
+func (g *guestVM) waitIP6(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	prefix := testguest.MarkerIP6 + " eth0 "
+	line, _, err := g.console.WaitLine(ctx, 0, prefix)
+	if err != nil {
+		t.Fatalf("guest never configured eth0 by DHCPv6: %v", err)
+	}
+	return strings.TrimSpace(line[strings.Index(line, prefix)+len(prefix):])
+}
+
 // sh runs a shell command in the guest through the guest agent and returns its stdout.
 func (g *guestVM) sh(t testing.TB, cmd string) string {
 	t.Helper()

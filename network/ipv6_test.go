@@ -2,10 +2,12 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,8 +131,32 @@ func waitRARoute(t testing.TB, guestNS string) {
 func dhcp6Lease(t testing.TB, guestNS string) *dhcpv6.Message {
 	t.Helper()
 	var c *nclient6.Client
-	err := doInNetns(guestNS, func() (err error) {
-		c, err = nclient6.New("eth0", nclient6.WithTimeout(2*time.Second), nclient6.WithRetry(10))
+	err := doInNetns(guestNS, func() error {
+		// Not nclient6.New("eth0"): it binds to [fe80::…%eth0], and Go resolves zone names
+		// through a process-wide cache that may hold another namespace's eth0 (bind: no
+		// such device). A numeric zone is this namespace's index.
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			return err
+		}
+		var ll net.IP
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsLinkLocalUnicast() {
+				ll = ipn.IP
+			}
+		}
+		if ll == nil {
+			return errors.New("find link-local address of eth0: none")
+		}
+		conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: ll, Port: dhcpv6.DefaultClientPort, Zone: strconv.Itoa(ifi.Index)})
+		if err != nil {
+			return err
+		}
+		c, err = nclient6.NewWithConn(conn, ifi.HardwareAddr, nclient6.WithTimeout(2*time.Second), nclient6.WithRetry(10))
 		return err
 	})
 	must(t, err)

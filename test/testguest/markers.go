@@ -14,6 +14,11 @@ const (
 	MarkerNICRemoved = "VMLET-NIC-REMOVED"
 	// MarkerIP is followed by " <iface> <addr>" once udhcpc configured a lease on an eth* NIC.
 	MarkerIP = "VMLET-IP"
+	// MarkerIP6 is followed by " <iface> <addr>" once the guest's DHCPv6 client configured its
+	// leased address on an eth* NIC (and the address passed duplicate address detection). It
+	// is printed again after every renewal. Note that MarkerIP is a prefix of it: wait for
+	// MarkerIP+" " to mean IPv4.
+	MarkerIP6 = "VMLET-IP6"
 	// MarkerPoweroff: the guest got the ACPI power button and powers off.
 	MarkerPoweroff = "VMLET-POWEROFF"
 	// MarkerPowerdownIgnored: the guest got the ACPI power button and ignores it (CmdlineNoACPI).

@@ -4,14 +4,14 @@
 #
 #   ${VMLET_CACHE:-$HOME/.cache/vmlet}/guest/<key>/{vmlinuz,initramfs.gz,data.qcow2,manifest.txt}
 #
-# key = hash of this folder's builder files + the resolved package versions (kernel included), so
-# a rerun costs ~0 s. Progress goes to stderr; the output folder is the last line on stdout.
+# key = hash of this folder's builder files, the DHCPv6 client's sources, the module's go.mod and
+# the Go version + the resolved package versions (kernel included), so a rerun costs ~0 s. Progress goes to stderr; the output folder is the last line on stdout.
 # Concurrent callers serialise on a flock; the build happens in a temp dir renamed into place.
 # Exit status 3 means a host tool is missing and cannot be installed (not root).
 #
 # Equivalent by hand: apt-get download linux-image-<ver>-cloud-amd64 busybox-static
-# qemu-guest-agent <libs>; dpkg-deb -x each; copy busybox, qemu-ga + libs, modules and ./init into
-# a tree; (cd tree && find . | busybox cpio -o -H newc) | gzip; qemu-img create -f qcow2 data 64M.
+# qemu-guest-agent <libs>; dpkg-deb -x each; CGO_ENABLED=0 go build ./test/assets/guest/dhcp6c (the
+# DHCPv6 client); copy busybox, qemu-ga + libs, the client, modules and ./init into a tree; (cd tree && find . | busybox cpio -o -H newc) | gzip; qemu-img create -f qcow2 data 64M.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 say() { echo "guest: $*" >&2; }
@@ -19,6 +19,10 @@ die() { echo "guest: error: $*" >&2; exit "${2:-1}"; }
 
 # Builder inputs: everything in this folder (init, scripts, module list, this script).
 builder_files=(build.sh init modules.txt udhcpc.script acpi-powerdown acpi-ignore)
+# The guest's DHCPv6 client (busybox-static has none) is a static Go program of this module,
+# built with the module's dependency versions (go.mod) and the host's Go.
+repo=$(cd "$here/../../.." && pwd)
+dhcp6c_pkg=./test/assets/guest/dhcp6c
 # Packages besides the kernel. qemu-ga's libraries are checked with ld.so --list after unpacking.
 packages=(busybox-static qemu-guest-agent libc6 libglib2.0-0 libpcre2-8-0 libnuma1 libudev1
   liburing2)
@@ -35,6 +39,8 @@ command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v gzip >/dev/null || need+=(gzip)
 command -v sha256sum >/dev/null || need+=(coreutils)
 command -v flock >/dev/null || need+=(util-linux)
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+command -v go >/dev/null || die "go not found: the guest's DHCPv6 client is built with it" 3
 if ((${#need[@]})); then
   [ "$(id -u)" = 0 ] || die "missing host packages ${need[*]} and not root to install them" 3
   say "installing host packages: ${need[*]}"
@@ -43,7 +49,12 @@ if ((${#need[@]})); then
     --no-install-recommends "${need[@]}" >&2
 fi
 
-builder_hash=$(cd "$here" && cat "${builder_files[@]}" | sha256sum | cut -c1-16)
+go_version=$(go env GOVERSION)
+builder_hash=$({
+  cd "$here" && cat "${builder_files[@]}" dhcp6c/*.go
+  cat "$repo/go.mod"
+  echo "$go_version"
+} | sha256sum | cut -c1-16)
 
 # --- resolve package versions -------------------------------------------------------------------
 # apt-cache takes ~1 s here (no pkgcache.bin), so the answer is cached per state of the apt lists.
@@ -140,6 +151,12 @@ done < <(awk '$2 == "=>" && $3 ~ /^\// && $1 !~ /^\// {print}' <<<"$listing")
 cp -L "$ldso" "$root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
 ln -s /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
 
+say "go build vmlet-dhcp6c ($go_version)"
+# Reproducible: no cgo, no paths, no build id or VCS stamp; go.mod is never rewritten.
+(cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOWORK=off GOFLAGS=-mod=readonly \
+  go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' \
+  -o "$root/usr/sbin/vmlet-dhcp6c" "$dhcp6c_pkg" >&2)
+
 moddir="$pkg/lib/modules/$kver"
 : >"$root/etc/vmlet/modules"
 while read -r m; do
@@ -198,6 +215,7 @@ qemu-img convert -q -f raw -O qcow2 "$tmp/data.raw" "$tmp/out/data.qcow2"
     dpkg-deb -W --showformat='${Package} ${Version}\n' "$deb"
   done
   echo "modules $(paste -sd' ' "$root/etc/vmlet/modules")"
+  echo "vmlet-dhcp6c $go_version $(sha256sum <"$root/usr/sbin/vmlet-dhcp6c" | cut -c1-16)"
   echo "initramfs-bytes $(stat -c %s "$tmp/out/initramfs.gz")"
 } >"$tmp/out/manifest.txt"
 

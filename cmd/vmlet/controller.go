@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,7 @@ type controllerFlags struct {
 	leaderElectNS  string
 	leaderElectID  string
 	developmentLog bool
+	agentGrace     time.Duration
 }
 
 func controllerCmd() *cobra.Command {
@@ -61,6 +63,7 @@ VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
 	fs.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own namespace)")
 	fs.StringVar(&f.leaderElectID, "leader-election-id", "vmlet-controller.vmlet.dev", "name of the leader Lease")
 	fs.BoolVar(&f.developmentLog, "dev-log", false, "human-readable development logs instead of JSON")
+	fs.DurationVar(&f.agentGrace, "agent-grace", cluster.DefaultAgentGrace, "how long a VMI whose launcher pod ended is left to its node agent (which knows why) before this controller fails it")
 	return c
 }
 
@@ -95,7 +98,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	f.pods.Args, f.pods.DomainName = controllers.DefaultLauncherArgs, controllers.DomainName
 	r := &cluster.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("vmlet-controller"), Pods: f.pods,
+		Recorder: mgr.GetEventRecorder("vmlet-controller"), Pods: f.pods, AgentGrace: f.agentGrace,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the launcher pod controller: %w", err)

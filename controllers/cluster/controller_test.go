@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -166,7 +167,8 @@ func TestBoundPodSchedulesVMI(t *testing.T) {
 }
 
 // TestFailedPodFailsVMI: the kubelet reports the launcher container terminated with the
-// launcher's "QEMU died" status → the VMI fails with the reason, an Event, and its pod goes.
+// launcher's "QEMU died" status → after the grace left to the (here absent) node agent, the VMI
+// fails with the reason, an Event, and its pod goes.
 func TestFailedPodFailsVMI(t *testing.T) {
 	startController(t)
 	vmi := newVMI(t, namespace(t), "vm1", nil)
@@ -188,7 +190,12 @@ func TestFailedPodFailsVMI(t *testing.T) {
 	if err := env.Client.Status().Update(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
+	ended := time.Now()
 	got := waitVMI(t, vmi, "Failed", func(v *vmletv1.VirtualMachineInstance) bool { return v.Status.Phase == vmletv1.Failed })
+	// FinishedAt is stored in whole seconds: the grace counts from up to 1 s earlier.
+	if waited := time.Since(ended); waited < agentGrace-time.Second {
+		t.Errorf("failed %s after the container ended, before the node agent's grace (%s)", waited, agentGrace)
+	}
 	if got.Status.Reason != cluster.ReasonPodFailed {
 		t.Errorf("reason %q", got.Status.Reason)
 	}

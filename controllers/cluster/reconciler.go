@@ -36,7 +36,15 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Pods      launcherpod.Options
+	// AgentGrace is how long a VMI whose launcher pod ended on a node is left to that node's
+	// agent, which knows why it ended (QEMUDied, ForcedShutdown, ...), before this controller
+	// ends the VMI itself (the agent may be down); zero means DefaultAgentGrace.
+	AgentGrace time.Duration
 }
+
+// DefaultAgentGrace is the default Reconciler.AgentGrace. The agent hears of a launcher's
+// exit at once (its pod informer), so this only matters when the agent is not running.
+const DefaultAgentGrace = 10 * time.Second
 
 // CacheOptions restrict the manager's pod cache to launcher pods (a cluster has many pods).
 func CacheOptions() cache.Options {
@@ -68,7 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("get vmi: %w", err)
 	}
 	before := vmi.Status.DeepCopy()
-	err = r.reconcile(ctx, vmi)
+	requeue, err := r.reconcile(ctx, vmi)
 	if err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, "SyncFailed", "Reconcile", "%v", err)
 	}
@@ -82,27 +90,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
 		}
 	}
-	return ctrl.Result{}, err
+	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+// reconcile acts on one VMI; a positive duration asks to look again then.
+func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (time.Duration, error) {
 	key := types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}
 	if err := r.deleteStale(ctx, key, vmi.UID); err != nil {
-		return err
+		return 0, err
 	}
 	pods, err := r.pods(ctx, vmi)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch {
 	case !vmi.DeletionTimestamp.IsZero():
-		return r.deletePods(ctx, vmi, pods, "the VMI is being deleted")
+		return 0, r.deletePods(ctx, vmi, pods, "the VMI is being deleted")
 	case controllers.IsFinal(vmi.Status.Phase):
-		return r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
+		return 0, r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
 	}
 	pod, extra := pick(vmi, pods)
 	if err := r.deletePods(ctx, vmi, extra, "a VMI has one launcher pod"); err != nil {
-		return err
+		return 0, err
 	}
 	if pod == nil {
 		if name := podName(vmi); name != "" || vmi.Status.NodeName != "" {
@@ -112,12 +121,37 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 				what += " " + name
 			}
 			r.fail(vmi, ReasonPodDeleted, what+" was deleted")
-			return nil
+			return 0, nil
 		}
-		return r.create(ctx, vmi)
+		return 0, r.create(ctx, vmi)
+	}
+	if wait := r.leftToAgent(vmi, pod, time.Now()); wait > 0 {
+		return wait, nil
 	}
 	r.observe(vmi, pod)
-	return nil
+	return 0, nil
+}
+
+// leftToAgent is how much longer a VMI whose launcher container ended on a node stays the node
+// agent's to end (with the reason only it knows); 0 once this controller should act.
+func (r *Reconciler) leftToAgent(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod, now time.Time) time.Duration {
+	if vmi.Status.NodeName == "" || (pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded) {
+		return 0
+	}
+	var ended time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == launcherpod.ContainerName && t != nil {
+			ended = t.FinishedAt.Time
+		}
+	}
+	if ended.IsZero() {
+		return 0 // no time to count from (an eviction, say): the pod's story is all there is
+	}
+	grace := r.AgentGrace
+	if grace <= 0 {
+		grace = DefaultAgentGrace
+	}
+	return max(ended.Add(grace).Sub(now), 0)
 }
 
 // pods are the VMI's launcher pods: from the cache, or from the API server when the cache has

@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 
 const wait = time.Minute // generous: 2 shared cores, QEMU tests next door
 
+// agentGrace is the tests' Reconciler.AgentGrace (no node agent runs here).
+const agentGrace = 3 * time.Second
+
 // testPods are the launcher pod options of the tests.
 var testPods = launcherpod.Options{
 	Image: "vmlet-launcher:test", LauncherRoot: "/run/vl", VolumeRoot: "/var/lib/vl", AllowEmulation: true,
@@ -74,7 +77,8 @@ func startController(t *testing.T) (stop func()) {
 		t.Fatal(err)
 	}
 	r := &cluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder(fmt.Sprintf("vmlet-controller-%d", managers.Add(1))), Pods: testPods}
+		Recorder: mgr.GetEventRecorder(fmt.Sprintf("vmlet-controller-%d", managers.Add(1))), Pods: testPods,
+		AgentGrace: agentGrace}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -133,6 +133,7 @@ func TestMigration(t *testing.T) {
 	if d3, err := third.client.GetDomain(ctx); err == nil {
 		third.qemu = int(d3.GetPid())
 	}
+	thirdRec := watch(t, third.client, 0)
 	if err := dst.client.Migrate(ctx, uri, opts); err != nil {
 		t.Fatalf("migrate the former target onward: %v", err)
 	}
@@ -146,6 +147,10 @@ func TestMigration(t *testing.T) {
 		t.Errorf("former target launcher exit %d (%v), want 0 (migrated)", code, err)
 	}
 	dst.assertClean(t)
+	// The guest agent's channel reconnects on the new target a moment after the switch-over.
+	if _, err := thirdRec.waitEvent(ctx, 0, "second target agent", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
 	r, err = third.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
 	if err != nil || string(r.GetStdout()) != payload+"\n" {
 		t.Errorf("read file after the second hop: %q %v", r.GetStdout(), err)

@@ -15,6 +15,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -204,6 +205,42 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	return a
 }
 
+// deleteLeftoverVMIs deletes the VMIs a failed test left, while its agent still runs to tear
+// them down, so that the next test's agent does not inherit them (and fail for a reason that
+// is not its own). What the agent cannot finalize in time loses its finalizer.
+func deleteLeftoverVMIs(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var l vmletv1.VirtualMachineInstanceList
+	if err := env.Client.List(ctx, &l); err != nil {
+		t.Logf("list leftover VMIs: %v", err)
+		return
+	}
+	for i := range l.Items {
+		_ = env.Client.Delete(ctx, &l.Items[i])
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for len(l.Items) > 0 {
+		select {
+		case <-ctx.Done():
+			for i := range l.Items {
+				v := &l.Items[i]
+				patch := client.MergeFrom(v.DeepCopy())
+				v.Finalizers = nil
+				_ = env.Client.Patch(context.Background(), v, patch)
+			}
+			t.Logf("%d leftover VMI(s) not torn down in time: finalizers removed", len(l.Items))
+			return
+		case <-tick.C:
+		}
+		if err := env.Client.List(ctx, &l); err != nil {
+			continue
+		}
+	}
+	t.Log("leftover VMIs of the failed test deleted")
+}
+
 var guestImageOnce struct {
 	sync.Once
 	ref string
@@ -232,6 +269,9 @@ func guestLayout(t testing.TB) string {
 
 func (a *agent) stop(t testing.TB) {
 	t.Helper()
+	if t.Failed() {
+		deleteLeftoverVMIs(t)
+	}
 	a.cancel()
 	select {
 	case err := <-a.done:

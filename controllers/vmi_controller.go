@@ -209,7 +209,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
-		Args:  r.Args(runDir, spec.Name, gracePeriod(vmi)),
+		Args:  r.Args(runDir, want.Spec.Name, gracePeriod(vmi)), // spec is nil when storage failed
 		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
 	})
 	if err != nil {

@@ -246,3 +246,50 @@ func TestVMICreatedPaused(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
+
+// TestStorageLostWhileRunning: a running VMI whose storage no longer applies (here: the new
+// agent cannot pull its kernel image) keeps running and says why (Synchronized=False with the
+// storage reason); the agent must not crash on it (it once dereferenced the missing spec).
+func TestStorageLostWhileRunning(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	a := startAgent(t, agentOptions{})
+	ctx := context.Background()
+	vmi := newVMI("storage-lost")
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
+	a.stop(t)
+
+	// A node whose image source for the kernel is gone and whose cache is empty.
+	b := startAgent(t, agentOptions{
+		ImageCache:   t.TempDir(),
+		ImageSources: map[string]string{guestImage: "oci:" + filepath.Join(t.TempDir(), "missing") + ":test"},
+	})
+	defer b.stop(t)
+	eventually(t, time.Minute, "storage failure reported on the running VMI", func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason != "SyncFailed" && v.Status.Phase == vmletv1.Running, summary(v)
+	})
+	v, err := getVMI(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Status.Launcher == nil || v.Status.Launcher.PID != running.Status.Launcher.PID || !alive(int(v.Status.Launcher.PID)) {
+		t.Errorf("the guest did not keep running: %+v", v.Status.Launcher)
+	}
+	if err := env.Client.Delete(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
+		_, err := getVMI(t, key)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	assertNothingLeft(t, string(vmi.UID), int(running.Status.Launcher.PID))
+}

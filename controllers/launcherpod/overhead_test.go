@@ -42,9 +42,6 @@ type qemuMemory struct {
 func (m qemuMemory) overhead() int64 { return m.rss - m.guestRAM }
 
 func TestQEMUOverheadWithinFormula(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a guest")
-	}
 	m := measure(t, 256, 2)
 	formula := launcherpod.QEMUOverhead(256<<20, 2, tcgCacheMiB)
 	t.Logf("QEMU RSS %s: guest RAM %s, TCG cache %s, overhead %s (page tables %s); formula %s",

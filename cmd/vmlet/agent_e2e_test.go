@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,6 +27,7 @@ import (
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/logbuf"
+	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -194,8 +194,8 @@ func TestAgentKill9(t *testing.T) {
 	t.Logf("running: launcher %d, qemu %d, interfaces %+v", launcherPid, qemuPid, ip)
 
 	a.kill9(t)
-	if !alive(launcherPid) || !alive(qemuPid) {
-		t.Fatalf("SIGKILL of the agent took the VM along: launcher alive %v, qemu alive %v", alive(launcherPid), alive(qemuPid))
+	if !poll.Alive(launcherPid) || !poll.Alive(qemuPid) {
+		t.Fatalf("SIGKILL of the agent took the VM along: launcher alive %v, qemu alive %v", poll.Alive(launcherPid), poll.Alive(qemuPid))
 	}
 	// Changed while no agent runs: the next agent must act on it.
 	patchPaused(t, c, key, true)
@@ -222,12 +222,12 @@ func TestAgentKill9(t *testing.T) {
 	if err := c.Delete(ctx, after); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 2*time.Minute, "VMI deleted", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "VMI deleted", func() (bool, string) {
 		err := c.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	for _, p := range []int{launcherPid, qemuPid} {
-		if alive(p) {
+		if poll.Alive(p) {
 			t.Errorf("process %d left after delete", p)
 		}
 	}
@@ -296,28 +296,10 @@ func patchPaused(t *testing.T, c client.Client, key client.ObjectKey, paused boo
 
 func waitFile(t *testing.T, path, marker string, d time.Duration) {
 	t.Helper()
-	poll(t, d, fmt.Sprintf("%q in %s", marker, path), func() (bool, string) {
+	poll.Until(t, d, fmt.Sprintf("%q in %s", marker, path), func() (bool, string) {
 		b, _ := os.ReadFile(path)
 		return strings.Contains(string(b), marker), tailOf(string(b))
 	})
-}
-
-// poll checks cond every 50 ms until it holds or d passes; cond says what it saw.
-func poll(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, seen)
-		}
-		<-tick.C
-	}
 }
 
 func readPid(t *testing.T, path string) int {
@@ -362,24 +344,4 @@ func launchersFor(t *testing.T, runDir string) int {
 	return n
 }
 
-// alive: the process exists and is not a zombie (a launcher orphaned by the killed agent is
-// reparented to PID 1, which may be slow to reap it; a zombie runs nothing).
-func alive(pid int) bool {
-	if pid <= 0 || unix.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
-func tailOf(s string) string {
-	if len(s) > 4000 {
-		return fmt.Sprintf("...%s", s[len(s)-4000:])
-	}
-	return s
-}
+func tailOf(s string) string { return poll.Tail(s, 4000) }

@@ -34,6 +34,7 @@ import (
 	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/kubeletsim"
 	"github.com/vmlet/vmlet/test/logbuf"
+	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -197,7 +198,7 @@ func (p *proc) stop(t *testing.T) {
 		t.Errorf("%s did not stop on SIGTERM", p.name)
 	}
 	if t.Failed() {
-		t.Logf("%s output:\n%s", p.name, tail(p.out.String(), 6000))
+		t.Logf("%s output:\n%s", p.name, poll.Tail(p.out.String(), 6000))
 	}
 }
 
@@ -272,20 +273,20 @@ func TestClusterMode(t *testing.T) {
 		_ = f.Close()
 	}
 	serial := filepath.Join(launcherpod.HostRunDir(c.launcherRoot, vmi.UID), "logs", "serial.log")
-	waitFor(t, 2*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
 		b, _ := os.ReadFile(serial)
-		return strings.Contains(string(b), testguest.MarkerReady), tail(string(b), 2000)
+		return strings.Contains(string(b), testguest.MarkerReady), poll.Tail(string(b), 2000)
 	})
 
 	if err := cl.Delete(ctx, ready); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "VMI and pod gone", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "VMI and pod gone", func() (bool, string) {
 		err := cl.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
 		perr := cl.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(perr), fmt.Sprintf("vmi: %v, pod: %v", err, perr)
 	})
-	if alive(qemuPid) {
+	if poll.Alive(qemuPid) {
 		t.Errorf("qemu %d alive after delete", qemuPid)
 	}
 	for _, p := range []string{launcherpod.HostRunDir(c.launcherRoot, vmi.UID), launcherpod.HostVolumeDir(c.volumeRoot, vmi.UID),
@@ -321,18 +322,18 @@ func TestClusterQEMUKilled(t *testing.T) {
 	if failed.Status.Reason != "QEMUDied" {
 		t.Errorf("failed with reason %q, want QEMUDied", failed.Status.Reason)
 	}
-	waitFor(t, time.Minute, "launcher pod deleted", func() (bool, string) {
+	poll.Until(t, time.Minute, "launcher pod deleted", func() (bool, string) {
 		err := cl.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	waitFor(t, time.Minute, "run folder removed", func() (bool, string) {
+	poll.Until(t, time.Minute, "run folder removed", func() (bool, string) {
 		_, err := os.Stat(launcherpod.HostRunDir(c.launcherRoot, vmi.UID))
 		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
 	})
 	if err := cl.Delete(ctx, failed); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "failed VMI deleted", func() (bool, string) {
+	poll.Until(t, time.Minute, "failed VMI deleted", func() (bool, string) {
 		err := cl.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -359,7 +360,7 @@ func (c *cluster) launcherPod(t *testing.T, uid string) *corev1.Pod {
 func (c *cluster) waitVMI(t *testing.T, key client.ObjectKey, d time.Duration, what string, ok func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	var got *vmletv1.VirtualMachineInstance
-	waitFor(t, d, key.Name+" "+what, func() (bool, string) {
+	poll.Until(t, d, key.Name+" "+what, func() (bool, string) {
 		v := &vmletv1.VirtualMachineInstance{}
 		if err := c.env.Client.Get(context.Background(), key, v); err != nil {
 			return false, err.Error()
@@ -370,49 +371,10 @@ func (c *cluster) waitVMI(t *testing.T, key client.ObjectKey, d time.Duration, w
 	return got
 }
 
-// waitFor checks cond every 50 ms until it holds or d passes; cond says what it saw.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, seen)
-		}
-		<-tick.C
-	}
-}
-
-// alive: the process exists and is not a zombie.
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
 func randomSuffix() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }
 
 func ptrTo[T any](v T) *T { return &v }

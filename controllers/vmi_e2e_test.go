@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,10 +240,7 @@ func TestVMICreatedPaused(t *testing.T) {
 	if err := env.Client.Delete(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
-		_, err := getVMI(t, key)
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+	waitDeleted(t, key)
 }
 
 // TestStorageLostWhileRunning: a running VMI whose storage no longer applies (here: the new
@@ -287,9 +283,6 @@ func TestStorageLostWhileRunning(t *testing.T) {
 	if err := env.Client.Delete(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
-		_, err := getVMI(t, key)
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+	waitDeleted(t, key)
 	assertNothingLeft(t, string(vmi.UID), int(running.Status.Launcher.PID))
 }

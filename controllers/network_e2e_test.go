@@ -11,14 +11,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -494,63 +492,29 @@ func ipNet(p netip.Prefix) *net.IPNet {
 // readFrom connects to TCP addr from inside netns ns and returns what the peer sends before it
 // closes the connection.
 func readFrom(ns, addr string) (string, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see createNetns
-		h, err := netns.GetFromPath(ns)
-		if err == nil {
-			err = netns.Set(h)
-			h.Close()
-		}
-		if err != nil {
-			ch <- result{err: fmt.Errorf("enter netns %s: %w", ns, err)}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return "", r.err
-	}
-	defer r.c.Close()
-	if err := r.c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+	var c net.Conn
+	if err := inNetns(ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	}); err != nil {
 		return "", err
 	}
-	b, err := io.ReadAll(r.c)
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
 	return string(b), err
 }
 
 // nodeState lists the links and nftables tables of the node netns, for leak checks.
 func nodeState() (links, tables []string, err error) {
-	h, err := netns.GetFromPath(testNet.node)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer h.Close()
-	nh, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer nh.Close()
-	ls, err := nh.LinkList()
+	ls, ts, err := netnsContents(testNet.node)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, l := range ls {
 		links = append(links, l.Attrs().Name)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		return nil, nil, err
-	}
-	ts, err := c.ListTables()
-	if err != nil {
-		return nil, nil, err
 	}
 	for _, t := range ts {
 		tables = append(tables, t.Name)

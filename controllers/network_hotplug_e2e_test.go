@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -300,31 +298,13 @@ func assertHostObjects(t *testing.T, when, podNS string, want hostState) {
 
 // nsObjects lists the links and nftables tables of the netns at path, sorted.
 func nsObjects(path string) ([]string, error) {
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	nh, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, err
-	}
-	defer nh.Close()
-	ls, err := nh.LinkList()
+	ls, ts, err := netnsContents(path)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, l := range ls {
 		out = append(out, "link "+l.Attrs().Name)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		return nil, err
-	}
-	ts, err := c.ListTables()
-	if err != nil {
-		return nil, err
 	}
 	for _, tb := range ts {
 		fam := map[nftables.TableFamily]string{nftables.TableFamilyINet: "inet", nftables.TableFamilyBridge: "bridge", nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6"}[tb.Family]
@@ -337,17 +317,7 @@ func nsObjects(path string) ([]string, error) {
 // podVeths lists the node links whose alias says they belong to pod uid (its eth0 and any
 // secondary interface).
 func podVeths(uid string) ([]string, error) {
-	h, err := netns.GetFromPath(testNet.node)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	nh, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, err
-	}
-	defer nh.Close()
-	ls, err := nh.LinkList()
+	ls, _, err := netnsContents(testNet.node)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -203,32 +202,16 @@ func addrStrings(as []netip.Addr) []string {
 // function stops it.
 func serveHello(t *testing.T, ns string, addr netip.AddrPort) func() {
 	t.Helper()
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see createNetns
-		h, err := netns.GetFromPath(ns)
-		if err == nil {
-			err = netns.Set(h)
-			h.Close()
-		}
-		if err != nil {
-			ch <- result{err: fmt.Errorf("enter netns %s: %w", ns, err)}
-			return
-		}
-		ln, err := net.Listen("tcp", addr.String())
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
+	var ln net.Listener
+	if err := inNetns(ns, func() (err error) {
+		ln, err = net.Listen("tcp", addr.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	go func() {
 		for {
-			c, err := r.ln.Accept()
+			c, err := ln.Accept()
 			if err != nil {
 				return // closed
 			}
@@ -237,5 +220,5 @@ func serveHello(t *testing.T, ns string, addr netip.AddrPort) func() {
 			c.Close()
 		}
 	}()
-	return func() { r.ln.Close() }
+	return func() { ln.Close() }
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/test/apienv"
-	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
@@ -254,12 +254,7 @@ func guestLayout(t testing.TB) string {
 	t.Helper()
 	files := testguest.Assets(t)
 	guestImageOnce.Do(func() {
-		img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
-		if err != nil {
-			guestImageOnce.err = err
-			return
-		}
-		guestImageOnce.ref, guestImageOnce.err = images.WriteLayout(filepath.Join(tmpRoot, "guest-layout"), img, "test")
+		guestImageOnce.ref, guestImageOnce.err = guestvmi.Layout(files, tmpRoot)
 	})
 	if guestImageOnce.err != nil {
 		t.Fatalf("write the test guest's image: %v", guestImageOnce.err)

@@ -12,31 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
 func newVMI(name string) *vmletv1.VirtualMachineInstance {
-	mem := resource.MustParse("128Mi")
-	grace := int64(30)
-	return &vmletv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: vmletv1.VirtualMachineInstanceSpec{
-			TerminationGracePeriodSeconds: &grace,
-			Domain: vmletv1.DomainSpec{
-				Memory: &vmletv1.Memory{Guest: &mem},
-				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
-					KernelArgs: testguest.BaseCmdline,
-					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
-				}},
-			},
-		},
-	}
+	return guestvmi.VMI(name, guestImage)
 }
 
 // eventually polls cond until it holds or the deadline passes; cond explains what it saw.

@@ -17,15 +17,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/test/apienv"
-	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -144,14 +142,7 @@ func newSetup(t *testing.T) *agentSetup {
 	if err := os.WriteFile(s.resolvConf, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files := testguest.Assets(t)
-	img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.guestSource, err = images.WriteLayout(filepath.Join(tmp, "guest-layout"), img, "test"); err != nil {
-		t.Fatal(err)
-	}
+	s.guestSource = guestvmi.WriteLayout(t, tmp)
 	return s
 }
 
@@ -170,7 +161,7 @@ func TestAgentKill9(t *testing.T) {
 		}
 	}()
 
-	vmi := guestVMI("kill9")
+	vmi := guestvmi.VMI("kill9", guestImage)
 	if err := c.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
 	}
@@ -242,24 +233,6 @@ func TestAgentKill9(t *testing.T) {
 			t.Errorf("launcher cgroup %s left: %v", jail, err)
 		}
 		t.Cleanup(func() { _ = os.Remove(filepath.Join(cg, s.cg)) })
-	}
-}
-
-func guestVMI(name string) *vmletv1.VirtualMachineInstance {
-	mem := resource.MustParse("128Mi")
-	grace := int64(30)
-	return &vmletv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: vmletv1.VirtualMachineInstanceSpec{
-			TerminationGracePeriodSeconds: &grace,
-			Domain: vmletv1.DomainSpec{
-				Memory: &vmletv1.Memory{Guest: &mem},
-				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
-					KernelArgs: testguest.BaseCmdline,
-					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
-				}},
-			},
-		},
 	}
 }
 

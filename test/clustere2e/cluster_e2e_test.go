@@ -17,8 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +29,7 @@ import (
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/test/apienv"
-	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/kubeletsim"
 	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
@@ -130,7 +128,7 @@ func startCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guest := guestLayout(t, tmp)
+	guest := guestvmi.WriteLayout(t, tmp)
 
 	c.run(t, "controller", vmlet, "controller", "--kubeconfig", env.Kubeconfig, "--launcher-root", c.launcherRoot,
 		"--volume-root", c.volumeRoot, "--image-cache", c.imageCache, "--allow-emulation",
@@ -202,38 +200,6 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
-func guestLayout(t *testing.T, tmp string) string {
-	t.Helper()
-	files := testguest.Assets(t)
-	img, err := images.KernelBoot(files.Kernel, "/vmlinuz", files.Initrd, "/initramfs.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := images.WriteLayout(filepath.Join(tmp, "guest-layout"), img, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref
-}
-
-func guestVMI(name string) *vmletv1.VirtualMachineInstance {
-	mem := resource.MustParse("128Mi")
-	grace := int64(30)
-	return &vmletv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: vmletv1.VirtualMachineInstanceSpec{
-			TerminationGracePeriodSeconds: &grace,
-			Domain: vmletv1.DomainSpec{
-				Memory: &vmletv1.Memory{Guest: &mem},
-				Firmware: &vmletv1.Firmware{KernelBoot: &vmletv1.KernelBoot{
-					KernelArgs: testguest.BaseCmdline,
-					Container:  &vmletv1.KernelBootContainer{Image: guestImage, KernelPath: "/vmlinuz", InitrdPath: "/initramfs.gz"},
-				}},
-			},
-		},
-	}
-}
-
 // TestClusterMode: kubectl create of a VMI in cluster mode → a launcher pod with the contract,
 // bound by the scheduler and run by the kubelet; the agent finds its launcher, filters its
 // devices, wires its network in the pod's namespace and the guest boots and gets its address;
@@ -242,7 +208,7 @@ func TestClusterMode(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	cl := c.env.Client
-	vmi := guestVMI("cluster")
+	vmi := guestvmi.VMI("cluster", guestImage)
 	if err := cl.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +270,7 @@ func TestClusterQEMUKilled(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	cl := c.env.Client
-	vmi := guestVMI("killed")
+	vmi := guestvmi.VMI("killed", guestImage)
 	if err := cl.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
 	}

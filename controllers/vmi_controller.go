@@ -168,11 +168,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if isFinal(vmi.Status.Phase) {
 		return ctrl.Result{}, r.teardown(ctx, vmi)
 	}
-	if !controllerutil.ContainsFinalizer(vmi, Finalizer) {
-		controllerutil.AddFinalizer(vmi, Finalizer)
-		if err := r.Client.Update(ctx, vmi); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
+	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
+		return ctrl.Result{}, err
 	}
 	// A launcher that exited ends the VMI whatever its spec and volumes look like now.
 	if st, err := r.Runtime.State(id); err == nil && st.Exited != nil {
@@ -385,9 +382,8 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 	r.mu.Lock()
 	delete(r.keys, vmi.UID)
 	r.mu.Unlock()
-	controllerutil.RemoveFinalizer(vmi, Finalizer)
-	if err := r.Client.Update(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	if err := patchFinalizer(ctx, r.Client, vmi, false); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }

@@ -375,6 +375,13 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 		}
 		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "ShuttingDown", "deleting: guest shutdown requested")
 		return ctrl.Result{RequeueAfter: gracePeriod(vmi) + 5*time.Second}, nil
+	default:
+		// The launcher stopped for the deletion: say how the guest went (a guest that ignored
+		// ACPI was stopped by force at the end of its grace period: a Warning event, which
+		// outlives the VMI). Once: a final phase is not recorded again.
+		if !isFinal(vmi.Status.Phase) {
+			r.launcherExited(vmi, st.Exited)
+		}
 	}
 	if err := r.teardown(ctx, vmi); err != nil {
 		return ctrl.Result{}, err

@@ -22,6 +22,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/storage/storagetest"
 	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // TestVMIFailsWithoutLauncher: a VMI asking for something this build cannot do, or whose
@@ -200,4 +201,29 @@ func TestAgentRestartAdopts(t *testing.T) {
 		return err != nil, "still there"
 	})
 	assertNothingLeft(t, string(vmi.UID), int(before.Status.Launcher.PID))
+}
+
+// TestDeleteForcedShutdown: deleting a VMI whose guest ignores the ACPI power button stops it by
+// force at the end of its grace period, and says so: a Warning event ForcedShutdown about the
+// VMI (which outlives it). Before, the VMI simply went away.
+func TestDeleteForcedShutdown(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	a := startAgent(t, agentOptions{})
+	defer a.stop(t)
+	vmi := newVMI("forced-stop")
+	vmi.Spec.Domain.Firmware.KernelBoot.KernelArgs += " " + testguest.CmdlineNoACPI
+	vmi.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+	if err := env.Client.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	got := waitPhase(t, key, vmletv1.Running, 2*time.Minute)
+	waitSerial(t, consoleLog(got), testguest.MarkerReady)
+	if err := env.Client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	waitDeleted(t, key)
+	waitEvent(t, got, "ForcedShutdown")
+	assertNothingLeft(t, string(got.UID), int(got.Status.Launcher.PID))
 }

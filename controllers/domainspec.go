@@ -77,6 +77,9 @@ const (
 // It is pure: it reads only its arguments. Unsupported features yield a *SpecError wrapping
 // ErrUnsupported; vmlet never drops a requested feature silently.
 func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (*Domain, error) {
+	if err := checkAnnotations(vmi.Annotations); err != nil {
+		return nil, err
+	}
 	d := &vmi.Spec.Domain
 	s := &qemu.Spec{
 		Name:         domainName(vmi),

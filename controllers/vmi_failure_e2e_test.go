@@ -58,6 +58,13 @@ func TestVMIFailsWithoutLauncher(t *testing.T) {
 				PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
 					PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "nosuchclaim"}}}}}
 		}},
+		// KubeVirt's vmi-with-sidecar-hook: its SMBIOS sidecar would rewrite the domain.
+		{"hook-sidecar", "Unsupported", "hooks.kubevirt.io/hookSidecars", func(v *vmletv1.VirtualMachineInstance) {
+			v.Annotations = map[string]string{
+				"hooks.kubevirt.io/hookSidecars":              `[{"args": ["--version", "v1alpha2"], "image": "registry:5000/kubevirt/example-hook-sidecar:devel"}]`,
+				"smbios.vm.kubevirt.io/baseBoardManufacturer": "Radical Edward",
+			}
+		}},
 		{"host-disk-outside-root", "HostPathNotAllowed", "/etc/passwd", func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{{Name: "host", VolumeSource: vmletv1.VolumeSource{
 				HostDisk: &vmletv1.HostDisk{Path: "/etc/passwd", Type: vmletv1.HostDiskExists}}}}

@@ -143,6 +143,9 @@ type agentOptions struct {
 	// this agent. The node bridge exists only while pods do, so agents of later tests get an
 	// IPv4-only bridge again.
 	Subnet6 netip.Prefix
+	// Secondary are the multus networks the node offers (NodeNetwork.Secondary); nil means
+	// controllers.DefaultSecondaryNetworks.
+	Secondary []string
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -179,6 +182,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nn.Secondary = o.Secondary
 	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,

@@ -194,6 +194,11 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		r.fail(vmi, specReason(err), err.Error())
 		return ctrl.Result{}, nil
 	}
+	if _, err := r.Runtime.State(id); errors.Is(err, process.ErrNotFound) {
+		if res, ok := r.waitForNetworks(vmi); !ok {
+			return res, nil
+		}
+	}
 	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
 	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI.
 	spec, storageErr := r.applyStorage(ctx, want)

@@ -1,0 +1,57 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+)
+
+// networkRecheck is how often a VMI waiting for a network looks again.
+const networkRecheck = 30 * time.Second
+
+// missingNetworks lists the multus networks of the VMI's (present) interfaces that this node
+// does not offer. It is pure given the node's network list.
+func (n *NodeNetwork) missingNetworks(vmi *vmletv1.VirtualMachineInstance) []string {
+	ifaces, nets := presentOnly(vmletv1.EffectiveNetworks(&vmi.Spec))
+	used := map[string]bool{}
+	for _, i := range ifaces {
+		used[i.Name] = true
+	}
+	var missing []string
+	for _, nw := range nets {
+		if used[nw.Name] && nw.Multus != nil && !n.offers(nw.Multus.NetworkName) {
+			missing = append(missing, nw.Multus.NetworkName)
+		}
+	}
+	return missing
+}
+
+// waitForNetworks keeps a VMI that has no launcher yet from starting while a network it lists
+// cannot be wired, as a launcher pod cannot start without its networks in KubeVirt: the VMI
+// stays Scheduled with Synchronized=False, reason UnknownNetwork (a Warning event when that
+// becomes true) and is looked at again every networkRecheck, so it starts once the node
+// offers the network. A running VMI's new interfaces are hotplug's (reconcileNICs): there the
+// VM keeps running. ok is false when the VMI must wait.
+func (r *VMIReconciler) waitForNetworks(vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, bool) {
+	if r.Network == nil || r.Network.Pods == nil {
+		return ctrl.Result{}, true // ensureNetwork fails the VMI: the node has no pod network
+	}
+	missing := r.Network.missingNetworks(vmi)
+	if len(missing) == 0 {
+		return ctrl.Result{}, true
+	}
+	msg := fmt.Sprintf("waiting for multus network(s) %s: not offered by this node (it offers %s); the VMI starts when they are",
+		strings.Join(missing, ", "), strings.Join(r.Network.secondaryNames(), ", "))
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reasonUnknownNetwork || c.Message != msg {
+		r.Recorder.Eventf(vmi, nil, "Warning", reasonUnknownNetwork, "WireNetwork", "%s", msg)
+	}
+	setPhase(vmi, vmletv1.Scheduled)
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reasonUnknownNetwork, msg)
+	setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reasonUnknownNetwork, msg)
+	return ctrl.Result{RequeueAfter: networkRecheck}, false
+}

@@ -131,6 +131,7 @@ func (a *Agent) Run(ctx context.Context, path string, args ...string) (ExecStatu
 // guest-exec-status (every 2 ms at first, backing off to 100 ms). Each poll is a request of its
 // own, bounded by the guest-exec-status deadline: the channel is free between polls, so other
 // requests (a liveness guest-ping, guest-get-osinfo, ...) are answered while a long process runs.
+// A poll that could not be sent (ErrBusy) is retried.
 //
 // If ctx ends before the process exited, Wait returns ErrStillRunning wrapping ctx's error, and
 // the process keeps running in the guest: qemu-ga has no command to kill it. qemu-ga keeps the
@@ -156,6 +157,10 @@ func (a *Agent) Wait(ctx context.Context, pid int) (ExecStatus, error) {
 		if err != nil && ctx.Err() != nil {
 			// The wait ended during a poll: that is not the agent failing to answer.
 			return ExecStatus{}, stillRunning()
+		}
+		if errors.Is(err, ErrBusy) { // not sent: no news about the process, poll again
+			timer.Reset(interval)
+			continue
 		}
 		if err != nil {
 			return st, fmt.Errorf("wait for guest pid %d: %w", pid, err)

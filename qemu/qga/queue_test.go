@@ -244,3 +244,31 @@ func TestWaitLeavesChannelFree(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitRetriesBusyPolls: a guest-exec-status poll that could not be sent because a slow
+// command held the channel past QueueTimeout does not end the wait.
+func TestWaitRetriesBusyPolls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ag, release := slowAgent(t)
+		var exited atomic.Bool
+		ag.Handle("guest-exec-status", func(json.RawMessage) (any, *qgatest.Error) {
+			return map[string]bool{"exited": exited.Load()}, nil
+		})
+		a := connect(t, ag, qga.Options{QueueTimeout: time.Second, CommandTimeouts: map[string]time.Duration{
+			"guest-fsfreeze-freeze": time.Minute,
+		}})
+		wait := make(chan error, 1)
+		go func() { _, err := a.Wait(t.Context(), 42); wait <- err }()
+		synctest.Wait() // between polls
+		freeze := goDo(func() error { return a.Execute(t.Context(), "guest-fsfreeze-freeze", nil, nil) })
+		time.Sleep(5 * time.Second) // polls meanwhile: each waits 1 s in line, then ErrBusy
+		exited.Store(true)
+		close(release)
+		if err := <-freeze; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-wait; err != nil {
+			t.Fatalf("Wait with busy polls = %v, want the process's exit", err)
+		}
+	})
+}

@@ -51,10 +51,20 @@ func TestGuestAgentLongExec(t *testing.T) {
 // be answered within agentCallBound; GetDomain must say the agent is connected throughout, and
 // the event stream (what the node agent watches for the AgentConnected condition) must carry
 // no "agent lost" event; the exec returns exit 0 and its output. Logs the GuestPing RTT
-// (P50/P95) during the exec.
+// (P50/P95) during the exec, and idle for comparison.
 func callsDuringExec(t *testing.T, p *proc, rec *recorder, up int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	var idle []time.Duration
+	for range 25 {
+		t0 := time.Now()
+		if err := p.client.GuestPing(ctx); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, time.Since(t0))
+	}
+	slices.Sort(idle)
+	t.Logf("guest-ping RTT through the launcher, idle: n=%d P50 %s P95 %s", len(idle), percentile(idle, 50), percentile(idle, 95))
 
 	type result struct {
 		r    *pb.GuestExecResponse

@@ -3,6 +3,8 @@ package launcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -18,12 +20,23 @@ import (
 const agentCallBound = 3 * time.Second
 
 // bootAgentGuest starts the test guest under p and waits until it printed its READY marker and
-// the launcher reported the agent connected; it returns the index of that event.
-func bootAgentGuest(t *testing.T, p *proc, rec *recorder, name string) int {
+// the launcher reported the agent connected; it returns the index of that event and the
+// console connection (to type into the guest's shell).
+func bootAgentGuest(t *testing.T, p *proc, rec *recorder, name string) (int, net.Conn, *testguest.Console) {
 	t.Helper()
-	_, con := syncGuest(t, p, guestSpec(t, name))
 	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
 	defer cancel()
+	r, err := p.client.Sync(ctx, guestSpec(t, name))
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	p.qemu = int(r.GetDomain().GetPid())
+	conn, err := net.Dial("unix", p.paths.ConsoleSocket())
+	if err != nil {
+		t.Fatalf("connect console: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	con := testguest.NewConsole(conn)
 	if err := con.Wait(ctx, testguest.MarkerReady); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +44,7 @@ func bootAgentGuest(t *testing.T, p *proc, rec *recorder, name string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return i
+	return i, conn, con
 }
 
 // TestGuestAgentLongExec is issue #13 item 9, against the real guest and qemu-ga: long guest
@@ -40,9 +53,10 @@ func bootAgentGuest(t *testing.T, p *proc, rec *recorder, name string) int {
 func TestGuestAgentLongExec(t *testing.T) {
 	p := startLauncher(t, launchOpts{})
 	rec := watch(t, p.client, 0)
-	up := bootAgentGuest(t, p, rec, "longexec")
+	up, conn, con := bootAgentGuest(t, p, rec, "longexec")
 	t.Run("calls-during-exec", func(t *testing.T) { callsDuringExec(t, p, rec, up) })
 	t.Run("exec-timeout", func(t *testing.T) { execTimeout(t, p, rec) })
+	t.Run("stopped-agent", func(t *testing.T) { stoppedAgent(t, p, rec, conn, con) })
 }
 
 // callsDuringExec: a 10 s guest exec (guest-exec, then guest-exec-status polls) must not hold
@@ -170,6 +184,43 @@ func execTimeout(t *testing.T, p *proc, rec *recorder) {
 	}
 	if slices.ContainsFunc(rec.snapshot()[from:], isAgent(false)) {
 		t.Errorf("agent reported lost after an exec timeout; events: %s", rec.dump())
+	}
+}
+
+// stoppedAgent: an agent that really stops answering (qemu-ga SIGSTOPped from the console)
+// is reported lost, because a ping sent to it goes unanswered; once it runs again the
+// launcher resynchronises past the stale replies and reports it connected.
+func stoppedAgent(t *testing.T, p *proc, rec *recorder, conn net.Conn, con *testguest.Console) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	from := rec.len()
+	shell := func(cmd, marker string) {
+		t.Helper()
+		off := con.Len()
+		// $((40+2)): the echoed command line does not contain the marker, only its output.
+		if _, err := fmt.Fprintf(conn, "%s && echo %s-$((40+2))\n", cmd, marker); err != nil {
+			t.Fatalf("type into the console: %v", err)
+		}
+		if _, err := con.WaitFrom(ctx, off, marker+"-42"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shell("kill -STOP $(pidof qemu-ga)", "VMLET-QGA-STOPPED")
+	i, err := rec.waitEvent(ctx, from, "agent lost", isAgent(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.client.GuestPing(ctx); !errors.Is(err, launcher.ErrAgentNotConnected) {
+		t.Errorf("guest ping while the agent is stopped = %v, want ErrAgentNotConnected", err)
+	}
+	shell("kill -CONT $(pidof qemu-ga)", "VMLET-QGA-RESUMED")
+	if _, err := rec.waitEvent(ctx, i+1, "agent back", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, callCancel := context.WithTimeout(ctx, agentCallBound)
+	defer callCancel()
+	if err := p.client.GuestPing(callCtx); err != nil {
+		t.Errorf("guest ping after the agent resumed: %v", err)
 	}
 }
 

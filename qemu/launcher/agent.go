@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -55,11 +56,13 @@ func agentOptions() qga.Options {
 // is the only way.
 type agentPoller struct {
 	d      *domain
+	log    *slog.Logger
 	socket string
 
-	mu   sync.Mutex // guards conn and up; never held while a command runs
-	conn *qga.Agent // nil until dialled, and after QEMU closed it
-	up   bool       // the last verdict was "answers"
+	mu        sync.Mutex   // guards the fields below; never held while a command runs
+	conn      *qga.Agent   // nil until dialled, and after QEMU closed it
+	up        bool         // the last verdict was "answers"
+	abandoned map[int]bool // guest pids that outlived their GuestExec, see reap
 
 	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
 	stop chan struct{}
@@ -67,7 +70,7 @@ type agentPoller struct {
 }
 
 func newAgentPoller(d *domain, socket string) *agentPoller {
-	return &agentPoller{d: d, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
@@ -111,8 +114,7 @@ func pingVerdict(err error) verdict {
 
 // run polls until close.
 func (a *agentPoller) run() {
-	cfg := a.d.l.cfg
-	log := a.d.l.log
+	cfg, log := a.d.l.cfg, a.log
 	retry := &backoff{min: cfg.AgentRetryMin, max: cfg.AgentRetryMax}
 	defer a.shutdown()
 	for {
@@ -124,8 +126,11 @@ func (a *agentPoller) run() {
 			log.Info("guest agent connected")
 			a.setUp(true)
 			retry.reset()
+		case v == agentAnswers:
+			a.reap()
 		case v == agentSilent && up:
 			log.Info("guest agent lost", "err", err)
+			a.forgetAbandoned()
 			a.setUp(false)
 			retry.reset()
 			wait = retry.next()

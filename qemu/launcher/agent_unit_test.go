@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -36,13 +37,15 @@ func TestPingVerdict(t *testing.T) {
 }
 
 // fakeGuest is a scripted qemu-ga for the launcher's guest RPCs: guest-exec starts pids 42,
-// 43, ...; a process exits when exit(pid) is called. guest-get-fsinfo blocks between stall
+// 43, ...; a process exits when exit(pid) is called; guest-exec-status of a pid it did not
+// start, or whose exit it reported already, is an error reply, as in qemu-ga. guest-get-fsinfo blocks between stall
 // and unstall (a synchronous command that takes long, as on a guest with a hung mount).
 type fakeGuest struct {
 	*qgatest.Agent
 	mu      sync.Mutex
 	next    int
-	exited  map[int]bool
+	exited  map[int]bool  // pid → exited, for the pids it runs
+	polls   int           // guest-exec-status requests
 	stalled chan struct{} // non-nil: guest-get-fsinfo waits until it is closed
 }
 
@@ -66,6 +69,9 @@ func newFakeGuest(t *testing.T) *fakeGuest {
 	f.Handle("guest-exec", func(json.RawMessage) (any, *qgatest.Error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if _, ok := f.exited[f.next]; !ok { // exit(pid) may come first
+			f.exited[f.next] = false
+		}
 		f.next++
 		return map[string]int{"pid": f.next - 1}, nil
 	})
@@ -74,9 +80,15 @@ func newFakeGuest(t *testing.T) *fakeGuest {
 		_ = json.Unmarshal(args, &p)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if !f.exited[p.PID] {
+		f.polls++
+		exited, ok := f.exited[p.PID]
+		switch {
+		case !ok:
+			return nil, &qgatest.Error{Class: "GenericError", Desc: "Invalid parameter 'pid'"}
+		case !exited:
 			return map[string]any{"exited": false}, nil
 		}
+		delete(f.exited, p.PID) // qemu-ga frees a process's record once it reported the exit
 		return map[string]any{"exited": true, "exitcode": 0, "out-data": base64.StdEncoding.EncodeToString([]byte("slept\n"))}, nil
 	})
 	return f
@@ -107,7 +119,7 @@ func (f *fakeGuest) poller(t *testing.T, tap func(qmp.Record)) *agentPoller {
 	opts.Tap = tap
 	c := qga.New(f.Pipe(), opts)
 	t.Cleanup(func() { _ = c.Close() })
-	return &agentPoller{conn: c, up: true, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{conn: c, up: true, log: slog.New(slog.DiscardHandler), kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func kicked(a *agentPoller) bool {
@@ -217,10 +229,7 @@ func TestExecTimeoutIsNotAgentLoss(t *testing.T) {
 		a := f.poller(t, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
-		err := a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
-			_, err := guestExec(ctx, g, &pb.GuestExecRequest{Path: "/bin/sleep", Args: []string{"30"}})
-			return err
-		})
+		_, err := a.exec(ctx, &pb.GuestExecRequest{Path: "/bin/sleep", Args: []string{"30"}})
 		if !errors.Is(err, ErrExecTimeout) || errors.Is(err, ErrAgentNotConnected) || kicked(a) {
 			t.Fatalf("exec past its timeout = %v (kicked %v), want ErrExecTimeout and no agent re-check", err, kicked(a))
 		}
@@ -232,7 +241,47 @@ func TestExecTimeoutIsNotAgentLoss(t *testing.T) {
 		if err := a.use(t.Context(), ping); err != nil {
 			t.Errorf("ping after an exec timeout: %v", err)
 		}
+		if !a.abandoned[42] {
+			t.Errorf("abandoned processes = %v, want pid 42 handed to reap", a.abandoned)
+		}
 	})
+}
+
+// TestReapAbandoned: reap reads the status of processes that outlived their GuestExec until
+// they exited (so that qemu-ga frees them), forgets pids the agent does not know, and sends
+// nothing once none is left.
+func TestReapAbandoned(t *testing.T) {
+	f := newFakeGuest(t)
+	a := f.poller(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
+		_, err := g.Exec(ctx, "/bin/sleep", nil, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.abandon(42)
+	a.abandon(99) // not a pid of this agent (it restarted, say)
+	a.reap()
+	if len(a.abandoned) != 1 || !a.abandoned[42] {
+		t.Fatalf("after reaping a running process: abandoned = %v, want only 42", a.abandoned)
+	}
+	f.exit(42)
+	a.reap()
+	if len(a.abandoned) != 0 {
+		t.Fatalf("after reaping an exited process: abandoned = %v, want none", a.abandoned)
+	}
+	f.mu.Lock()
+	polls, left := f.polls, len(f.exited)
+	f.mu.Unlock()
+	a.reap()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if polls != 3 || f.polls != polls || left != 0 {
+		t.Errorf("%d guest-exec-status polls (%d after a round with nothing left), %d records left in the agent; want 3, 3, 0",
+			polls, f.polls, left)
+	}
 }
 
 // TestBusyIsNotAgentLoss: a call that cannot be sent because a slow synchronous command holds

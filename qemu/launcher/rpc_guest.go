@@ -131,8 +131,8 @@ func guestInfo(ctx context.Context, g *qga.Agent) (*pb.GuestInfoResponse, error)
 // guest pid at once), then guest-exec-status polls until the process exited (qga.Agent.Wait).
 // Each is a short command of its own, so the agent answers pings and other RPCs while the
 // process runs. When the request's timeout (default 30 s) passes first, GuestExec returns
-// ErrExecTimeout with the guest pid and the process keeps running: qemu-ga cannot kill it, and
-// keeps its exit status and captured output until a guest-exec-status reads them.
+// ErrExecTimeout with the guest pid and the process keeps running: qemu-ga cannot kill it. The
+// poller then reads its status after it exits (agentPoller.reap), so that qemu-ga frees it.
 func (l *api) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.GuestExecResponse, error) {
 	a, err := l.agent()
 	if err != nil {
@@ -147,26 +147,39 @@ func (l *api) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.Gues
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var st qga.ExecStatus
-	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) (err error) {
-		st, err = guestExec(ctx, g, req)
-		return err
-	})
+	st, err := a.exec(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("guest exec %s: %w", req.GetPath(), err)
 	}
 	return &pb.GuestExecResponse{ExitCode: int32(st.ExitCode), Signal: int32(st.Signal), Stdout: st.Stdout, Stderr: st.Stderr}, nil
 }
 
-// guestExec starts req's program with g and waits for it to exit, until ctx ends.
+// exec runs req's program with the agent until ctx ends (use, guestExec); a process that
+// outlives ctx is handed to reap.
+func (a *agentPoller) exec(ctx context.Context, req *pb.GuestExecRequest) (st qga.ExecStatus, err error) {
+	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) (err error) {
+		st, err = guestExec(ctx, g, req)
+		return err
+	})
+	if pe, ok := errors.AsType[*guestPIDError](err); ok {
+		a.abandon(pe.pid)
+	}
+	return st, err
+}
+
+// guestExec starts req's program with g and waits for it to exit, until ctx ends: then the
+// error carries the guest pid, and is ErrExecTimeout if ctx's deadline ended the wait.
 func guestExec(ctx context.Context, g *qga.Agent, req *pb.GuestExecRequest) (qga.ExecStatus, error) {
 	pid, err := g.Exec(ctx, req.GetPath(), req.GetArgs(), req.GetInput())
 	if err != nil {
 		return qga.ExecStatus{}, err
 	}
 	st, err := g.Wait(ctx, pid)
-	if errors.Is(err, qga.ErrStillRunning) && errors.Is(err, context.DeadlineExceeded) {
-		return st, &guestPIDError{pid: pid, err: fmt.Errorf("%w: %w", ErrExecTimeout, err)}
+	if errors.Is(err, qga.ErrStillRunning) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %w", ErrExecTimeout, err)
+		}
+		return st, &guestPIDError{pid: pid, err: err}
 	}
 	return st, err
 }

@@ -4,30 +4,65 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/vmlet/vmlet/qemu/qga"
 )
 
-// agentPingTimeout bounds one ping (with the resynchronisation before it when needed).
-const agentPingTimeout = 2 * time.Second
+// Guest agent deadlines. Package qga starts a command's deadline when the command is sent, and
+// bounds the wait behind other commands separately (agentQueueTimeout, then qga.ErrBusy).
+const (
+	agentPingTimeout  = 2 * time.Second
+	agentQueueTimeout = 5 * time.Second
+)
+
+// agentCommandTimeouts is the deadline of every command the launcher sends to qemu-ga, from
+// when it is sent (a resync before it, when one is needed, counts against it). qemu-ga is
+// single-threaded and answers in order, so each is short and none waits for guest work:
+// guest-exec returns a pid at once and GuestExec polls guest-exec-status. The launcher sends
+// no synchronous long-running command (guest-fsfreeze-*, guest-shutdown, guest-file-* loops);
+// one added must get an entry here (TestAgentCommandDeadlines checks the RPCs' commands).
+var agentCommandTimeouts = map[string]time.Duration{
+	"guest-ping":                   agentPingTimeout,
+	"guest-info":                   5 * time.Second,
+	"guest-get-osinfo":             5 * time.Second,
+	"guest-get-host-name":          5 * time.Second,
+	"guest-network-get-interfaces": 5 * time.Second,
+	"guest-get-users":              5 * time.Second,
+	"guest-get-fsinfo":             10 * time.Second, // statvfs of every mount
+	"guest-exec":                   10 * time.Second, // fork + exec; input is written asynchronously
+	"guest-exec-status":            5 * time.Second,
+}
+
+// agentOptions are the launcher's qga.Options.
+func agentOptions() qga.Options {
+	return qga.Options{
+		DefaultTimeout:  agentPingTimeout,
+		CommandTimeouts: agentCommandTimeouts,
+		QueueTimeout:    agentQueueTimeout,
+	}
+}
 
 // agentPoller keeps the launcher's one connection to the guest agent (QEMU serves one client
 // on the channel's socket): it pings with a capped exponential back-off (Config.AgentRetryMin
 // doubling to AgentRetryMax) while the agent does not answer, pings an answering agent every
 // AgentPingInterval, and reports every change as an agent event. The socket stays connected
 // across agent restarts and guest reboots (package qga resynchronises the stream); it is
-// redialled only when QEMU closed it. RPCs borrow the connection with use. QGA has no "agent
-// started" event (the host side of the virtio-serial port is always open), so polling is the
-// only way.
+// redialled only when QEMU closed it. RPCs borrow the connection with use; qga orders their
+// commands and the pings on it one at a time, and no command holds it for long. QGA has no
+// "agent started" event (the host side of the virtio-serial port is always open), so polling
+// is the only way.
 type agentPoller struct {
 	d      *domain
+	log    *slog.Logger
 	socket string
 
-	mu   sync.Mutex // held while a command runs on conn
-	conn *qga.Agent // nil until dialled, and after QEMU closed it
-	up   bool       // the last ping was answered
+	mu        sync.Mutex   // guards the fields below; never held while a command runs
+	conn      *qga.Agent   // nil until dialled, and after QEMU closed it
+	up        bool         // the last verdict was "answers"
+	abandoned map[int]bool // guest pids that outlived their GuestExec, see reap
 
 	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
 	stop chan struct{}
@@ -35,7 +70,7 @@ type agentPoller struct {
 }
 
 func newAgentPoller(d *domain, socket string) *agentPoller {
-	return &agentPoller{d: d, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
@@ -55,27 +90,58 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.cur = b.min }
 
+// verdict is what one liveness ping says about the agent.
+type verdict int
+
+const (
+	agentAnswers verdict = iota
+	agentSilent          // a command was sent and not answered in time, or no connection
+	agentBusy            // the ping was not sent: commands within their deadlines held the channel
+)
+
+// pingVerdict classifies a ping's error. Only an unanswered command (or no connection) means
+// the agent is gone; a ping that could not be sent because the channel was busy says nothing:
+// whatever holds it is bounded by its own deadline, and its timeout kicks a new ping.
+func pingVerdict(err error) verdict {
+	switch {
+	case err == nil:
+		return agentAnswers
+	case errors.Is(err, qga.ErrBusy):
+		return agentBusy
+	}
+	return agentSilent
+}
+
 // run polls until close.
 func (a *agentPoller) run() {
-	cfg := a.d.l.cfg
+	cfg, log := a.d.l.cfg, a.log
 	retry := &backoff{min: cfg.AgentRetryMin, max: cfg.AgentRetryMax}
 	defer a.shutdown()
 	for {
 		wait := cfg.AgentPingInterval
 		err := a.ping()
-		switch {
-		case err == nil && !a.isUp():
-			a.d.l.log.Info("guest agent connected")
+		up := a.isUp()
+		switch v := pingVerdict(err); {
+		case v == agentAnswers && !up:
+			log.Info("guest agent connected")
 			a.setUp(true)
 			retry.reset()
-		case err != nil && a.isUp():
-			a.d.l.log.Info("guest agent lost", "err", err)
+		case v == agentAnswers:
+			a.reap()
+		case v == agentSilent && up:
+			log.Info("guest agent lost", "err", err)
+			a.forgetAbandoned()
 			a.setUp(false)
 			retry.reset()
 			wait = retry.next()
-		case err != nil:
+		case v == agentSilent:
 			wait = retry.next()
-			a.d.l.log.Debug("guest agent not answering", "err", err, "retry", wait)
+			log.Debug("guest agent not answering", "err", err, "retry", wait)
+		case v == agentBusy:
+			log.Debug("guest agent busy: ping not sent, no verdict", "err", err)
+			if !up {
+				wait = retry.next()
+			}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -102,25 +168,48 @@ func (a *agentPoller) setUp(up bool) {
 	a.d.setAgent(up)
 }
 
-// ping dials when needed and pings once; a closed socket is dropped for a redial next time.
+// ping dials when needed and pings once (guest-ping); a closed socket is dropped for a redial
+// next time. The wait in line is bounded by agentQueueTimeout, the ping by agentPingTimeout
+// from when it is sent; the context only backs both up.
 func (a *agentPoller) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), agentPingTimeout)
-	defer cancel()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.conn == nil {
-		c, err := qga.Dial(ctx, a.socket, qga.Options{DefaultTimeout: agentPingTimeout})
-		if err != nil {
-			return err
-		}
-		a.conn = c
+	c, err := a.connection()
+	if err != nil {
+		return err
 	}
-	err := a.conn.Ping(ctx)
+	ctx, cancel := context.WithTimeout(context.Background(), agentQueueTimeout+agentPingTimeout)
+	defer cancel()
+	err = c.Ping(ctx)
 	if errors.Is(err, qga.ErrDisconnected) {
-		a.conn.Close()
-		a.conn = nil
+		a.drop(c)
 	}
 	return err
+}
+
+// connection returns the agent connection, dialling the socket if there is none.
+func (a *agentPoller) connection() (*qga.Agent, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn != nil {
+		return a.conn, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), agentPingTimeout)
+	defer cancel()
+	c, err := qga.Dial(ctx, a.socket, agentOptions())
+	if err != nil {
+		return nil, err
+	}
+	a.conn = c
+	return c, nil
+}
+
+// drop closes c if it is still the connection.
+func (a *agentPoller) drop(c *qga.Agent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn == c {
+		c.Close()
+		a.conn = nil
+	}
 }
 
 // shutdown closes the connection and reports the agent gone.
@@ -136,20 +225,27 @@ func (a *agentPoller) shutdown() {
 	}
 }
 
-// use runs f with the connection of an answering agent, one caller at a time:
-// ErrAgentNotConnected when the agent does not answer (then the poller re-checks at once);
-// ErrAgentCommand when the agent answered with an error.
+// use runs f with the connection of an answering agent. It holds no lock while f runs: qga
+// puts f's commands in line with everyone else's, one at a time. Errors:
+// ErrAgentNotConnected when the agent does not answer (a command sent got no answer in time,
+// or the socket closed; the poller then re-checks at once); ErrAgentBusy when a command could
+// not even be sent in time because others held the channel; ErrAgentCommand when the agent
+// answered with an error.
 func (a *agentPoller) use(ctx context.Context, f func(context.Context, *qga.Agent) error) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.conn == nil || !a.up {
+	c, up := a.conn, a.up
+	a.mu.Unlock()
+	if c == nil || !up {
 		return ErrAgentNotConnected
 	}
-	err := f(ctx, a.conn)
+	err := f(ctx, c)
 	if _, isAgentErr := errors.AsType[*qga.Error](err); isAgentErr {
 		return fmt.Errorf("%w: %w", ErrAgentCommand, err)
 	}
-	if errors.Is(err, qga.ErrTimeout) || errors.Is(err, qga.ErrDisconnected) {
+	switch {
+	case errors.Is(err, qga.ErrBusy):
+		return fmt.Errorf("%w: %w", ErrAgentBusy, err)
+	case errors.Is(err, qga.ErrTimeout), errors.Is(err, qga.ErrDisconnected):
 		select {
 		case a.kick <- struct{}{}:
 		default:

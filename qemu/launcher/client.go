@@ -187,7 +187,10 @@ func (c *Client) GuestInfo(ctx context.Context) (*pb.GuestInfoResponse, error) {
 	return r, wrap("guest info", err)
 }
 
-// GuestExec runs path with args in the guest and waits for it (timeout 0: 30 s).
+// GuestExec runs path with args in the guest and waits for it (timeout 0: 30 s). A process
+// still running at the timeout is ErrExecTimeout (RemoteError.Metadata["pid"]: its guest pid)
+// and keeps running: qemu-ga cannot kill it. ErrAgentBusy: not started, the agent's channel
+// was busy; retry.
 func (c *Client) GuestExec(ctx context.Context, path string, args []string, input []byte, timeout time.Duration) (*pb.GuestExecResponse, error) {
 	r, err := c.api.GuestExec(ctx, &pb.GuestExecRequest{Path: path, Args: args, Input: input, TimeoutMs: timeout.Milliseconds()})
 	return r, wrap("guest exec", err)

@@ -45,7 +45,13 @@
 // time-stamped. WatchEvents replays the retained events (the newest 1024) after after_seq, then
 // streams; GetDomain's last_event_seq is the number to resume from (EVENTS_LOST if too old).
 // The guest agent is polled (QGA has no "agent started" event) with a back-off that doubles up
-// to a cap; its connected state is in GetDomain and in events.
+// to a cap; its connected state is in GetDomain and in events. The agent answers one command
+// at a time, so no RPC holds it for long: GuestExec is guest-exec (qemu-ga runs the process
+// asynchronously) then short guest-exec-status polls, and pings and other guest RPCs go
+// between them. The agent counts as lost only when a command sent to it went unanswered past
+// its deadline, which starts when it is sent; a command that could not be sent because others
+// held the channel past the wait-in-line bound is AGENT_BUSY, no verdict on the agent. A
+// process outliving GuestExec's timeout is EXEC_TIMEOUT (metadata "pid") and keeps running.
 //
 // # NICs: tap names, not fds
 //

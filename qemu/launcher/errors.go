@@ -36,6 +36,14 @@ var (
 	// ErrAgentCommand: the guest agent answered a command with an error
 	// (RemoteError.Metadata["class"]).
 	ErrAgentCommand = errors.New("guest agent command failed")
+	// ErrAgentBusy: a guest agent command was not sent: earlier commands held the agent's
+	// channel longer than the launcher waits in line (5 s). Says nothing about the agent's
+	// health; retry. Unavailable.
+	ErrAgentBusy = errors.New("guest agent busy")
+	// ErrExecTimeout: GuestExec's timeout passed before the guest process exited. The process
+	// keeps running in the guest (qemu-ga has no command to kill it);
+	// RemoteError.Metadata["pid"] is its guest pid. DeadlineExceeded.
+	ErrExecTimeout = errors.New("guest process did not exit in time")
 	// ErrMigrationFailed: the migration ended failed or cancelled.
 	ErrMigrationFailed = errors.New("migration failed")
 	// ErrUnsafe: the operation is known to damage the guest in this configuration (e.g.
@@ -66,9 +74,19 @@ func (e *StepError) Error() string { return fmt.Sprintf("%s: step %s: %v", e.Wha
 
 func (e *StepError) Unwrap() error { return e.Err }
 
+// guestPIDError carries the guest pid of an exec into RemoteError.Metadata["pid"].
+type guestPIDError struct {
+	pid int
+	err error
+}
+
+func (e *guestPIDError) Error() string { return e.err.Error() }
+
+func (e *guestPIDError) Unwrap() error { return e.err }
+
 // RemoteError is an error the launcher returned over the API. It unwraps to the sentinel
 // named by Reason (errors.Is(err, launcher.ErrNoDomain)); Metadata carries details: the QMP
-// error "class", the failed "step" of a domain start.
+// error "class", the failed "step" of a domain start, the guest "pid" of a timed-out exec.
 type RemoteError struct {
 	Code     string // gRPC status code name, e.g. "FailedPrecondition"
 	Reason   string // e.g. "NO_DOMAIN"; empty if the server sent no ErrorInfo

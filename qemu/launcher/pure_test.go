@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmlet/vmlet/qemu"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/qemu/qga"
 	"github.com/vmlet/vmlet/qemu/qmp"
 )
 
@@ -88,6 +89,10 @@ func TestStatusRoundTrip(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded, ErrTimeout},
 		{fmt.Errorf("x: %w: %w", ErrAgentCommand, &qmp.Error{Class: "GenericError"}), codes.Aborted, ErrAgentCommand},
 		{fmt.Errorf("x: %w", ErrTapNotFound), codes.NotFound, ErrTapNotFound},
+		// Not sent because the channel was busy, even when a deadline ended the wait in line.
+		{fmt.Errorf("x: %w: %w", ErrAgentBusy, fmt.Errorf("%w (%w)", qga.ErrBusy, context.DeadlineExceeded)), codes.Unavailable, ErrAgentBusy},
+		// A guest process outliving GuestExec's timeout is not a generic TIMEOUT.
+		{&guestPIDError{pid: 7, err: fmt.Errorf("%w: %w", ErrExecTimeout, context.DeadlineExceeded)}, codes.DeadlineExceeded, ErrExecTimeout},
 	}
 	for _, c := range cases {
 		st := toStatus(c.err)

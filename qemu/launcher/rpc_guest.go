@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,80 +39,17 @@ func (l *api) GuestPing(ctx context.Context, _ *pb.GuestPingRequest) (*pb.GuestP
 }
 
 // GuestInfo implements the RPC: guest-info, guest-get-osinfo, guest-get-host-name,
-// guest-network-get-interfaces, guest-get-users, guest-get-fsinfo. Commands the agent does not
-// support are left out of the answer.
+// guest-network-get-interfaces, guest-get-users, guest-get-fsinfo, each a short command of its
+// own. Commands the agent does not support are left out of the answer.
 func (l *api) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestInfoResponse, error) {
 	a, err := l.agent()
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.GuestInfoResponse{}
-	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
-		info, err := g.Info(ctx)
-		if err != nil {
-			return err
-		}
-		out.AgentVersion = info.Version
-		if info.Supports("guest-get-osinfo") {
-			os, err := g.OSInfo(ctx)
-			if err != nil {
-				return err
-			}
-			out.Os = &pb.GuestOS{
-				Id: os.ID, Name: os.Name, PrettyName: os.PrettyName, Version: os.Version,
-				VersionId: os.VersionID, KernelRelease: os.KernelRelease, KernelVersion: os.KernelVersion,
-				Machine: os.Machine,
-			}
-		}
-		if info.Supports("guest-get-host-name") {
-			var h struct {
-				Name string `json:"host-name"`
-			}
-			if err := g.Execute(ctx, "guest-get-host-name", nil, &h); err != nil {
-				return err
-			}
-			out.Hostname = h.Name
-		}
-		if info.Supports("guest-network-get-interfaces") {
-			ifs, err := g.NetworkInterfaces(ctx)
-			if err != nil {
-				return err
-			}
-			for _, i := range ifs {
-				gi := &pb.GuestInterface{Name: i.Name, Mac: i.HardwareAddress}
-				for _, ip := range i.IPAddresses {
-					gi.IpAddresses = append(gi.IpAddresses, ip.Address+"/"+strconv.Itoa(ip.Prefix))
-				}
-				out.Interfaces = append(out.Interfaces, gi)
-			}
-		}
-		if info.Supports("guest-get-users") {
-			users, err := g.Users(ctx)
-			if err != nil {
-				return err
-			}
-			for _, u := range users {
-				out.Users = append(out.Users, &pb.GuestUser{Name: u.Name, Domain: u.Domain,
-					LoginTimeUnixNano: int64(u.LoginTime * 1e9)})
-			}
-		}
-		if info.Supports("guest-get-fsinfo") {
-			fss, err := g.FSInfo(ctx)
-			if err != nil {
-				return err
-			}
-			for _, f := range fss {
-				gf := &pb.GuestFilesystem{Name: f.Name, Mountpoint: f.Mountpoint, Type: f.Type}
-				if f.UsedBytes != nil {
-					gf.UsedBytes = *f.UsedBytes
-				}
-				if f.TotalBytes != nil {
-					gf.TotalBytes = *f.TotalBytes
-				}
-				out.Filesystems = append(out.Filesystems, gf)
-			}
-		}
-		return nil
+	var out *pb.GuestInfoResponse
+	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) (err error) {
+		out, err = guestInfo(ctx, g)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("guest info: %w", err)
@@ -119,7 +57,82 @@ func (l *api) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestI
 	return out, nil
 }
 
-// GuestExec implements the RPC: guest-exec, then guest-exec-status until the process exited.
+// guestInfo gathers GuestInfo's answer from g.
+func guestInfo(ctx context.Context, g *qga.Agent) (*pb.GuestInfoResponse, error) {
+	out := &pb.GuestInfoResponse{}
+	info, err := g.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out.AgentVersion = info.Version
+	if info.Supports("guest-get-osinfo") {
+		os, err := g.OSInfo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out.Os = &pb.GuestOS{
+			Id: os.ID, Name: os.Name, PrettyName: os.PrettyName, Version: os.Version,
+			VersionId: os.VersionID, KernelRelease: os.KernelRelease, KernelVersion: os.KernelVersion,
+			Machine: os.Machine,
+		}
+	}
+	if info.Supports("guest-get-host-name") {
+		var h struct {
+			Name string `json:"host-name"`
+		}
+		if err := g.Execute(ctx, "guest-get-host-name", nil, &h); err != nil {
+			return nil, err
+		}
+		out.Hostname = h.Name
+	}
+	if info.Supports("guest-network-get-interfaces") {
+		ifs, err := g.NetworkInterfaces(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range ifs {
+			gi := &pb.GuestInterface{Name: i.Name, Mac: i.HardwareAddress}
+			for _, ip := range i.IPAddresses {
+				gi.IpAddresses = append(gi.IpAddresses, ip.Address+"/"+strconv.Itoa(ip.Prefix))
+			}
+			out.Interfaces = append(out.Interfaces, gi)
+		}
+	}
+	if info.Supports("guest-get-users") {
+		users, err := g.Users(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range users {
+			out.Users = append(out.Users, &pb.GuestUser{Name: u.Name, Domain: u.Domain,
+				LoginTimeUnixNano: int64(u.LoginTime * 1e9)})
+		}
+	}
+	if info.Supports("guest-get-fsinfo") {
+		fss, err := g.FSInfo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fss {
+			gf := &pb.GuestFilesystem{Name: f.Name, Mountpoint: f.Mountpoint, Type: f.Type}
+			if f.UsedBytes != nil {
+				gf.UsedBytes = *f.UsedBytes
+			}
+			if f.TotalBytes != nil {
+				gf.TotalBytes = *f.TotalBytes
+			}
+			out.Filesystems = append(out.Filesystems, gf)
+		}
+	}
+	return out, nil
+}
+
+// GuestExec implements the RPC: guest-exec, which qemu-ga runs asynchronously (it returns the
+// guest pid at once), then guest-exec-status polls until the process exited (qga.Agent.Wait).
+// Each is a short command of its own, so the agent answers pings and other RPCs while the
+// process runs. When the request's timeout (default 30 s) passes first, GuestExec returns
+// ErrExecTimeout with the guest pid and the process keeps running: qemu-ga cannot kill it. The
+// poller then reads its status after it exits (agentPoller.reap), so that qemu-ga frees it.
 func (l *api) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.GuestExecResponse, error) {
 	a, err := l.agent()
 	if err != nil {
@@ -134,37 +147,39 @@ func (l *api) GuestExec(ctx context.Context, req *pb.GuestExecRequest) (*pb.Gues
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var st qga.ExecStatus
-	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
-		pid, err := g.Exec(ctx, req.GetPath(), req.GetArgs(), req.GetInput())
-		if err != nil {
-			return err
-		}
-		st, err = waitExec(ctx, g, pid)
-		return err
-	})
+	st, err := a.exec(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("guest exec %s: %w", req.GetPath(), err)
 	}
 	return &pb.GuestExecResponse{ExitCode: int32(st.ExitCode), Signal: int32(st.Signal), Stdout: st.Stdout, Stderr: st.Stderr}, nil
 }
 
-// waitExec polls guest-exec-status (the agent has no exit notification) with a growing
-// interval until the process exited or ctx ends.
-func waitExec(ctx context.Context, g *qga.Agent, pid int) (qga.ExecStatus, error) {
-	interval := 2 * time.Millisecond
-	for {
-		st, err := g.ExecStatus(ctx, pid)
-		if err != nil || st.Exited {
-			return st, err
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return st, fmt.Errorf("wait for guest pid %d: %w", pid, ctx.Err())
-		case <-t.C:
-		}
-		interval = min(2*interval, 100*time.Millisecond)
+// exec runs req's program with the agent until ctx ends (use, guestExec); a process that
+// outlives ctx is handed to reap.
+func (a *agentPoller) exec(ctx context.Context, req *pb.GuestExecRequest) (st qga.ExecStatus, err error) {
+	err = a.use(ctx, func(ctx context.Context, g *qga.Agent) (err error) {
+		st, err = guestExec(ctx, g, req)
+		return err
+	})
+	if pe, ok := errors.AsType[*guestPIDError](err); ok {
+		a.abandon(pe.pid)
 	}
+	return st, err
+}
+
+// guestExec starts req's program with g and waits for it to exit, until ctx ends: then the
+// error carries the guest pid, and is ErrExecTimeout if ctx's deadline ended the wait.
+func guestExec(ctx context.Context, g *qga.Agent, req *pb.GuestExecRequest) (qga.ExecStatus, error) {
+	pid, err := g.Exec(ctx, req.GetPath(), req.GetArgs(), req.GetInput())
+	if err != nil {
+		return qga.ExecStatus{}, err
+	}
+	st, err := g.Wait(ctx, pid)
+	if errors.Is(err, qga.ErrStillRunning) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %w", ErrExecTimeout, err)
+		}
+		return st, &guestPIDError{pid: pid, err: err}
+	}
+	return st, err
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -35,6 +36,8 @@ var reasons = []struct {
 	{"NOT_HOTPLUGGABLE", codes.FailedPrecondition, ErrNotHotpluggable, []error{qemu.ErrNotHotpluggable}},
 	{"AGENT_NOT_CONNECTED", codes.FailedPrecondition, ErrAgentNotConnected, nil},
 	{"AGENT_ERROR", codes.Aborted, ErrAgentCommand, nil},
+	{"AGENT_BUSY", codes.Unavailable, ErrAgentBusy, nil},
+	{"EXEC_TIMEOUT", codes.DeadlineExceeded, ErrExecTimeout, nil},
 	{"UNSAFE", codes.FailedPrecondition, ErrUnsafe, []error{qemu.ErrUnsafe}},
 	{"MIGRATION_FAILED", codes.Aborted, ErrMigrationFailed, []error{qemu.ErrMigrationFailed}},
 	{"QEMU_EXITED", codes.FailedPrecondition, ErrQEMUExited, []error{qemu.ErrExited, qmp.ErrDisconnected}},
@@ -61,6 +64,9 @@ func toStatus(err error) error {
 	}
 	if se, ok := errors.AsType[*StepError](err); ok {
 		md["step"] = se.Step
+	}
+	if pe, ok := errors.AsType[*guestPIDError](err); ok {
+		md["pid"] = strconv.Itoa(pe.pid)
 	}
 	if errors.Is(err, context.Canceled) {
 		code = codes.Canceled

@@ -32,12 +32,14 @@ type Agent struct {
 	opts   Options
 	prefix string // random per Agent: ids of another client's commands never match ours
 
-	sem    chan struct{} // one request at a time; a context can give up waiting
+	sem    chan struct{} // one request at a time, first come first served; see acquire
 	synced bool          // guarded by sem: the stream is known clean since the last sync
 	seq    uint64        // guarded by sem
 
-	mu     sync.Mutex
-	broken error // set once the connection is unusable (EOF, Close)
+	mu      sync.Mutex
+	broken  error     // set once the connection is unusable (EOF, Close)
+	holder  string    // the command holding sem ("" when free), for ErrBusy messages
+	heldFor time.Time // when holder got sem
 }
 
 // Dial connects to the agent's virtio-serial unix socket. It does not wait for the agent to
@@ -166,8 +168,21 @@ func (a *Agent) send(cmd string, args json.RawMessage) (string, error) {
 }
 
 // do runs fn holding the request lock, with the connection's deadline set to the request's and
-// cleared on ctx cancellation. Any transport failure leaves the stream unsynchronised.
+// cleared on ctx cancellation. The request's deadline (Options.timeout, or ctx's if sooner)
+// starts once it holds the lock: waiting behind other requests is bounded separately (see
+// acquire) and fails with ErrBusy, never ErrTimeout. Any transport failure leaves the stream
+// unsynchronised.
 func (a *Agent) do(ctx context.Context, cmd string, fn func(context.Context) error) error {
+	if err := a.acquire(ctx, cmd); err != nil {
+		return err
+	}
+	defer a.release()
+	if err := a.brokenErr(); err != nil {
+		return fmt.Errorf("execute %s: %w", cmd, err)
+	}
+	if err := ctx.Err(); err != nil { // ended while we took the lock: nothing was sent
+		return fmt.Errorf("execute %s: %w", cmd, err)
+	}
 	limit := a.opts.timeout(cmd)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < limit {
 		limit = max(time.Until(dl), 0)
@@ -179,15 +194,6 @@ func (a *Agent) do(ctx context.Context, cmd string, fn func(context.Context) err
 			return fmt.Errorf("execute %s: %w", cmd, context.Canceled)
 		}
 		return fmt.Errorf("%w: %q after %s (%w)", ErrTimeout, cmd, limit.Round(time.Millisecond), context.DeadlineExceeded)
-	}
-	select {
-	case a.sem <- struct{}{}:
-	case <-ctx.Done():
-		return expired(ctx.Err())
-	}
-	defer func() { <-a.sem }()
-	if err := a.brokenErr(); err != nil {
-		return fmt.Errorf("execute %s: %w", cmd, err)
 	}
 
 	dl, _ := ctx.Deadline()
@@ -218,6 +224,66 @@ func (a *Agent) do(ctx context.Context, cmd string, fn func(context.Context) err
 	case peerGone(err), errors.Is(err, net.ErrClosed):
 		a.setBroken(err)
 		return fmt.Errorf("execute %s: %w", cmd, a.brokenErr())
+	}
+	return err
+}
+
+// acquire takes the request lock for cmd, waiting in line (channel senders are served in
+// order) at most Options.QueueTimeout and not past ctx. A wait that ends first is ErrBusy
+// (with context.DeadlineExceeded if ctx's deadline ended it) or context.Canceled: the
+// request was not sent.
+func (a *Agent) acquire(ctx context.Context, cmd string) error {
+	select {
+	case a.sem <- struct{}{}:
+		a.hold(cmd)
+		return nil
+	default:
+	}
+	queued := time.Now()
+	t := time.NewTimer(a.opts.queueTimeout())
+	defer t.Stop()
+	select {
+	case a.sem <- struct{}{}:
+		a.hold(cmd)
+		return nil
+	case <-t.C:
+		return a.busy(cmd, queued, nil)
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return fmt.Errorf("execute %s: %w", cmd, context.Canceled)
+		}
+		return a.busy(cmd, queued, context.DeadlineExceeded)
+	}
+}
+
+func (a *Agent) hold(cmd string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holder, a.heldFor = cmd, time.Now()
+}
+
+func (a *Agent) release() {
+	a.mu.Lock()
+	a.holder = ""
+	a.mu.Unlock()
+	<-a.sem
+}
+
+// busy is the ErrBusy of cmd, queued since queued, naming what holds the channel now.
+func (a *Agent) busy(cmd string, queued time.Time, cause error) error {
+	a.mu.Lock()
+	holder, since := a.holder, a.heldFor
+	a.mu.Unlock()
+	waited := time.Since(queued).Round(time.Millisecond)
+	var err error
+	if holder == "" {
+		err = fmt.Errorf("%w: %q not sent after waiting %s in line", ErrBusy, cmd, waited)
+	} else {
+		err = fmt.Errorf("%w: %q not sent after waiting %s in line; %q has held the channel for %s",
+			ErrBusy, cmd, waited, holder, time.Since(since).Round(time.Millisecond))
+	}
+	if cause != nil {
+		err = fmt.Errorf("%w (%w)", err, cause)
 	}
 	return err
 }

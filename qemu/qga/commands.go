@@ -105,36 +105,71 @@ func (a *Agent) ExecStatus(ctx context.Context, pid int) (ExecStatus, error) {
 	return st, nil
 }
 
-// Run runs path with args in the guest and waits for it to exit: Exec, then guest-exec-status
-// every few milliseconds (the agent has no exit notification) until it has exited or ctx ends.
-// A non-zero exit code is not an error: check ExecStatus.ExitCode. If ctx ends first the guest
-// process keeps running.
+// Exec polling: guest-exec-status every minPoll at first, doubling up to maxPoll.
+const (
+	minPoll = 2 * time.Millisecond
+	maxPoll = 100 * time.Millisecond
+)
+
+// Run runs path with args in the guest and waits for it to exit: Exec, then Wait. A non-zero
+// exit code is not an error: check ExecStatus.ExitCode. If ctx ends first Run returns
+// ErrStillRunning and the guest process keeps running.
 func (a *Agent) Run(ctx context.Context, path string, args ...string) (ExecStatus, error) {
 	pid, err := a.Exec(ctx, path, args, nil)
 	if err != nil {
 		return ExecStatus{}, err
 	}
-	interval := 2 * time.Millisecond
+	st, err := a.Wait(ctx, pid)
+	if err != nil {
+		return st, fmt.Errorf("run %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// Wait waits for the process pid started with Exec to exit and returns its status. qemu-ga
+// runs exec'd processes asynchronously and has no exit notification, so Wait polls
+// guest-exec-status (every 2 ms at first, backing off to 100 ms). Each poll is a request of its
+// own, bounded by the guest-exec-status deadline: the channel is free between polls, so other
+// requests (a liveness guest-ping, guest-get-osinfo, ...) are answered while a long process runs.
+// A poll that could not be sent (ErrBusy) is retried.
+//
+// If ctx ends before the process exited, Wait returns ErrStillRunning wrapping ctx's error, and
+// the process keeps running in the guest: qemu-ga has no command to kill it. qemu-ga keeps the
+// status and captured output of an exited process until a guest-exec-status reads it.
+//
+// Equivalent to: {"execute": "guest-exec-status", "arguments": {"pid": pid}} until "exited".
+func (a *Agent) Wait(ctx context.Context, pid int) (ExecStatus, error) {
+	start := time.Now()
+	stillRunning := func() error {
+		return fmt.Errorf("%w: guest pid %d after %s (%w)", ErrStillRunning, pid,
+			time.Since(start).Round(time.Millisecond), ctx.Err())
+	}
+	interval := minPoll
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return ExecStatus{}, fmt.Errorf("run %s (guest pid %d): %w", path, pid, ctx.Err())
-			}
-			return ExecStatus{}, fmt.Errorf("%w: run %q (guest pid %d) (%w)", ErrTimeout, path, pid, ctx.Err())
+			return ExecStatus{}, stillRunning()
 		}
 		st, err := a.ExecStatus(ctx, pid)
+		if err != nil && ctx.Err() != nil {
+			// The wait ended during a poll: that is not the agent failing to answer.
+			return ExecStatus{}, stillRunning()
+		}
+		if errors.Is(err, ErrBusy) { // not sent: no news about the process, poll again
+			timer.Reset(interval)
+			continue
+		}
 		if err != nil {
-			return st, fmt.Errorf("run %s (guest pid %d): %w", path, pid, err)
+			return st, fmt.Errorf("wait for guest pid %d: %w", pid, err)
 		}
 		if st.Exited {
 			return st, nil
 		}
 		timer.Reset(interval)
-		interval = min(2*interval, 100*time.Millisecond)
+		interval = min(2*interval, maxPoll)
 	}
 }
 

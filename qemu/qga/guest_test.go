@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +101,55 @@ func TestRealGuestAgent(t *testing.T) {
 		st, err = waitExit(t, a, pid)
 		if err != nil || string(st.Stdout) != "piped through stdin" {
 			t.Errorf("cat with input = %q, %v", st.Stdout, err)
+		}
+	})
+
+	t.Run("long exec leaves the agent answering", func(t *testing.T) {
+		// qemu-ga runs guest-exec'd processes asynchronously: while one sleeps 5 s, pings sent
+		// every 200 ms between Wait's guest-exec-status polls are answered at once.
+		done := make(chan error, 1)
+		var st qga.ExecStatus
+		go func() {
+			var err error
+			st, err = a.Run(ctxT(t, 60*time.Second), "sh", "-c", "sleep 5; echo slept")
+			done <- err
+		}()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		var pings []time.Duration
+		for running := true; running; {
+			select {
+			case err := <-done:
+				if err != nil || st.ExitCode != 0 || string(st.Stdout) != "slept\n" {
+					t.Fatalf("sleep 5 = %+v, %v", st, err)
+				}
+				running = false
+				continue
+			case <-tick.C:
+			}
+			start := time.Now()
+			if err := a.Ping(ctxT(t, 2*time.Second)); err != nil {
+				t.Fatalf("guest-ping %s into a 5 s exec: %v", time.Duration(len(pings))*200*time.Millisecond, err)
+			}
+			pings = append(pings, time.Since(start))
+		}
+		if len(pings) < 10 {
+			t.Errorf("%d pings during a 5 s exec, want ≥ 10", len(pings))
+		}
+		slices.Sort(pings)
+		t.Logf("guest-ping RTT during a 5 s exec: n=%d median %s max %s", len(pings), pings[len(pings)/2], pings[len(pings)-1])
+
+		// A wait that ends before the process: ErrStillRunning, and the process runs on.
+		pid, err := a.Exec(ctxT(t, 30*time.Second), "sleep", []string{"300"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Wait(ctxT(t, time.Second), pid); !errors.Is(err, qga.ErrStillRunning) || errors.Is(err, qga.ErrTimeout) {
+			t.Fatalf("Wait for sleep 300 for 1 s = %v, want ErrStillRunning", err)
+		}
+		kill, err := a.Run(ctxT(t, 30*time.Second), "sh", "-c", fmt.Sprintf("kill -0 %d && kill %d", pid, pid))
+		if err != nil || kill.ExitCode != 0 {
+			t.Errorf("guest pid %d after the wait: %+v, %v; want still running", pid, kill, err)
 		}
 	})
 

@@ -13,26 +13,51 @@ type Error = qmp.Error
 
 // Sentinels, shared with package qmp so callers test one value for both protocols.
 var (
-	ErrTimeout      = qmp.ErrTimeout      // a request hit its deadline
+	// ErrTimeout: a request was sent (its deadline runs from then) and the agent did not
+	// answer in time. The stream is resynchronised before the next request.
+	ErrTimeout      = qmp.ErrTimeout
 	ErrDisconnected = qmp.ErrDisconnected // the socket is gone (QEMU exited, or Close)
 	ErrClosed       = qmp.ErrClosed       // Close was called (wrapped with ErrDisconnected)
 	// ErrBadMode: guest-shutdown modes are "powerdown", "reboot" and "halt".
 	ErrBadMode = errors.New("qga: invalid shutdown mode")
+	// ErrBusy: a request was never sent: it waited Options.QueueTimeout (or until its context's
+	// deadline) for the channel while earlier requests held it. It says nothing about whether
+	// the agent answers; the stream is untouched.
+	ErrBusy = errors.New("qga: agent busy")
+	// ErrStillRunning: Wait (or Run) ended, with its context, before the guest process exited.
+	// The process keeps running: qemu-ga has no command to kill it.
+	ErrStillRunning = errors.New("qga: guest process still running")
 )
 
 // DefaultCommandTimeout bounds requests when Options.DefaultTimeout is zero.
 const DefaultCommandTimeout = 10 * time.Second
 
+// DefaultQueueTimeout bounds the wait for the channel when Options.QueueTimeout is zero.
+const DefaultQueueTimeout = 10 * time.Second
+
 // Options configure an Agent. The zero value is usable.
 type Options struct {
-	// DefaultTimeout bounds each request (including a resync before it) unless CommandTimeouts
-	// has an entry; a sooner context deadline wins. Zero means DefaultCommandTimeout.
+	// DefaultTimeout bounds each request (including a resync before it) from the moment it
+	// gets the channel and is sent, unless CommandTimeouts has an entry; a sooner context
+	// deadline wins. Time spent queued behind other requests does not count (QueueTimeout
+	// bounds that). Zero means DefaultCommandTimeout.
 	DefaultTimeout time.Duration
 	// CommandTimeouts overrides DefaultTimeout per command (e.g. "guest-fsfreeze-freeze").
 	CommandTimeouts map[string]time.Duration
+	// QueueTimeout bounds how long a request waits for the channel while earlier requests use
+	// it (qemu-ga answers one at a time); a sooner context deadline wins. A request that waited
+	// so long fails with ErrBusy without being sent. Zero means DefaultQueueTimeout.
+	QueueTimeout time.Duration
 	// Tap, if set, sees every line sent and received (qmp.Record; kind "command" or "reply",
 	// or "unknown" for discarded input). Called synchronously: keep it fast.
 	Tap func(qmp.Record)
+}
+
+func (o Options) queueTimeout() time.Duration {
+	if o.QueueTimeout > 0 {
+		return o.QueueTimeout
+	}
+	return DefaultQueueTimeout
 }
 
 func (o Options) timeout(cmd string) time.Duration {

@@ -3,6 +3,10 @@
 //
 //	vmlet local --image vmlet.dev/testguest:latest="$(go run ./hack/guestimage --guest "$(bash test/assets/guest/build.sh)" --out DIR)"
 //
+// With --disk FILE it writes a KubeVirt containerDisk (FILE at /disk/) instead: `make run` serves
+// the test guest's BIOS-bootable disk (test/assets/bootdisk) this way, as the stand-in for the
+// containerDisk images of KubeVirt's examples.
+//
 // The kernel and initrd keep their names in the guest's build folder (/vmlinuz, /initramfs.gz),
 // which config/samples/vmi-demo.yaml names: a demo VMI kept in an older state folder still boots.
 //
@@ -16,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/vmlet/vmlet/test/assets/images"
@@ -27,12 +32,24 @@ func main() {
 	tag := flag.String("tag", "latest", "name of the image in the layout")
 	kernelPath := flag.String("kernel-path", "/vmlinuz", "kernel's path in the image")
 	initrdPath := flag.String("initrd-path", "/initramfs.gz", "initrd's path in the image")
+	disk := flag.String("disk", "", "write a containerDisk of this disk image (qcow2 or raw) instead of a kernelBoot image")
 	flag.Parse()
-	if *guest == "" || *out == "" {
-		fmt.Fprintln(os.Stderr, "guestimage: --guest and --out are required")
+	if (*guest == "") == (*disk == "") || *out == "" {
+		fmt.Fprintln(os.Stderr, "guestimage: --out and one of --guest and --disk are required")
 		os.Exit(2)
 	}
-	ref, err := write(*guest, *out, *tag, *kernelPath, *initrdPath)
+	var img v1.Image
+	var err error
+	if *disk != "" {
+		img, err = images.ContainerDisk(*disk)
+	} else {
+		img, err = images.KernelBoot(filepath.Join(*guest, "vmlinuz"), *kernelPath, filepath.Join(*guest, "initramfs.gz"), *initrdPath)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "guestimage:", err)
+		os.Exit(1)
+	}
+	ref, err := write(img, *out, *tag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "guestimage:", err)
 		os.Exit(1)
@@ -40,11 +57,7 @@ func main() {
 	fmt.Println(ref)
 }
 
-func write(guest, out, tag, kernelPath, initrdPath string) (string, error) {
-	img, err := images.KernelBoot(filepath.Join(guest, "vmlinuz"), kernelPath, filepath.Join(guest, "initramfs.gz"), initrdPath)
-	if err != nil {
-		return "", err
-	}
+func write(img v1.Image, out, tag string) (string, error) {
 	want, err := img.Digest()
 	if err != nil {
 		return "", fmt.Errorf("digest image: %w", err)

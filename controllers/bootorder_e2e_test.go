@@ -238,3 +238,23 @@ func qomBootIndex(t *testing.T, c *launcher.Client, id string) int {
 	}
 	return *r.Return
 }
+
+// TestBootOrderStrict: disks without a bootOrder are not tried when a device has one (libvirt's
+// -boot strict=on, the API's promise). The only indexed disk is the blank emptyDisk: SeaBIOS
+// tries it, reports no bootable device and never reaches the bootable disk listed after it.
+func TestBootOrderStrict(t *testing.T) {
+	a := startBootAgent(t)
+	defer a.stop(t)
+	c := bootCase{name: "strict", disks: []vmletv1.Disk{bootDiskOn("scratch", vmletv1.DiskBusVirtio, 1),
+		bootDiskOn("boot", vmletv1.DiskBusVirtio), bootCDRomOn("ci", vmletv1.DiskBusSATA)}}
+	v := createBootVMI(t, c.vmi("boot-strict"))
+	defer deleteBootVMI(t, v)
+	waitSerial(t, consoleLog(v), "No bootable device")
+	log := readLog(t, consoleLog(v))
+	if strings.Contains(log, bootLoaderBanner) || strings.Count(log, "Booting from ") != 1 {
+		t.Errorf("SeaBIOS tried more than the indexed disk:\n%s", log)
+	}
+	if got := qomBootIndex(t, launcherClient(t, a, v), "boot"); got != -1 {
+		t.Errorf("the disk without bootOrder has bootindex %d, want none", got)
+	}
+}

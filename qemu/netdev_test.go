@@ -29,3 +29,25 @@ func TestNICDeviceArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestQMPBootIndex: Start resets the machine before the guest runs exactly when a device it
+// attaches over QMP (not a SATA disk, which is on the command line) has a boot index.
+func TestQMPBootIndex(t *testing.T) {
+	tests := []struct {
+		name string
+		spec Spec
+		want bool
+	}{
+		{"no devices", Spec{}, false},
+		{"no index", Spec{Disks: []Disk{{ID: "a"}}, NICs: []NIC{{ID: "n"}}}, false},
+		{"sata disk only", Spec{Disks: []Disk{{ID: "a", Bus: BusSATA, BootIndex: 1}}}, false},
+		{"virtio disk (default bus)", Spec{Disks: []Disk{{ID: "a", BootIndex: 1}}}, true},
+		{"scsi disk", Spec{Disks: []Disk{{ID: "a", Bus: BusSATA}, {ID: "b", Bus: BusSCSI, BootIndex: 2}}}, true},
+		{"nic", Spec{Disks: []Disk{{ID: "a", Bus: BusSATA, BootIndex: 2}}, NICs: []NIC{{ID: "n", BootIndex: 1}}}, true},
+	}
+	for _, tt := range tests {
+		if got := tt.spec.qmpBootIndex(); got != tt.want {
+			t.Errorf("%s: qmpBootIndex = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

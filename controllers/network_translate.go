@@ -103,7 +103,7 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 		return nil, networkSpecError(err)
 	}
 	out := &VMINetwork{Spec: s}
-	for _, ni := range s.Interfaces {
+	for i, ni := range s.Interfaces { // in ifaces' order
 		mac := ni.MAC
 		if mac == "" {
 			mac = network.GenerateMAC(s.UID, ni.Name).String()
@@ -111,6 +111,9 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 		n := s.Networks[slices.IndexFunc(s.Networks, func(n network.Network) bool { return n.Name == ni.Name })] // validated
 		podIf := network.PodInterfaceOf(n)
 		nic := qemu.NIC{ID: NICID(ni.Name), MAC: mac, TapName: network.TapName(podIf), Queues: planQueues(s)}
+		if b := ifaces[i].BootOrder; b != nil {
+			nic.BootIndex = int(*b) // network boot through the NIC's option ROM (iPXE)
+		}
 		if n.Pod {
 			out.NICs = append(out.NICs, nic)
 		} else {
@@ -195,8 +198,6 @@ func guestInterface(i int, ifc vmletv1.Interface) (network.Interface, error) {
 	switch {
 	case ifc.Model != "" && ifc.Model != "virtio":
 		return network.Interface{}, unsupported(".model", fmt.Sprintf("model %s is not supported (virtio is)", ifc.Model))
-	case ifc.BootOrder != nil:
-		return network.Interface{}, unsupported(".bootOrder", "network boot (PXE) is not supported")
 	case ifc.PciAddress != "":
 		return network.Interface{}, unsupported(".pciAddress", "fixed PCI addresses are not supported")
 	}

@@ -97,13 +97,6 @@ func TestNetworkSpec(t *testing.T) {
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{i}
 			v.Spec.Networks = []vmletv1.Network{podNet("default")}
 		}, wantErr: ErrUnsupported, field: "spec.domain.devices.interfaces[0].model"},
-		{name: "network boot", mutate: func(v *vmletv1.VirtualMachineInstance) {
-			i := masqIface("default")
-			one := uint(1)
-			i.BootOrder = &one
-			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{i}
-			v.Spec.Networks = []vmletv1.Network{podNet("default")}
-		}, wantErr: ErrUnsupported, field: "spec.domain.devices.interfaces[0].bootOrder"},
 		{name: "pci address", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			i := masqIface("default")
 			i.PciAddress = "0000:81:01.1"

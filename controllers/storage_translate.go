@@ -109,6 +109,12 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 			coldDisks = append(coldDisks, r)
 		}
 	}
+	// No bootOrder anywhere: the first disk boots, as in KubeVirt (see bootorder.go).
+	if !anyBootOrder(&vmi.Spec) {
+		if i := defaultBootDisk(coldDisks); i >= 0 {
+			coldDisks[i].BootOrder = 1
+		}
+	}
 	p, err := storage.Plan(coldVols, coldDisks, opts)
 	if err != nil {
 		args := ""

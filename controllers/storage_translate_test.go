@@ -121,7 +121,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 				noCloud("cloudinitdisk", vmletv1.CloudInitData{UserData: "#!/bin/sh\necho hi\n"}), emptyDisk("emptydisk", "2Gi")}
 			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{virtioDisk("containerdisk"), virtioDisk("cloudinitdisk"), virtioDisk("emptydisk")}
 		}, disks: []string{
-			"containerdisk /vols/u1/disks/containerdisk.qcow2 qcow2 virtio",
+			"containerdisk /vols/u1/disks/containerdisk.qcow2 qcow2 virtio boot=1",
 			"cloudinitdisk /vols/u1/disks/cloudinitdisk.iso raw virtio",
 			"emptydisk /vols/u1/disks/emptydisk.qcow2 qcow2 virtio",
 		}, actions: []string{
@@ -133,7 +133,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 		{name: "volumes without disks get virtio disks in volume order", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{emptyDisk("b", "1Mi"), emptyDisk("a", "1Mi")}
 			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{virtioDisk("a")}
-		}, disks: []string{"a /vols/u1/disks/a.qcow2 qcow2 virtio", "b /vols/u1/disks/b.qcow2 qcow2 virtio"}},
+		}, disks: []string{"a /vols/u1/disks/a.qcow2 qcow2 virtio boot=1", "b /vols/u1/disks/b.qcow2 qcow2 virtio"}},
 		{name: "cdrom, lun and disk options", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{noCloud("ci", vmletv1.CloudInitData{UserData: "x"}), pvc("lun0", "blk", false), pvc("data", "data", false)}
 			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{
@@ -149,7 +149,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 		}},
 		{name: "claims resolve in the VMI's namespace first", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{pvc("base", "base", false)}
-		}, disks: []string{"base /claims/base/disk.img raw virtio"}},
+		}, disks: []string{"base /claims/base/disk.img raw virtio boot=1"}},
 		{name: "dataVolume, ephemeral and hostDisk", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{
 				{Name: "dv", VolumeSource: vmletv1.VolumeSource{DataVolume: &vmletv1.DataVolumeSource{Name: "data"}}},
@@ -159,7 +159,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 					Path: "/var/data/disk.img", Type: vmletv1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}},
 			}
 		}, disks: []string{
-			"dv /claims/data/disk.img raw virtio",
+			"dv /claims/data/disk.img raw virtio boot=1",
 			"eph /vols/u1/disks/eph.qcow2 qcow2 virtio",
 			"host-disk /var/data/disk.img raw virtio",
 		}, actions: []string{
@@ -172,7 +172,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 		{name: "cloud-init user data from a secret", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{noCloud("ci", vmletv1.CloudInitData{UserDataSecretRef: &vmletv1.LocalObjectReference{Name: "ud"}})}
 		}, refs: Referenced{Secrets: map[string]map[string][]byte{"ud": {"userData": []byte("#cloud-config\n")}}},
-			disks: []string{"ci /vols/u1/disks/ci.iso raw virtio"}, actions: []string{
+			disks: []string{"ci /vols/u1/disks/ci.iso raw virtio boot=1"}, actions: []string{
 				"pull guest:1 IfNotPresent",
 				`build-iso ci /vols/u1/disks/ci.iso NoCloud user-data="#cloud-config\n"`,
 				"link-kernel  /vols/u1/boot/kernel from guest:1:/vmlinuz initrd /vols/u1/boot/initrd",
@@ -181,7 +181,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 			v.Spec.Domain.Firmware.KernelBoot.Container.Image = "guest:latest"
 			v.Spec.Volumes = []vmletv1.Volume{containerDisk("root", "guest:2")}
 			v.Spec.Volumes[0].ContainerDisk.ImagePullPolicy = vmletv1.PullNever
-		}, disks: []string{"root /vols/u1/disks/root.qcow2 qcow2 virtio"}, actions: []string{
+		}, disks: []string{"root /vols/u1/disks/root.qcow2 qcow2 virtio boot=1"}, actions: []string{
 			"pull guest:2 Never",
 			"pull guest:latest Always",
 			"create-overlay root /vols/u1/disks/root.qcow2 over guest:2",
@@ -189,7 +189,7 @@ func TestDomainSpecVolumes(t *testing.T) {
 		}},
 		{name: "hotpluggable volumes are not attached at boot", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{emptyDisk("scratch", "1Mi"), pvc("hot", "data", true)}
-		}, disks: []string{"scratch /vols/u1/disks/scratch.qcow2 qcow2 virtio"}},
+		}, disks: []string{"scratch /vols/u1/disks/scratch.qcow2 qcow2 virtio boot=1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -107,6 +107,8 @@ func NeedsFD(path string) bool {
 // BuildArgv returns QEMU's arguments (without argv[0]) for spec. It is pure. The guest is
 // created stopped (-S): disks and NICs are not on the command line (except SATA disks, which
 // QEMU cannot hotplug) but added over QMP before cont. Sockets are inherited listening fds.
+// The boot is strict (-boot strict=on, as libvirt starts every guest): the firmware tries only
+// the devices with a bootindex, in its order, and never falls through to the others.
 func BuildArgv(spec *Spec, env Env) ([]string, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -140,6 +142,7 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 	b.opt("-smp", "cpus", strconv.Itoa(c.VCPUs()), "sockets", strconv.Itoa(max(c.Sockets, 1)),
 		"cores", strconv.Itoa(max(c.Cores, 1)), "threads", strconv.Itoa(max(c.Threads, 1)))
 	b.add("-m", strconv.Itoa(spec.MemoryMiB)+"M")
+	b.add("-boot", "strict=on")
 	if k := spec.Boot.Kernel; k != "" {
 		b.add("-kernel", fdOrPath(k, env.FDs.Kernel))
 		if i := spec.Boot.Initrd; i != "" {

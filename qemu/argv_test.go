@@ -60,6 +60,12 @@ func TestBuildArgvGolden(t *testing.T) {
 	fdBoot.Boot.Initrd = "/var/lib/vmlet/boot,dir/initrd=x.gz"
 	firmware := Spec{Name: "fw", MemoryMiB: 512, Accel: AccelKVM,
 		Disks: []Disk{{ID: "root", Path: "/img/root.raw", BootIndex: 1}}}
+	// SATA disks are the only ones on the command line: their bootindex is there too.
+	bootOrder := Spec{Name: "boot", MemoryMiB: 256, Disks: []Disk{
+		{ID: "scratch", Path: "/img/scratch.qcow2", Format: FormatQCOW2, Bus: BusSATA},
+		{ID: "cd", Path: "/img/cd.iso", Bus: BusSATA, CDROM: true, BootIndex: 3},
+		{ID: "root", Path: "/img/root.qcow2", Format: FormatQCOW2, Bus: BusSATA, BootIndex: 1},
+	}, NICs: []NIC{{ID: "eth0", MAC: "52:54:00:12:34:56", TapName: "tap0", BootIndex: 2}}}
 
 	tests := []struct {
 		name string
@@ -73,6 +79,7 @@ func TestBuildArgvGolden(t *testing.T) {
 		{"incoming", incoming, Env{Accel: tcgHost, FDs: fullFDs()}},
 		{"fd-boot", fdBoot, Env{Accel: tcgHost, FDs: FDs{QMP: 3, Kernel: 4, Initrd: 5}}},
 		{"firmware-kvm", firmware, Env{Accel: kvmHost, FDs: FDs{QMP: 3}}},
+		{"boot-order", bootOrder, Env{Accel: tcgHost, FDs: FDs{QMP: 3}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

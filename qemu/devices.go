@@ -49,8 +49,8 @@ func (d Disk) validate(field string) error {
 	if d.Serial != "" && !serialRe.MatchString(d.Serial) {
 		return specErr(field+".serial", d.Serial, "must be 1-20 of [A-Za-z0-9._-]")
 	}
-	if d.BootIndex < 0 || d.BootIndex > 1000 {
-		return specErr(field+".bootIndex", fmt.Sprint(d.BootIndex), "must be 0-1000")
+	if err := checkBootIndex(field, d.BootIndex); err != nil {
+		return err
 	}
 	switch d.Cache {
 	case CacheNone, CacheWriteback, CacheWritethrough, CacheDirectSync, CacheUnsafe:
@@ -104,6 +104,16 @@ func (n NIC) validate(field string) error {
 	if n.Port < 0 || n.Port > MaxRootPorts {
 		return specErr(field+".port", fmt.Sprint(n.Port), fmt.Sprintf("must be 0-%d", MaxRootPorts))
 	}
+	return checkBootIndex(field, n.BootIndex)
+}
+
+// MaxBootIndex is the largest BootIndex (the API's largest bootOrder).
+const MaxBootIndex = 65535
+
+func checkBootIndex(field string, i int) error {
+	if i < 0 || i > MaxBootIndex {
+		return specErr(field+".bootIndex", fmt.Sprint(i), fmt.Sprintf("must be 0-%d", MaxBootIndex))
+	}
 	return nil
 }
 
@@ -117,10 +127,21 @@ func (n NIC) queues() int {
 
 func (c CacheMode) direct() bool { return c == CacheNone || c == CacheDirectSync }
 
-// validateDevices checks disks and NICs, id uniqueness, boot indexes and the root port layout.
+// validateDevices checks disks and NICs, id uniqueness, boot indexes (unique across disks and
+// NICs) and the root port layout.
 func (s *Spec) validateDevices() error {
 	ids := map[string]string{}
 	boot := map[int]string{}
+	uniqueBoot := func(field string, i int) error {
+		if i == 0 {
+			return nil
+		}
+		if other, dup := boot[i]; dup {
+			return specErr(field+".bootIndex", fmt.Sprint(i), "already used by "+other)
+		}
+		boot[i] = field
+		return nil
+	}
 	for i, d := range s.Disks {
 		field := fmt.Sprintf("disks[%d]", i)
 		if err := d.validate(field); err != nil {
@@ -130,11 +151,8 @@ func (s *Spec) validateDevices() error {
 			return specErr(field+".id", d.ID, "already used by "+other)
 		}
 		ids[d.ID] = field
-		if d.BootIndex != 0 {
-			if other, dup := boot[d.BootIndex]; dup {
-				return specErr(field+".bootIndex", fmt.Sprint(d.BootIndex), "already used by "+other)
-			}
-			boot[d.BootIndex] = field
+		if err := uniqueBoot(field, d.BootIndex); err != nil {
+			return err
 		}
 	}
 	for i, n := range s.NICs {
@@ -146,12 +164,31 @@ func (s *Spec) validateDevices() error {
 			return specErr(field+".id", n.ID, "already used by "+other)
 		}
 		ids[n.ID] = field
+		if err := uniqueBoot(field, n.BootIndex); err != nil {
+			return err
+		}
 	}
 	if s.HotplugPorts < 0 || s.HotplugPorts > MaxRootPorts {
 		return specErr("hotplugPorts", fmt.Sprint(s.HotplugPorts), fmt.Sprintf("must be 0-%d", MaxRootPorts))
 	}
 	_, err := s.layout()
 	return err
+}
+
+// qmpBootIndex reports whether a device attached over QMP (every disk but SATA ones, every
+// NIC) has a boot index.
+func (s *Spec) qmpBootIndex() bool {
+	for _, d := range s.Disks {
+		if d.withDefaults().Bus != BusSATA && d.BootIndex > 0 {
+			return true
+		}
+	}
+	for _, n := range s.NICs {
+		if n.BootIndex > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // needsSCSI reports whether the virtio-scsi controller is present.

@@ -10,11 +10,14 @@
 //     fds, kernel/initrd paths that are not plain go as /dev/fd/N, and disks and NICs are not
 //     on the command line at all;
 //   - Start, a named step list (validate, prepare-files, exec-qemu, connect-qmp,
-//     attach-devices, cont) whose failing step is reported by name and whose completed steps
-//     are undone; disks and NICs are attached over QMP as JSON (blockdev-add + device_add,
-//     getfd + netdev_add + device_add) by the same code for cold plug, hotplug and migration
-//     targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
+//     attach-devices, refresh-boot-order, cont) whose failing step is reported by name and whose
+//     completed steps are undone; disks and NICs are attached over QMP as JSON (blockdev-add +
+//     device_add, getfd + netdev_add + device_add) by the same code for cold plug, hotplug and
+//     migration targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
 //     device_add on it even before the guest starts; they go on the command line as JSON;
+//   - the boot order: each device's bootindex, -boot strict=on (the firmware tries the
+//     indexed devices only, as under libvirt), and a system_reset before the guest first runs
+//     when a QMP-attached device has an index (QEMU builds the firmware's boot list at reset);
 //   - the VM: one goroutine owns cmd.Wait, the exit is classified (guest shutdown, host quit,
 //     crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
 //     Kill), hotplug (AddDisk, RemoveDisk, AddNIC, RemoveNIC) with PCIe root-port bookkeeping,

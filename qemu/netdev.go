@@ -39,5 +39,8 @@ func nicDeviceArgs(n NIC, port int) map[string]any {
 		a["mq"] = true
 		a["vectors"] = 2*q + 2
 	}
+	if n.BootIndex > 0 {
+		a["bootindex"] = n.BootIndex
+	}
 	return a
 }

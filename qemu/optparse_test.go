@@ -75,6 +75,7 @@ var (
 		"-initrd":   regexp.MustCompile(`^(/dev/fd/[0-9]+|/[A-Za-z0-9._/+-]*)$`),
 		"-append":   regexp.MustCompile(`^[\x20-\x7e]*$`),
 		"-incoming": regexp.MustCompile(`^defer$`),
+		"-boot":     regexp.MustCompile(`^strict=on$`),
 	}
 )
 

@@ -85,7 +85,7 @@ func (c CPU) VCPUs() int { return max(c.Sockets, 1) * max(c.Cores, 1) * max(c.Th
 const DefaultMigratableCPU = "qemu64"
 
 // Boot selects direct kernel boot; an empty Kernel boots the default firmware (SeaBIOS) from
-// the disks' boot order.
+// the devices' boot order (their BootIndex).
 type Boot struct {
 	Kernel  string // absolute path of a bzImage
 	Initrd  string // absolute path, optional
@@ -145,7 +145,9 @@ type Disk struct {
 	Bus      DiskBus
 	CDROM    bool   // a CD-ROM (SATA or SCSI only); implies ReadOnly
 	Serial   string // guest-visible serial, up to 20 of [A-Za-z0-9._-]
-	// BootIndex orders firmware boot devices; 0 means not bootable.
+	// BootIndex is the device's place in the firmware's boot order (QEMU's bootindex; 1 is
+	// tried first); 0 means none. The guest boots strictly (-boot strict=on): the firmware
+	// tries only devices with a BootIndex, and the kernel of Boot before all of them.
 	BootIndex int
 	Cache     CacheMode
 	AIO       AIOMode
@@ -172,6 +174,9 @@ type NIC struct {
 	Model string
 	// Port is the PCIe root port (1-based); 0 picks the first free one.
 	Port int
+	// BootIndex is the NIC's place in the firmware's boot order (network boot through the
+	// NIC's option ROM); 0 means none. See Disk.BootIndex.
+	BootIndex int
 }
 
 // Serial is the guest's first serial port, served by QEMU on a unix socket that vmlet binds

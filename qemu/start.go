@@ -63,6 +63,7 @@ var startSteps = []startStep{
 	{"exec-qemu", (*starter).execQEMU},
 	{"connect-qmp", (*starter).connectQMP},
 	{"attach-devices", (*starter).attachDevices},
+	{"refresh-boot-order", (*starter).refreshBootOrder},
 	{"cont", (*starter).cont},
 }
 
@@ -245,6 +246,33 @@ func (s *starter) attachDevices(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// refreshBootOrder resets the machine (still in prelaunch) when a device attached over QMP
+// has a bootindex. QEMU writes the firmware's boot order (fw_cfg "bootorder") at machine
+// reset, and its first reset happened before QMP was up: without this one, SeaBIOS would see
+// the command line's devices only. Migration targets skip it (their guest state comes with
+// the migration; the next guest reset reads the same indexes, the devices being the same).
+//
+// QMP: system_reset, event RESET.
+func (s *starter) refreshBootOrder(ctx context.Context) error {
+	if s.spec.Incoming || !s.spec.qmpBootIndex() {
+		return nil
+	}
+	reset, unsub := s.vm.mon.Subscribe(func(e qmp.Event) bool { return e.Name == "RESET" })
+	defer unsub()
+	if err := s.vm.Reset(ctx); err != nil {
+		return err
+	}
+	select {
+	case _, ok := <-reset:
+		if !ok {
+			return fmt.Errorf("wait for RESET: %w", ErrExited)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for RESET: %w", ctx.Err())
+	}
 }
 
 func (s *starter) cont(ctx context.Context) error {

@@ -101,6 +101,8 @@ type Disk struct {
 	// Lower values take precedence.
 	// Each disk or interface that has a boot order must have a unique value.
 	// Disks without a boot order are not tried if a disk with a boot order exists.
+	// When no disk or interface has a boot order, the first disk or lun boots (never a cdrom;
+	// libvirt's order, which groups disks by bus in the order of each bus's first disk).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535

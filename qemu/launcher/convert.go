@@ -135,24 +135,26 @@ func DiskToProto(d qemu.Disk) *pb.Disk {
 // NICFromProto converts a wire NIC; its netns is n.GetNetns(), not part of qemu.NIC.
 func NICFromProto(n *pb.NIC) qemu.NIC {
 	return qemu.NIC{
-		ID:      n.GetId(),
-		MAC:     n.GetMac(),
-		TapName: n.GetTapName(),
-		Queues:  int(n.GetQueues()),
-		Model:   n.GetModel(),
-		Port:    int(n.GetPort()),
+		ID:        n.GetId(),
+		MAC:       n.GetMac(),
+		TapName:   n.GetTapName(),
+		Queues:    int(n.GetQueues()),
+		Model:     n.GetModel(),
+		Port:      int(n.GetPort()),
+		BootIndex: int(n.GetBootIndex()),
 	}
 }
 
 // NICToProto converts a driver NIC whose tap lives in netns. TapFDs do not travel.
 func NICToProto(n qemu.NIC, netns string) *pb.NIC {
 	return &pb.NIC{
-		Id:      n.ID,
-		Mac:     n.MAC,
-		TapName: n.TapName,
-		Netns:   netns,
-		Queues:  int32(n.Queues),
-		Model:   n.Model,
-		Port:    int32(n.Port),
+		Id:        n.ID,
+		Mac:       n.MAC,
+		TapName:   n.TapName,
+		Netns:     netns,
+		Queues:    int32(n.Queues),
+		Model:     n.Model,
+		Port:      int32(n.Port),
+		BootIndex: int32(n.BootIndex),
 	}
 }

@@ -24,7 +24,7 @@ func TestSpecConversion(t *testing.T) {
 				Cache: qemu.CacheNone, AIO: qemu.AIONative, Serial: "S1", Port: 3},
 			{ID: "cd", Path: "/d/ci.iso", Format: qemu.FormatRaw, Bus: qemu.BusSATA, CDROM: true, ReadOnly: true},
 		},
-		NICs:         []qemu.NIC{{ID: "net0", MAC: "52:54:00:00:00:01", TapName: "tap0", Queues: 2, Model: "virtio", Port: 4}},
+		NICs:         []qemu.NIC{{ID: "net0", MAC: "52:54:00:00:00:01", TapName: "tap0", Queues: 2, Model: "virtio", Port: 4, BootIndex: 2}},
 		Serial:       &qemu.Serial{Socket: testPaths.ConsoleSocket(), LogFile: testPaths.SerialLog()},
 		Agent:        &qemu.Agent{Socket: testPaths.AgentSocket()},
 		RNG:          true,

@@ -637,6 +637,7 @@ type NIC struct {
 	Queues        int32  `protobuf:"varint,5,opt,name=queues,proto3" json:"queues,omitempty"`
 	Model         string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
 	Port          int32  `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
+	BootIndex     int32  `protobuf:"varint,8,opt,name=boot_index,json=bootIndex,proto3" json:"boot_index,omitempty"` // the firmware's boot order (QEMU bootindex); 0: none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -716,6 +717,13 @@ func (x *NIC) GetModel() string {
 func (x *NIC) GetPort() int32 {
 	if x != nil {
 		return x.Port
+	}
+	return 0
+}
+
+func (x *NIC) GetBootIndex() int32 {
+	if x != nil {
+		return x.BootIndex
 	}
 	return 0
 }
@@ -4091,7 +4099,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x05cache\x18\t \x01(\tR\x05cache\x12\x10\n" +
 	"\x03aio\x18\n" +
 	" \x01(\tR\x03aio\x12\x12\n" +
-	"\x04port\x18\v \x01(\x05R\x04port\"\x9a\x01\n" +
+	"\x04port\x18\v \x01(\x05R\x04port\"\xb9\x01\n" +
 	"\x03NIC\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x19\n" +
@@ -4099,7 +4107,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x05netns\x18\x04 \x01(\tR\x05netns\x12\x16\n" +
 	"\x06queues\x18\x05 \x01(\x05R\x06queues\x12\x14\n" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x12\n" +
-	"\x04port\x18\a \x01(\x05R\x04port\"@\n" +
+	"\x04port\x18\a \x01(\x05R\x04port\x12\x1d\n" +
+	"\n" +
+	"boot_index\x18\b \x01(\x05R\tbootIndex\"@\n" +
 	"\vSyncRequest\x121\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\x04spec\"[\n" +
 	"\fSyncResponse\x121\n" +

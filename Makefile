@@ -62,11 +62,12 @@ LOCAL_STATE ?= /var/lib/vmlet/local
 
 .PHONY: run
 run: deps assets build ## Bring up the local single-node stack and boot a demo VM (see README). Ctrl-C stops it.
-	@# The demo's image vmlet.dev/testguest:latest is pulled from an OCI layout of the test guest.
-	guest_image="$$(go run ./hack/guestimage --guest "$$(bash test/assets/guest/build.sh)" --out $(VMLET_CACHE)/images/testguest)" && \
+	@# Images come from OCI layouts of the test guest (hack/local-images.sh): the demo's
+	@# vmlet.dev/testguest:latest, a bootable containerDisk, and stand-ins for KubeVirt's examples.
+	images="$$(hack/local-images.sh)" && \
 	$(BIN)/vmlet local --state-dir $(LOCAL_STATE) \
 		--assets "$$(bash test/assets/controlplane/build.sh)" \
-		--image vmlet.dev/testguest:latest="$$guest_image" \
+		$$images \
 		--crds config/crd/bases --demo config/samples/vmi-demo.yaml
 
 ##@ Test

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,10 +86,14 @@ func TestVMIImagePullBackOff(t *testing.T) {
 	if n := len(a.events.times(vmi.UID, "Pulled")); n != 1 {
 		t.Errorf("%d Pulled events, want 1", n)
 	}
+	// A booted guest (its agent answers) powers off at once on delete.
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	t0 = time.Now()
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)
 	}
 	waitDeleted(t, key)
+	t.Logf("deleted in %s", time.Since(t0).Round(time.Millisecond))
 	assertNothingLeft(t, string(vmi.UID), int(running.Status.Launcher.PID))
 }
 
@@ -120,10 +125,15 @@ func TestVMIImagePullBackOffDeleted(t *testing.T) {
 	if e := a.r.PullBackOffEntries(); e != 1 {
 		t.Errorf("%d back-off entries after one of two VMIs was deleted, want 1", e)
 	}
-	// Three more tries of the other VMI: longer than the longest back-off.
+	// Three more tries of the other VMI: longer than the longest back-off. Its status is
+	// written twice per try (ErrImagePull, then ImagePullBackOff), not on every reconcile.
+	writes := countWrites(t, control)
 	a.events.waitTries(t, control.UID, len(a.events.times(control.UID, "ErrImagePull"))+3, time.Minute)
 	if m := len(a.events.times(doomed.UID, "ErrImagePull")); m != n {
 		t.Errorf("the deleted VMI's image was tried %d more times", m-n)
+	}
+	if w := writes(); w > 3*3 {
+		t.Errorf("the waiting VMI was written %d times during 3 tries", w)
 	}
 	if err := env.Client.Delete(ctx, control); err != nil {
 		t.Fatal(err)
@@ -218,4 +228,37 @@ func (e *recordedEvents) waitTries(t *testing.T, uid types.UID, n int, d time.Du
 		got := len(e.times(uid, "ErrImagePull"))
 		return got >= n, fmt.Sprintf("%d tries", got)
 	})
+}
+
+// countWrites watches the VMI and returns a func that says how often it changed since.
+func countWrites(t *testing.T, vmi *vmletv1.VirtualMachineInstance) func() int {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := wc.Watch(ctx, &vmletv1.VirtualMachineInstanceList{}, client.InNamespace(vmi.Namespace),
+		client.MatchingFields{"metadata.name": vmi.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Modified {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -96,17 +98,47 @@ func (r *VMIReconciler) forgetPulls(uid types.UID) int {
 	return r.pullBackOff().DeleteFunc(func(k pullKey) bool { return k.uid == uid })
 }
 
-// storageFailed handles storage that could not be made before the domain started. A pull in
-// back-off leaves the VMI Scheduled with Synchronized=False (ErrImagePull on the failed try,
-// with one Warning event per try; ImagePullBackOff while waiting) and requeues it for the next
-// try; anything else fails it with storage's reason (VolumeNotFound, InvalidImageName, ...)
-// and a Warning event.
+// storageFailed handles storage that could not be made before the domain started: a pull in
+// back-off waits (waitForImage); anything else fails the VMI with storage's reason
+// (VolumeNotFound, InvalidImageName, ...) and a Warning event.
 func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err error) (ctrl.Result, error) {
-	pb, ok := errors.AsType[*PullBackOffError](err)
-	if !ok {
-		r.fail(vmi, storage.Reason(err), err.Error())
-		return ctrl.Result{}, nil
+	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
+		return r.waitForImage(vmi, pb), nil
 	}
+	r.fail(vmi, storage.Reason(err), err.Error())
+	return ctrl.Result{}, nil
+}
+
+// storageDegraded observes a running domain whose storage no longer applies; the domain keeps
+// the disks it opened. A pull in back-off waits (waitForImage); anything else is reported (a
+// Warning event when the reason changes) and retried with the controller's back-off.
+// Synchronized stays False from one reconcile to the next although observe sets it True first:
+// it keeps its transition time, so the status is not rewritten on every reconcile.
+func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom DomainState, err error) (ctrl.Result, error) {
+	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).DeepCopy()
+	r.observe(vmi, dom)
+	defer func() {
+		c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		if prev != nil && prev.Status == metav1.ConditionFalse && c != nil && c.Status == metav1.ConditionFalse {
+			c.LastTransitionTime = prev.LastTransitionTime
+		}
+	}()
+	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
+		return r.waitForImage(vmi, pb), nil
+	}
+	reason := storage.Reason(err)
+	if prev == nil || prev.Reason != reason {
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, "ApplyStorage", "%v", err)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	return ctrl.Result{}, err
+}
+
+// waitForImage reports a pull in back-off, as the kubelet reports a container's: a VMI not
+// started yet is Scheduled; Synchronized=False with the failed try's reason (ErrImagePull for
+// most) and one Warning event per try, then ImagePullBackOff while waiting, the next try's
+// time and the cause in the message. The VMI is requeued for the next try.
+func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *PullBackOffError) ctrl.Result {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		setPhase(vmi, vmletv1.Scheduled)
 	}
@@ -115,13 +147,5 @@ func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err e
 		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Error())
 	}
 	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Error())
-	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}, nil
-}
-
-// storageReason is the condition reason of an applyStorage error.
-func storageReason(err error) string {
-	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
-		return pb.Reason()
-	}
-	return storage.Reason(err)
+	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
 }

@@ -247,9 +247,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 			return r.storageFailed(vmi, storageErr)
 		}
 		// The domain runs with the disks it opened: report, keep observing, retry.
-		r.observe(vmi, dom)
-		r.degraded(vmi, storageReason(storageErr), "ApplyStorage", storageErr)
-		return ctrl.Result{}, storageErr
+		return r.storageDegraded(vmi, dom, storageErr)
 	}
 	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
 	if err != nil {

@@ -86,8 +86,8 @@ func TestVMIImagePullBackOff(t *testing.T) {
 	if n := len(a.events.times(vmi.UID, "Pulled")); n != 1 {
 		t.Errorf("%d Pulled events, want 1", n)
 	}
-	// A booted guest (its agent answers) powers off at once on delete.
-	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	// A booted guest (acpid listens) powers off at once on delete.
+	waitSerial(t, consoleLog(running), testguest.MarkerReady)
 	t0 = time.Now()
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)

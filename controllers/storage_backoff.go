@@ -17,8 +17,8 @@ import (
 	"github.com/vmlet/vmlet/storage"
 )
 
-// Reasons of a VMI waiting for an image, as the kubelet's for a container's: the pull just
-// failed (the failure's own reason, ErrImagePull for most), or its back-off is running.
+// reasonImagePullBackOff is the kubelet's reason for a container waiting out the back-off of
+// its image's pull; the try that failed has the failure's own reason (ErrImagePull for most).
 const reasonImagePullBackOff = "ImagePullBackOff"
 
 // pullKey is one VMI's pulls of one image (as planned): the kubelet's back-off key is the pod
@@ -38,11 +38,21 @@ type PullBackOffError struct {
 }
 
 func (e *PullBackOffError) Error() string {
-	wait := fmt.Sprintf("next try in %s (at %s)", e.Delay, e.Next.UTC().Format("15:04:05Z"))
+	return fmt.Sprintf("pull image %q: back-off, %s: %s", e.Image, e.wait(), e.Cause)
+}
+
+// Message is the condition and event text, worded as the kubelet's: "Failed to pull image …"
+// for the try that failed, "Back-off pulling image …" while waiting. It changes only with a
+// new try, so a VMI waiting is not rewritten on every reconcile.
+func (e *PullBackOffError) Message() string {
 	if e.Err != nil {
-		return fmt.Sprintf("Failed to pull image %q: %s: %s", e.Image, wait, e.Cause)
+		return fmt.Sprintf("Failed to pull image %q: %s: %s", e.Image, e.wait(), e.Cause)
 	}
-	return fmt.Sprintf("Back-off pulling image %q: %s: %s", e.Image, wait, e.Cause)
+	return fmt.Sprintf("Back-off pulling image %q: %s: %s", e.Image, e.wait(), e.Cause)
+}
+
+func (e *PullBackOffError) wait() string {
+	return fmt.Sprintf("next try in %s (at %s)", e.Delay, e.Next.UTC().Format("15:04:05Z"))
 }
 
 func (e *PullBackOffError) Unwrap() error { return e.Err }
@@ -144,8 +154,8 @@ func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *Pu
 	}
 	reason := pb.Reason()
 	if pb.Err != nil {
-		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Error())
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Message())
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Error())
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Message())
 	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
 }

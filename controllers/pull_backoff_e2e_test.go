@@ -98,8 +98,9 @@ func TestVMIImagePullBackOff(t *testing.T) {
 }
 
 // TestVMIImagePullBackOffDeleted: deleting a VMI whose pull is backing off ends its tries and
-// its back-off entry; another VMI backing off meanwhile shows the agent kept trying its own
-// (and that time passed), and leaves no entry either once deleted.
+// its back-off entry; another VMI backing off meanwhile (on a containerDisk volume, its kernel
+// image pulled) shows the agent kept trying its own (and that time passed), and leaves no
+// entry either once deleted.
 func TestVMIImagePullBackOffDeleted(t *testing.T) {
 	prereq.Root(t)
 	reg := storagetest.StartRegistry(t)
@@ -109,14 +110,17 @@ func TestVMIImagePullBackOffDeleted(t *testing.T) {
 		ImageCache: t.TempDir(), PullBackOff: 500 * time.Millisecond, PullBackOffMax: time.Second})
 	defer a.stop(t)
 	ctx := context.Background()
-	doomed, control := guestvmi.VMI("pull-deleted", image), guestvmi.VMI("pull-control", image)
+	doomed, control := guestvmi.VMI("pull-deleted", image), newVMI("pull-control")
+	control.Spec.Volumes = []vmletv1.Volume{{Name: "root", VolumeSource: vmletv1.VolumeSource{
+		ContainerDisk: &vmletv1.ContainerDiskSource{Image: image}}}}
 	for _, v := range []*vmletv1.VirtualMachineInstance{doomed, control} {
 		if err := env.Client.Create(ctx, v); err != nil {
 			t.Fatal(err)
 		}
 	}
 	a.events.waitTries(t, doomed.UID, 2, time.Minute)
-	waitPullBackOff(t, client.ObjectKeyFromObject(doomed), reg.Host, "connection refused")
+	waitPullBackOff(t, client.ObjectKeyFromObject(doomed), reg.Host, "kernel boot: pull")
+	waitPullBackOff(t, client.ObjectKeyFromObject(control), reg.Host, "volume root: pull")
 	if err := env.Client.Delete(ctx, doomed); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -29,6 +28,9 @@ type NodeStorage struct {
 	Root string
 	// ApplyTimeout bounds one Apply (image pulls included); 0 means defaultApplyTimeout.
 	ApplyTimeout time.Duration
+	// PullBackOff is the wait after a VMI's first failed pull of an image, doubling with each
+	// further failure up to PullBackOffMax; 0 means the kubelet's 10 s and 5 min.
+	PullBackOff, PullBackOffMax time.Duration
 }
 
 const (
@@ -111,16 +113,6 @@ func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err erro
 	return ctrl.Result{RequeueAfter: secretRetry}, nil
 }
 
-// applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on
-// every reconcile) and returns the spec to start with.
-func (r *VMIReconciler) applyStorage(ctx context.Context, dom *Domain) (*qemu.Spec, error) {
-	res, err := r.apply(ctx, dom.Storage)
-	if err != nil {
-		return nil, err
-	}
-	return dom.Resolve(res), nil
-}
-
 func (r *VMIReconciler) apply(ctx context.Context, p *storage.VMPlan) (*storage.Result, error) {
 	if r.Storage.Host == nil {
 		return nil, errors.New("apply storage: the node has no storage configured")
@@ -138,12 +130,6 @@ func (r *VMIReconciler) apply(ctx context.Context, p *storage.VMPlan) (*storage.
 	return r.Storage.Host.Apply(ctx, p)
 }
 
-// storageFailed ends a VMI whose storage could not be made before it started: Failed with
-// storage's reason (ErrImagePull, VolumeNotFound, ...) and a Warning event.
-func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err error) {
-	r.fail(vmi, storage.Reason(err), err.Error())
-}
-
 // degraded reports a started VMI whose spec can no longer be carried out (a re-translation or
 // re-Apply failed): the guest keeps its domain and open disks, Synchronized=False says why, and
 // a Warning event marks the change.
@@ -154,9 +140,10 @@ func (r *VMIReconciler) degraded(vmi *vmletv1.VirtualMachineInstance, reason, ac
 	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
 }
 
-// cleanupStorage removes the VMI's storage folder (overlays, empty disks, ISOs, kernel links);
-// host disks and claims are not in it and stay.
+// cleanupStorage removes the VMI's storage folder (overlays, empty disks, ISOs, kernel links)
+// and forgets its pull back-offs; host disks and claims are not in the folder and stay.
 func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) error {
+	r.forgetPulls(vmi.UID)
 	if r.Storage.Root == "" {
 		return nil
 	}

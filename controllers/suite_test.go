@@ -124,6 +124,8 @@ func removeLeftoverLaunchers() int {
 type agent struct {
 	runtime *process.Runtime
 	net     *controllers.NodeNetwork
+	r       *controllers.VMIReconciler
+	events  *recordedEvents // what the agent's reconciler recorded, as it recorded it
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -146,6 +148,8 @@ type agentOptions struct {
 	// Secondary are the multus networks the node offers (NodeNetwork.Secondary); nil means
 	// controllers.DefaultSecondaryNetworks.
 	Secondary []string
+	// PullBackOff and PullBackOffMax are the agent's image pull back-off; 0: the kubelet's.
+	PullBackOff, PullBackOffMax time.Duration
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -184,10 +188,12 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	}
 	nn.Secondary = o.Secondary
 	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
+	events := &recordedEvents{EventRecorder: mgr.GetEventRecorder("vmlet-agent")}
 	r := &controllers.VMIReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,
+		Client: mgr.GetClient(), Recorder: events, NodeName: testNode,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
-		Storage:   controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: volumeRoot},
+		Storage: controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: volumeRoot,
+			PullBackOff: o.PullBackOff, PullBackOffMax: o.PullBackOffMax},
 		APIReader: mgr.GetAPIReader(),
 		Network:   nn,
 		Env: func(runDir string) controllers.NodeEnv {
@@ -204,7 +210,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &agent{runtime: rt, net: nn, cancel: cancel, done: make(chan error, 1)}
+	a := &agent{runtime: rt, net: nn, r: r, events: events, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- mgr.Start(ctx) }()
 	return a
 }

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
-	"github.com/vmlet/vmlet/storage"
 )
 
 // Finalizer keeps a VMI until the node agent has torn down its node-local state.
@@ -67,6 +67,7 @@ type VMIReconciler struct {
 	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready  *readyWatch // nil: poll starting launchers
+	pulls  *backoff.Backoff[pullKey]
 }
 
 type launcherConn struct {
@@ -200,12 +201,12 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		}
 	}
 	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
-	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI.
-	spec, storageErr := r.applyStorage(ctx, want)
+	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI,
+	// unless an image pull is backing off.
+	spec, storageErr := r.applyStorage(ctx, vmi, want)
 	if storageErr != nil {
 		if _, err := r.Runtime.State(id); errors.Is(err, process.ErrNotFound) {
-			r.storageFailed(vmi, storageErr)
-			return ctrl.Result{}, nil
+			return r.storageFailed(vmi, storageErr)
 		}
 	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
@@ -245,13 +246,10 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	}
 	if storageErr != nil {
 		if dom.State == DomainNone {
-			r.storageFailed(vmi, storageErr)
-			return ctrl.Result{}, nil
+			return r.storageFailed(vmi, storageErr)
 		}
 		// The domain runs with the disks it opened: report, keep observing, retry.
-		r.observe(vmi, dom)
-		r.degraded(vmi, storage.Reason(storageErr), "ApplyStorage", storageErr)
-		return ctrl.Result{}, storageErr
+		return r.storageDegraded(vmi, dom, storageErr)
 	}
 	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
 	if err != nil {

@@ -231,7 +231,8 @@ func TestVMICreatedPaused(t *testing.T) {
 
 // TestStorageLostWhileRunning: a running VMI whose storage no longer applies (here: the new
 // agent cannot pull its kernel image) keeps running and says why (Synchronized=False with the
-// storage reason); the agent must not crash on it (it once dereferenced the missing spec).
+// storage reason); the agent must not crash on it (it once dereferenced the missing spec). The
+// pull is retried with back-off, and the status is written per try, not on every reconcile.
 func TestStorageLostWhileRunning(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -249,6 +250,7 @@ func TestStorageLostWhileRunning(t *testing.T) {
 	b := startAgent(t, agentOptions{
 		ImageCache:   t.TempDir(),
 		ImageSources: map[string]string{guestImage: "oci:" + filepath.Join(t.TempDir(), "missing") + ":test"},
+		PullBackOff:  500 * time.Millisecond, PullBackOffMax: time.Second,
 	})
 	defer b.stop(t)
 	eventually(t, time.Minute, "storage failure reported on the running VMI", func() (bool, string) {
@@ -259,9 +261,19 @@ func TestStorageLostWhileRunning(t *testing.T) {
 		c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason != "SyncFailed" && v.Status.Phase == vmletv1.Running, summary(v)
 	})
-	v, err := getVMI(t, key)
-	if err != nil {
-		t.Fatal(err)
+	since := meta.FindStatusCondition(waitPullBackOff(t, key, "missing", "not found").Status.Conditions,
+		vmletv1.VirtualMachineInstanceSynchronized).LastTransitionTime
+	writes := countWrites(t, running)
+	b.events.waitTries(t, vmi.UID, len(b.events.times(vmi.UID, "ErrImagePull"))+3, 2*time.Minute)
+	if w := writes(); w > 3*3 {
+		t.Errorf("the running VMI was written %d times during 3 pull tries", w)
+	}
+	v := waitPullBackOff(t, key, "missing", "not found")
+	if v.Status.Phase != vmletv1.Running {
+		t.Errorf("phase %s, want Running", v.Status.Phase)
+	}
+	if c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("Synchronized stayed False but its transition time moved from %s to %s", since, c.LastTransitionTime)
 	}
 	if v.Status.Launcher == nil || v.Status.Launcher.PID != running.Status.Launcher.PID || !alive(int(v.Status.Launcher.PID)) {
 		t.Errorf("the guest did not keep running: %+v", v.Status.Launcher)

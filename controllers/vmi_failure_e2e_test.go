@@ -20,23 +20,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/storage/storagetest"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // TestVMIFailsWithoutLauncher: a VMI asking for something this build cannot do, or whose
-// volumes cannot be made (an image that cannot be pulled, a claim or host path this node does
-// not provide), fails with a clear reason and a Warning event, and nothing is started or left
-// for it.
+// volumes cannot be made (an image name that does not parse, an image without the kernel it
+// names, a claim or host path this node does not provide), fails with a clear reason and a
+// Warning event, and nothing is started or left for it. (An image that cannot be pulled is
+// waited for: TestVMIImagePullBackOff.)
 func TestVMIFailsWithoutLauncher(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	reg := storagetest.StartRegistry(t)
-	a := startAgent(t, agentOptions{
-		ImageSources: map[string]string{"vmlet.dev/missing:1": reg.Host + "/vmlet/missing:1"},
-		HostDiskRoot: t.TempDir(),
-	})
+	a := startAgent(t, agentOptions{HostDiskRoot: t.TempDir()})
 	defer a.stop(t)
 	tests := []struct {
 		name, reason, message string
@@ -47,8 +43,8 @@ func TestVMIFailsWithoutLauncher(t *testing.T) {
 				EmptyDisk: &vmletv1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}}}
 			v.Spec.Domain.Devices.Disks = []vmletv1.Disk{{Name: "scratch", DedicatedIOThread: ptr.To(true)}}
 		}},
-		{"unknown-image", "ErrImagePull", reg.Host + "/vmlet/missing:1", func(v *vmletv1.VirtualMachineInstance) {
-			v.Spec.Domain.Firmware.KernelBoot.Container.Image = "vmlet.dev/missing:1"
+		{"invalid-image-name", "InvalidImageName", "vmlet.dev/Not-Lower-Case:1", func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.KernelBoot.Container.Image = "vmlet.dev/Not-Lower-Case:1"
 		}},
 		{"no-kernel-in-image", "InvalidKernelBootImage", "/boot/nothing", func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.Firmware.KernelBoot.Container.KernelPath = "/boot/nothing"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,6 +82,9 @@ type StorageConfig struct {
 	// ImageSources maps image references in VMIs to where they are pulled from (see
 	// ParseImageSource).
 	ImageSources map[string]string
+	// PullBackOff is the wait after a VMI's first failed pull of an image, doubling with each
+	// further failure up to PullBackOffMax; 0 means the kubelet's 10 s and 5 min.
+	PullBackOff, PullBackOffMax time.Duration
 }
 
 // Defaults fills in the storage folders under stateDir where they are empty.
@@ -102,7 +106,8 @@ func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
 	if err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("open image cache: %w", err)
 	}
-	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot}, nil
+	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot,
+		PullBackOff: cfg.PullBackOff, PullBackOffMax: cfg.PullBackOffMax}, nil
 }
 
 // removeOrphanVolumes removes the storage folders of VMIs that no longer exist (deleted while

@@ -52,7 +52,11 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 	for _, act := range p.Actions {
 		real, err := a.do(ctx, act)
 		if err != nil {
-			return nil, &VolumeError{Volume: act.Volume, Err: fmt.Errorf("%s: %w", act.Kind, err)}
+			ve := &VolumeError{Volume: act.Volume, Err: fmt.Errorf("%s: %w", act.Kind, err)}
+			if act.Kind == ActPull {
+				ve.Image = act.Image
+			}
+			return nil, ve
 		}
 		if real != "" {
 			resolvedPaths[act.Volume] = real

@@ -220,23 +220,30 @@ func TestCleanupRefuses(t *testing.T) {
 }
 
 // TestApplyImageErrors: image failures keep oci's reason through Apply's error, and leave no
-// VM folder behind.
+// VM folder behind. A failed pull names its image (as planned) and is retryable, as the
+// kubelet retries pulls: not found, registry down, not in the cache under Never; what is wrong
+// inside a pulled image is not.
 func TestApplyImageErrors(t *testing.T) {
 	e := newEnv(t)
 	empty := storagetest.Image(t, storagetest.Layer(t, storagetest.File{Path: "/etc/hostname", Content: []byte("x")}))
 	noDisk := e.reg.Push(t, "vm/nodisk:v1", empty)
 	kernelOnly := e.reg.Push(t, "vm/kernel-only:v1", storagetest.Image(t, storagetest.Layer(t,
 		storagetest.File{Path: storagetest.KernelPath, Content: []byte("k")})))
+	missing, down := e.reg.Host+"/vm/none:v1", "127.0.0.1:1/vm/disk:v1"
 	tests := []struct {
-		name   string
-		vols   []Volume
-		kernel *KernelBoot
-		reason string
+		name      string
+		vols      []Volume
+		kernel    *KernelBoot
+		reason    string
+		pull      string // the image PullFailed names
+		retryable bool
 	}{
-		{"never pull", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk, PullPolicy: "Never"}}}, nil, "ErrImageNeverPull"},
-		{"not found", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: e.reg.Host + "/vm/none:v1"}}}, nil, "ErrImagePull"},
-		{"no disk", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk}}}, nil, "InvalidContainerDisk"},
-		{"no initrd", nil, &KernelBoot{Image: kernelOnly, KernelPath: storagetest.KernelPath, InitrdPath: storagetest.InitrdPath}, "InvalidKernelBootImage"},
+		{"never pull", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk, PullPolicy: "Never"}}}, nil, "ErrImageNeverPull", noDisk, true},
+		{"not found", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: missing}}}, nil, "ErrImagePull", missing, true},
+		{"registry down", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: down}}}, nil, "ErrImagePull", down, true},
+		{"kernel not found", nil, &KernelBoot{Image: missing, KernelPath: storagetest.KernelPath}, "ErrImagePull", missing, true},
+		{"no disk", []Volume{{Name: "r", ContainerDisk: &ContainerDisk{Image: noDisk}}}, nil, "InvalidContainerDisk", "", false},
+		{"no initrd", nil, &KernelBoot{Image: kernelOnly, KernelPath: storagetest.KernelPath, InitrdPath: storagetest.InitrdPath}, "InvalidKernelBootImage", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -250,9 +257,28 @@ func TestApplyImageErrors(t *testing.T) {
 			if err == nil || Reason(err) != tt.reason {
 				t.Fatalf("Apply = %v, reason %q; want reason %s", err, Reason(err), tt.reason)
 			}
+			if img, retry := PullFailed(err); img != tt.pull || retry != tt.retryable {
+				t.Errorf("PullFailed = %q, %v; want %q, %v", img, retry, tt.pull, tt.retryable)
+			}
 			if exists(e.vmDir) {
 				t.Error("failed Apply left the vm folder")
 			}
 		})
+	}
+}
+
+// TestReasonInvalidImageName: a reference that does not parse is refused by Plan with the
+// kubelet's InvalidImageName, final (no pull to retry).
+func TestReasonInvalidImageName(t *testing.T) {
+	opts := planOpts()
+	opts.VMDir = t.TempDir()
+	for _, image := range []string{"UPPER/case:tag", "Bad Image", "oci:relative/dir"} {
+		_, err := Plan([]Volume{{Name: "a", ContainerDisk: &ContainerDisk{Image: image}}}, nil, opts)
+		if Reason(err) != "InvalidImageName" {
+			t.Errorf("Plan(%q) = %v, reason %q; want InvalidImageName", image, err, Reason(err))
+		}
+		if img, retry := PullFailed(err); img != "" || retry {
+			t.Errorf("PullFailed(%v) = %q, %v; want nothing to retry", err, img, retry)
+		}
 	}
 }

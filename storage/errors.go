@@ -32,7 +32,10 @@ const (
 // VolumeError is a failure about one volume ("" for kernel boot) or disk.
 type VolumeError struct {
 	Volume string
-	Err    error
+	// Image is the image reference, as planned, of the pull that failed (Apply); empty when
+	// the failure is not a pull's.
+	Image string
+	Err   error
 }
 
 func (e *VolumeError) Error() string {
@@ -54,6 +57,8 @@ func Reason(err error) string {
 		return string(r)
 	}
 	switch {
+	case errors.Is(err, oci.ErrInvalidReference):
+		return string(oci.ReasonInvalidImageName)
 	case errors.Is(err, ErrOutsideRoot):
 		return ReasonPathNotAllowed
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnknownClaim):
@@ -63,4 +68,16 @@ func Reason(err error) string {
 		return ReasonInvalidVolume
 	}
 	return ReasonStorageFailed
+}
+
+// PullFailed returns the image (as planned) whose pull failed in err and whether that failure
+// may go away by itself and is worth retrying later (oci.Reason.Retryable). It returns "",
+// false for every other error.
+func PullFailed(err error) (image string, retryable bool) {
+	ve, ok := errors.AsType[*VolumeError](err)
+	if !ok || ve.Image == "" {
+		return "", false
+	}
+	r, _ := oci.ReasonOf(err)
+	return ve.Image, r.Retryable()
 }

@@ -61,6 +61,17 @@ type VMPlan struct {
 	Boot qemu.Boot
 }
 
+// Pulls lists the images the plan pulls (as planned), in order.
+func (p *VMPlan) Pulls() []string {
+	var images []string
+	for _, a := range p.Actions {
+		if a.Kind == ActPull {
+			images = append(images, a.Image)
+		}
+	}
+	return images
+}
+
 // Sub-folders of VMDir.
 const (
 	disksDir = "disks"

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
 	"github.com/vmlet/vmlet/storage"
@@ -29,6 +30,8 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.StringVar(&n.storage.HostDiskRoot, "host-disk-root", "", "hostDisk volumes must be beneath this folder (empty: hostDisks are refused)")
 	f.StringArrayVar(&n.claims, "claim", nil, "NAME=PATH: persistentVolumeClaim/dataVolume NAME (or NAMESPACE/NAME) is PATH, a folder with disk.img or a block device (repeatable)")
 	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
+	f.DurationVar(&n.storage.PullBackOff, "image-pull-backoff", backoff.DefaultInitial, "wait after a VMI's first failed image pull, doubled after each further failure (as the kubelet)")
+	f.DurationVar(&n.storage.PullBackOffMax, "image-pull-backoff-max", backoff.DefaultMax, "longest wait between a VMI's tries to pull an image")
 	if withNetwork {
 		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
 		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
@@ -44,6 +47,10 @@ func (n *nodeFlags) parse() (nodeagent.StorageConfig, nodeagent.NetworkConfig, e
 	sc := n.storage
 	sc.ImageSources = map[string]string{}
 	sc.Claims = map[string]storage.Claim{}
+	if sc.PullBackOff <= 0 || sc.PullBackOffMax < sc.PullBackOff {
+		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--image-pull-backoff %s, --image-pull-backoff-max %s: %w: want 0 < backoff <= max",
+			sc.PullBackOff, sc.PullBackOffMax, nodeagent.ErrBadFlag)
+	}
 	for _, m := range n.images {
 		ref, src, err := nodeagent.ParseImageSource(m)
 		if err != nil {

@@ -20,6 +20,20 @@ const (
 	ReasonInvalidKernelBoot    Reason = "InvalidKernelBootImage"
 )
 
+// Retryable reports whether a failure with this reason may go away by itself, so that the pull
+// is worth trying again later: like the kubelet, which retries every failed pull with back-off
+// (unreachable or erroring registry, unknown repository or tag, refused credentials, bad
+// content) and gives up only on a reference that does not parse (InvalidImageName). An image
+// that is not in the cache under pull policy Never may still be put there. What is wrong inside
+// an image that was pulled (no disk, no kernel) is final: the same digest never changes.
+func (r Reason) Retryable() bool {
+	switch r {
+	case ReasonErrImagePull, ReasonErrImageNeverPull, ReasonDigestMismatch, ReasonInvalidImage:
+		return true
+	}
+	return false
+}
+
 // Sentinels wrapped by ImageError.
 var (
 	ErrInvalidReference  = errors.New("invalid image reference")

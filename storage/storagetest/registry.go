@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,8 +20,11 @@ import (
 // Registry is an in-process OCI registry on 127.0.0.1 (plain HTTP, which clients use for
 // loopback addresses). t.Cleanup stops it.
 type Registry struct {
-	Host string // 127.0.0.1:PORT
-	srv  *httptest.Server
+	Host    string // 127.0.0.1:PORT
+	handler http.Handler
+
+	srvMu sync.Mutex
+	srv   *httptest.Server
 
 	mu      sync.Mutex
 	gets    map[string]int  // "manifests" / "blobs" → GET count
@@ -32,10 +36,11 @@ func StartRegistry(tb testing.TB) *Registry {
 	tb.Helper()
 	r := &Registry{gets: map[string]int{}, corrupt: map[string]bool{}}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.serve(inner, w, req)
-	}))
-	tb.Cleanup(r.srv.Close)
+	})
+	r.srv = httptest.NewServer(r.handler)
+	tb.Cleanup(r.Close)
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
 }
@@ -105,5 +110,26 @@ func (r *Registry) Uncorrupt(digest string) {
 	delete(r.corrupt, digest)
 }
 
-// Close stops the registry: later pulls fail to connect.
-func (r *Registry) Close() { r.srv.Close() }
+// Close stops the registry: later pulls fail to connect (connection refused). What was pushed
+// is kept for Reopen.
+func (r *Registry) Close() {
+	r.srvMu.Lock()
+	defer r.srvMu.Unlock()
+	r.srv.Close()
+}
+
+// Reopen serves the registry again on the same address after Close, with what was pushed.
+func (r *Registry) Reopen(tb testing.TB) {
+	tb.Helper()
+	r.srvMu.Lock()
+	defer r.srvMu.Unlock()
+	l, err := net.Listen("tcp", r.Host)
+	if err != nil {
+		tb.Fatalf("reopen registry on %s: %v", r.Host, err)
+	}
+	srv := httptest.NewUnstartedServer(r.handler)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	r.srv = srv
+}

@@ -1,0 +1,161 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage"
+)
+
+// reasonImagePullBackOff is the kubelet's reason for a container waiting out the back-off of
+// its image's pull; the try that failed has the failure's own reason (ErrImagePull for most).
+const reasonImagePullBackOff = "ImagePullBackOff"
+
+// pullKey is one VMI's pulls of one image (as planned): the kubelet's back-off key is the pod
+// UID and the image.
+type pullKey struct {
+	uid   types.UID
+	image string
+}
+
+// PullBackOffError says a VMI's storage waits for an image: its pull failed now (Err set) or
+// earlier and the back-off before the next try is running (Err nil).
+type PullBackOffError struct {
+	Image string
+	backoff.Entry
+	// Err is this reconcile's failed pull; nil when no pull was tried.
+	Err error
+}
+
+func (e *PullBackOffError) Error() string {
+	return fmt.Sprintf("pull image %q: back-off, %s: %s", e.Image, e.wait(), e.Cause)
+}
+
+// Message is the condition and event text, worded as the kubelet's: "Failed to pull image …"
+// for the try that failed, "Back-off pulling image …" while waiting. It changes only with a
+// new try, so a VMI waiting is not rewritten on every reconcile.
+func (e *PullBackOffError) Message() string {
+	if e.Err != nil {
+		return fmt.Sprintf("Failed to pull image %q: %s: %s", e.Image, e.wait(), e.Cause)
+	}
+	return fmt.Sprintf("Back-off pulling image %q: %s: %s", e.Image, e.wait(), e.Cause)
+}
+
+func (e *PullBackOffError) wait() string {
+	return fmt.Sprintf("next try in %s (at %s)", e.Delay, e.Next.UTC().Format("15:04:05Z"))
+}
+
+func (e *PullBackOffError) Unwrap() error { return e.Err }
+
+// Reason is the failed pull's reason (ErrImagePull, ...) or ImagePullBackOff while waiting.
+func (e *PullBackOffError) Reason() string {
+	if e.Err != nil {
+		return storage.Reason(e.Err)
+	}
+	return reasonImagePullBackOff
+}
+
+// pullBackOff is the node's back-off of failed image pulls, made on first use.
+func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pulls == nil {
+		r.pulls = backoff.New[pullKey](r.Storage.PullBackOff, r.Storage.PullBackOffMax, nil)
+	}
+	return r.pulls
+}
+
+// applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on
+// every reconcile) and returns the spec to start with. A pull that fails in a way that may go
+// away (registry down, image not there yet) starts or extends the VMI's back-off for that
+// image, and while it runs no pull of it is tried, however often the VMI is reconciled: both
+// come back as a *PullBackOffError.
+func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, dom *Domain) (*qemu.Spec, error) {
+	b := r.pullBackOff()
+	for _, image := range dom.Storage.Pulls() {
+		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
+			return nil, &PullBackOffError{Image: image, Entry: e}
+		}
+	}
+	res, err := r.apply(ctx, dom.Storage)
+	if err != nil {
+		// A reconcile cut short (the agent stopping) is no failure of the image.
+		if image, retry := storage.PullFailed(err); retry && ctx.Err() == nil {
+			e := b.Failed(pullKey{vmi.UID, image}, err.Error())
+			return nil, &PullBackOffError{Image: image, Entry: e, Err: err}
+		}
+		return nil, err
+	}
+	if n := r.forgetPulls(vmi.UID); n > 0 {
+		r.Recorder.Eventf(vmi, nil, "Normal", "Pulled", "PullImage", "images pulled after back-off")
+	}
+	return dom.Resolve(res), nil
+}
+
+// forgetPulls drops the VMI's back-off entries (its images pulled, or the VMI is gone) and
+// returns how many there were.
+func (r *VMIReconciler) forgetPulls(uid types.UID) int {
+	return r.pullBackOff().DeleteFunc(func(k pullKey) bool { return k.uid == uid })
+}
+
+// storageFailed handles storage that could not be made before the domain started: a pull in
+// back-off waits (waitForImage); anything else fails the VMI with storage's reason
+// (VolumeNotFound, InvalidImageName, ...) and a Warning event.
+func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err error) (ctrl.Result, error) {
+	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
+		return r.waitForImage(vmi, pb), nil
+	}
+	r.fail(vmi, storage.Reason(err), err.Error())
+	return ctrl.Result{}, nil
+}
+
+// storageDegraded observes a running domain whose storage no longer applies; the domain keeps
+// the disks it opened. A pull in back-off waits (waitForImage); anything else is reported (a
+// Warning event when the reason changes) and retried with the controller's back-off.
+// Synchronized stays False from one reconcile to the next although observe sets it True first:
+// it keeps its transition time, so the status is not rewritten on every reconcile.
+func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom DomainState, err error) (ctrl.Result, error) {
+	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).DeepCopy()
+	r.observe(vmi, dom)
+	defer func() {
+		c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		if prev != nil && prev.Status == metav1.ConditionFalse && c != nil && c.Status == metav1.ConditionFalse {
+			c.LastTransitionTime = prev.LastTransitionTime
+		}
+	}()
+	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
+		return r.waitForImage(vmi, pb), nil
+	}
+	reason := storage.Reason(err)
+	if prev == nil || prev.Reason != reason {
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, "ApplyStorage", "%v", err)
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	return ctrl.Result{}, err
+}
+
+// waitForImage reports a pull in back-off, as the kubelet reports a container's: a VMI not
+// started yet is Scheduled; Synchronized=False with the failed try's reason (ErrImagePull for
+// most) and one Warning event per try, then ImagePullBackOff while waiting, the next try's
+// time and the cause in the message. The VMI is requeued for the next try.
+func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *PullBackOffError) ctrl.Result {
+	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
+		setPhase(vmi, vmletv1.Scheduled)
+	}
+	reason := pb.Reason()
+	if pb.Err != nil {
+		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Message())
+	}
+	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Message())
+	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
+}

@@ -230,3 +230,40 @@ func TestDeleteForcedShutdown(t *testing.T) {
 	waitEvent(t, got, "ForcedShutdown")
 	assertNothingLeft(t, string(got.UID), int(got.Status.Launcher.PID))
 }
+
+// TestVMILauncherKilled: the launcher dying under a running VMI (SIGKILL) takes QEMU with it
+// (Pdeathsig: no guest runs with nobody driving it), the VMI turns Failed with reason
+// LauncherKilled and a Warning event, and deleting it leaves nothing.
+func TestVMILauncherKilled(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	a := startAgent(t, agentOptions{})
+	defer a.stop(t)
+	vmi := newVMI("launcher-killed")
+	if err := env.Client.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
+	qemuPid := int(running.Status.Launcher.PID)
+	st, err := a.runtime.State(string(vmi.UID))
+	if err != nil || st.Pid <= 0 {
+		t.Fatalf("launcher state: %+v, %v", st, err)
+	}
+	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	failed := waitPhase(t, key, vmletv1.Failed, time.Minute)
+	if failed.Status.Reason != "LauncherKilled" {
+		t.Errorf("reason %q, want LauncherKilled: %s", failed.Status.Reason, summary(failed))
+	}
+	waitEvent(t, failed, "LauncherKilled")
+	eventually(t, 30*time.Second, "QEMU gone with its launcher", func() (bool, string) {
+		return !alive(qemuPid), fmt.Sprintf("QEMU %d alive", qemuPid)
+	})
+	if err := env.Client.Delete(context.Background(), failed); err != nil {
+		t.Fatal(err)
+	}
+	waitDeleted(t, key)
+	assertNothingLeft(t, string(vmi.UID), qemuPid, st.Pid)
+}

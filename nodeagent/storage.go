@@ -81,6 +81,8 @@ type StorageConfig struct {
 	// ImageSources maps image references in VMIs to where they are pulled from (see
 	// ParseImageSource).
 	ImageSources map[string]string
+	// Owner is the launchers' user, who is handed each VMI's files; nil: root.
+	Owner *storage.Owner
 }
 
 // Defaults fills in the storage folders under stateDir where they are empty.
@@ -95,7 +97,11 @@ func (cfg *StorageConfig) Defaults(stateDir string) {
 
 // openStorage opens the image cache and makes the volume root.
 func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
-	if err := os.MkdirAll(cfg.VolumeRoot, 0o700); err != nil {
+	// Launchers' users pass through to their own VMI's folder (0700 each); nobody lists it.
+	if err := os.MkdirAll(cfg.VolumeRoot, 0o711); err != nil {
+		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
+	}
+	if err := os.Chmod(cfg.VolumeRoot, 0o711); err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
 	}
 	cache, err := oci.Open(oci.Options{Dir: cfg.ImageCacheDir, QemuImg: qemuimg.Tool{}})
@@ -147,5 +153,5 @@ func cleanupVolumes(root string, keep map[string]bool) ([]string, error) {
 }
 
 func (cfg *StorageConfig) env() controllers.StorageEnv {
-	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources}
+	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources, Owner: cfg.Owner}
 }

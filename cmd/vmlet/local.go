@@ -32,7 +32,7 @@ stops everything; the next start picks up the same objects.`,
 			if err != nil {
 				return err
 			}
-			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB = sc, nc, nf.tcgCacheMiB
+			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB, cfg.LauncherUser = sc, nc, nf.tcgCacheMiB, nf.user
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
 			return runLocal(cmd.Context(), cfg, bootTimeout)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
 	"github.com/vmlet/vmlet/storage"
@@ -19,6 +20,9 @@ type nodeFlags struct {
 	resolvConf       string
 	tcgCacheMiB      int
 	withNodeNetworks bool
+	uid, gid         int
+	// user is the launchers' user, set by parse.
+	user process.User
 }
 
 func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
@@ -29,6 +33,8 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.StringVar(&n.storage.HostDiskRoot, "host-disk-root", "", "hostDisk volumes must be beneath this folder (empty: hostDisks are refused)")
 	f.StringArrayVar(&n.claims, "claim", nil, "NAME=PATH: persistentVolumeClaim/dataVolume NAME (or NAMESPACE/NAME) is PATH, a folder with disk.img or a block device (repeatable)")
 	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
+	f.IntVar(&n.uid, "launcher-uid", process.DefaultUID, "uid launchers and QEMU run as, without capabilities; each VMI's files are handed to it (0: root, with every capability)")
+	f.IntVar(&n.gid, "launcher-gid", process.DefaultGID, "gid launchers and QEMU run as")
 	if withNetwork {
 		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
 		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
@@ -44,6 +50,11 @@ func (n *nodeFlags) parse() (nodeagent.StorageConfig, nodeagent.NetworkConfig, e
 	sc := n.storage
 	sc.ImageSources = map[string]string{}
 	sc.Claims = map[string]storage.Claim{}
+	u, err := nodeagent.LauncherUser(n.uid, n.gid)
+	if err != nil {
+		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--launcher-uid/--launcher-gid: %w", err)
+	}
+	n.user, sc.Owner = u, nodeagent.StorageOwner(u)
 	for _, m := range n.images {
 		ref, src, err := nodeagent.ParseImageSource(m)
 		if err != nil {

@@ -34,7 +34,7 @@ func TestVMIFailsWithoutLauncher(t *testing.T) {
 	reg := storagetest.StartRegistry(t)
 	a := startAgent(t, agentOptions{
 		ImageSources: map[string]string{"vmlet.dev/missing:1": reg.Host + "/vmlet/missing:1"},
-		HostDiskRoot: t.TempDir(),
+		HostDiskRoot: nodeDir(t),
 	})
 	defer a.stop(t)
 	tests := []struct {

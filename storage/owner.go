@@ -31,7 +31,9 @@ type Grant struct {
 // in boot/ are hard links to it) stays root's and world-readable, never writable by a VM.
 // resolved maps a volume to its real host path (Apply's symlink-free result).
 func Grants(p *VMPlan, resolved map[string]string, o Owner) []Grant {
-	g := func(path string, mode fs.FileMode) Grant { return Grant{Path: path, UID: o.UID, GID: o.GID, Mode: mode} }
+	g := func(path string, mode fs.FileMode) Grant {
+		return Grant{Path: path, UID: o.UID, GID: o.GID, Mode: mode}
+	}
 	out := []Grant{
 		g(p.VMDir, 0o700),
 		g(filepath.Join(p.VMDir, disksDir), 0o700),

@@ -20,9 +20,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/podruntime"
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/nodeagent"
 )
@@ -135,7 +135,7 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		if err != nil {
 			return fmt.Errorf("pod runtime: %w", err)
 		}
-		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg}
+		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg, User: user}
 		acfg.Runtime, acfg.Pods = pods, podruntime.Networks{Runtime: pods}
 	} else {
 		rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent, user)

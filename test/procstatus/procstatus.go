@@ -13,6 +13,7 @@ import (
 
 // Status is the part of /proc/PID/status about privileges.
 type Status struct {
+	PPid       int
 	UID, GID   [4]uint32 // real, effective, saved, filesystem
 	Groups     []uint32
 	CapInh     uint64
@@ -69,7 +70,7 @@ func Read(pid int) (Status, error) {
 			}
 			*map[string]*uint64{"CapInh": &s.CapInh, "CapPrm": &s.CapPrm, "CapEff": &s.CapEff,
 				"CapBnd": &s.CapBnd, "CapAmb": &s.CapAmb}[k] = n
-		case "NoNewPrivs", "Seccomp":
+		case "PPid", "NoNewPrivs", "Seccomp":
 			if len(f) != 1 {
 				continue
 			}
@@ -77,9 +78,12 @@ func Read(pid int) (Status, error) {
 			if err != nil {
 				return s, fmt.Errorf("parse %s of %d: %w", k, pid, err)
 			}
-			if k == "Seccomp" {
+			switch k {
+			case "PPid":
+				s.PPid = n
+			case "Seccomp":
 				s.Seccomp = n
-			} else {
+			default:
 				s.NoNewPrivs = n
 			}
 		}

@@ -63,7 +63,7 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 	}
 	if p.Owner != nil {
 		if err := applyGrants(Grants(p, resolvedPaths, *p.Owner)); err != nil {
-			return nil, &VolumeError{Err: err}
+			return nil, err // a *VolumeError
 		}
 	}
 	for _, d := range p.Disks {

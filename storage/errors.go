@@ -54,7 +54,7 @@ func Reason(err error) string {
 		return string(r)
 	}
 	switch {
-	case errors.Is(err, ErrOutsideRoot):
+	case errors.Is(err, ErrOutsideRoot), errors.Is(err, ErrNotSearchable):
 		return ReasonPathNotAllowed
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnknownClaim):
 		return ReasonVolumeNotFound

@@ -18,6 +18,9 @@ type Grant struct {
 	Path     string
 	UID, GID int
 	Mode     fs.FileMode
+	// Volume names a host file (hostDisk, claim) outside the VM folder: the folders above it
+	// must let the user through, which Apply checks (ErrNotSearchable) rather than change.
+	Volume string
 }
 
 // Grants decides, without touching the host, which of a VM's files its QEMU user o gets:
@@ -44,7 +47,9 @@ func Grants(p *VMPlan, resolved map[string]string, o Owner) []Grant {
 		case ActOverlay:
 			out = append(out, g(a.Path, 0o600))
 			if a.Image == "" && a.Backing != "" {
-				out = append(out, g(a.Backing, 0))
+				gr := g(a.Backing, 0)
+				gr.Volume = a.Volume
+				out = append(out, gr)
 			}
 		case ActEmpty, ActISO:
 			out = append(out, g(a.Path, 0o600))
@@ -53,7 +58,9 @@ func Grants(p *VMPlan, resolved map[string]string, o Owner) []Grant {
 			if r, ok := resolved[a.Volume]; ok {
 				path = r
 			}
-			out = append(out, g(path, 0))
+			gr := g(path, 0)
+			gr.Volume = a.Volume
+			out = append(out, gr)
 		case ActPull, ActLinkKernel: // the shared cache: read-only for every VM
 		}
 	}
@@ -64,8 +71,14 @@ func Grants(p *VMPlan, resolved map[string]string, o Owner) []Grant {
 // Equivalent to: chown UID:GID PATH && chmod MODE PATH, per grant.
 func applyGrants(grants []Grant) error {
 	for _, gr := range grants {
+		if gr.Volume != "" {
+			u := User{UID: uint32(gr.UID), GID: uint32(gr.GID)}
+			if err := CheckSearchable(filepath.Dir(gr.Path), u, os.Stat); err != nil {
+				return &VolumeError{Volume: gr.Volume, Err: err}
+			}
+		}
 		if err := os.Chown(gr.Path, gr.UID, gr.GID); err != nil {
-			return fmt.Errorf("hand %s to %d:%d: %w", gr.Path, gr.UID, gr.GID, err)
+			return &VolumeError{Volume: gr.Volume, Err: fmt.Errorf("hand %s to %d:%d: %w", gr.Path, gr.UID, gr.GID, err)}
 		}
 		if gr.Mode != 0 {
 			if err := os.Chmod(gr.Path, gr.Mode); err != nil {

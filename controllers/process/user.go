@@ -2,7 +2,10 @@ package process
 
 import (
 	"fmt"
+	"io/fs"
 	"syscall"
+
+	"github.com/vmlet/vmlet/storage"
 )
 
 // DefaultUID and DefaultGID are the launcher's user and group unless configured: KubeVirt's
@@ -33,3 +36,8 @@ func (u User) credential() *syscall.Credential {
 }
 
 func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
+
+// CheckSearchable is storage.CheckSearchable for u: every folder down to dir lets u through.
+func CheckSearchable(dir string, u User, stat func(string) (fs.FileInfo, error)) error {
+	return storage.CheckSearchable(dir, storage.User{UID: u.UID, GID: u.GID, Groups: u.Groups}, stat)
+}

@@ -1,4 +1,4 @@
-package process
+package storage
 
 import (
 	"errors"
@@ -9,14 +9,22 @@ import (
 	"syscall"
 )
 
-// ErrNotSearchable means a folder above a launcher's files does not let its user through.
-var ErrNotSearchable = errors.New("folder not searchable by the launcher's user")
+// ErrNotSearchable means a folder above a VM's files does not let its QEMU user through.
+var ErrNotSearchable = errors.New("folder not searchable by the VM's user")
+
+// User is a process's ids for permission checks.
+type User struct {
+	UID, GID uint32
+	Groups   []uint32 // supplementary
+}
+
+func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
 
 // CheckSearchable returns ErrNotSearchable unless u may search (x) every folder from / down to
-// dir, by the owner, group or other bits (as the kernel decides for a process with u's ids).
-// stat is os.Stat in production.
+// dir, by the owner, group or other bits (as the kernel decides for a process with u's ids;
+// ACLs are not read). uid 0 passes. stat is os.Stat in production.
 func CheckSearchable(dir string, u User, stat func(string) (fs.FileInfo, error)) error {
-	if u.Root() {
+	if u.UID == 0 {
 		return nil
 	}
 	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {

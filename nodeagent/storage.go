@@ -108,6 +108,16 @@ func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
 	if err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("open image cache: %w", err)
 	}
+	if o := cfg.Owner; o != nil {
+		// QEMU, as the launchers' user, opens base images and kernels in the cache and its
+		// VMI's folder in the volume root: say so now rather than at every VMI's start.
+		u := storage.User{UID: uint32(o.UID), GID: uint32(o.GID)}
+		for _, d := range []string{cfg.ImageCacheDir, cfg.VolumeRoot} {
+			if err := storage.CheckSearchable(d, u, os.Stat); err != nil {
+				return controllers.NodeStorage{}, fmt.Errorf("open storage: %w (make the folders above it o+x, or use --launcher-uid 0)", err)
+			}
+		}
+	}
 	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot}, nil
 }
 

@@ -179,8 +179,11 @@ func (l *Launcher) acceptTap(msg []byte, files []*os.File, ferr error) error {
 	t := &handedTap{queues: files[:req.Queues]}
 	for q, f := range t.queues {
 		name, err := tapName(f)
-		if err != nil || name != req.Tap {
-			return fmt.Errorf("hand over tap %s: %w: queue %d is %q (%v)", req.Tap, ErrInvalidRequest, q, name, err)
+		if err != nil {
+			return fmt.Errorf("hand over tap %s: %w: queue %d: %w", req.Tap, ErrInvalidRequest, q, err)
+		}
+		if name != req.Tap {
+			return fmt.Errorf("hand over tap %s: %w: queue %d is a queue of %q", req.Tap, ErrInvalidRequest, q, name)
 		}
 	}
 	if req.Counters {

@@ -128,7 +128,8 @@ func (a *Agent) Close() error {
 
 // LauncherUser is the user launchers (and QEMU) run as: uid:gid, with /dev/kvm's group as the
 // one supplementary group where KVM is used and /dev/kvm is not open to everyone (udev makes
-// it 0660 root:kvm on most distributions).
+// it 0660 root:kvm on most distributions). A usable /dev/kvm that only root may open is an
+// error: the node would advertise KVM its launchers cannot use.
 func LauncherUser(uid, gid int) (process.User, error) {
 	if uid < 0 || gid < 0 || uid > 1<<31 || gid > 1<<31 {
 		return process.User{}, fmt.Errorf("launcher user %d:%d: %w: ids are 0..2^31", uid, gid, ErrBadFlag)
@@ -137,12 +138,34 @@ func LauncherUser(uid, gid int) (process.User, error) {
 	if u.Root() || !devices.Probe().KVM.KVMUsable() {
 		return u, nil
 	}
-	if fi, err := os.Stat("/dev/kvm"); err == nil && fi.Mode().Perm()&0o006 != 0o006 {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Gid != u.GID {
-			u.Groups = []uint32{st.Gid}
-		}
+	fi, err := os.Stat("/dev/kvm")
+	if err != nil {
+		return u, fmt.Errorf("launcher user %s: %w", u, err)
+	}
+	g, err := kvmGroup(fi, u)
+	if err != nil {
+		return u, err
+	}
+	if g != nil {
+		u.Groups = []uint32{*g}
 	}
 	return u, nil
+}
+
+// kvmGroup is the supplementary group u needs to open /dev/kvm (fi), if any.
+func kvmGroup(fi os.FileInfo, u process.User) (*uint32, error) {
+	perm := fi.Mode().Perm()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case perm&0o006 == 0o006, ok && st.Uid == u.UID && perm&0o600 == 0o600:
+		return nil, nil
+	case ok && perm&0o060 == 0o060:
+		if st.Gid == u.GID {
+			return nil, nil
+		}
+		return &st.Gid, nil
+	}
+	return nil, fmt.Errorf("launcher user %s: %w: /dev/kvm is %v, only root may open it (make it 0660 root:kvm, as udev does, or use --launcher-uid 0)", u, ErrBadFlag, perm)
 }
 
 // StorageOwner is who a launcher user is handed VMI files as; nil for root.

@@ -188,8 +188,8 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources,
-		Owner: &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)}}
+	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
+	senv.Owner = &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)} // the VMIs' files are the launchers'
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-agent"), NodeName: testNode,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,

@@ -3,8 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
@@ -12,7 +14,8 @@ import (
 
 // grpcLauncher adapts the launcher's typed client (qemu/launcher.Client) to Launcher.
 type grpcLauncher struct {
-	c *launcher.Client
+	c     *launcher.Client
+	paths launcher.Paths // of the launcher's run folder: its tap hand-over socket
 }
 
 var _ Launcher = (*grpcLauncher)(nil)
@@ -23,7 +26,7 @@ func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher %s: %w", socket, err)
 	}
-	return &grpcLauncher{c: c}, nil
+	return &grpcLauncher{c: c, paths: launcher.Paths{Root: filepath.Dir(socket)}}, nil
 }
 
 // DefaultLauncherArgs is vmlet-launcher's command line for a run folder. A zero grace period
@@ -36,9 +39,46 @@ func DefaultLauncherArgs(runDir, name string, grace time.Duration) []string {
 	return []string{"--run-dir", runDir, "--name", name, "--grace-period", grace.String()}
 }
 
+// Sync hands the NICs' taps over first when the launcher has no domain yet (it is about to
+// start QEMU with them; a running domain keeps its taps and Sync is a no-op then).
 func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error {
-	_, err := g.c.Sync(ctx, launcher.SpecToProto(spec, netns))
+	d, err := g.c.GetDomain(ctx)
+	if err != nil {
+		return fmt.Errorf("sync domain: %w", err)
+	}
+	if s := d.GetState(); s == pb.State_STATE_NO_DOMAIN || s == pb.State_STATE_SHUTOFF || s == pb.State_STATE_CRASHED {
+		for _, n := range spec.NICs {
+			if n.TapName == "" {
+				continue
+			}
+			if err := g.handOverTap(ctx, n, netns[n.ID]); err != nil {
+				return fmt.Errorf("sync domain: %w", err)
+			}
+		}
+	}
+	_, err = g.c.Sync(ctx, launcher.SpecToProto(spec, netns))
 	return err
+}
+
+// handOverTap opens n's tap queues (and a counters file) in netns as root and hands them to
+// the launcher, which may lack the privileges to open /dev/net/tun or enter netns (KubeVirt's
+// virt-handler likewise makes the tap for the unprivileged virt-launcher).
+func (g *grpcLauncher) handOverTap(ctx context.Context, n qemu.NIC, netns string) error {
+	files, err := network.OpenTap(netns, n.TapName, max(n.Queues, 1))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	counters, err := network.OpenNetDev(netns)
+	if err != nil {
+		return err
+	}
+	defer counters.Close()
+	return launcher.HandOverTap(ctx, g.paths.TapSocket(), n.TapName, files, counters)
 }
 
 func (g *grpcLauncher) Pause(ctx context.Context) (DomainState, error) {

@@ -38,6 +38,9 @@ func (g *grpcLauncher) AttachedNICs(ctx context.Context) ([]string, error) {
 }
 
 func (g *grpcLauncher) HotplugNIC(ctx context.Context, n qemu.NIC, netns string) error {
+	if err := g.handOverTap(ctx, n, netns); err != nil {
+		return fmt.Errorf("hotplug nic %s: %w", n.ID, err)
+	}
 	return g.c.HotplugNIC(ctx, launcher.NICToProto(n, netns))
 }
 

@@ -37,7 +37,7 @@ func TestVMIVolumesInGuest(t *testing.T) {
 	files := testguest.Assets(t)
 	reg := storagetest.StartRegistry(t)
 	dataRef := reg.Push(t, "vmlet/data-disk:v1", storagetest.ContainerDisk(t, files.DataDisk))
-	hostRoot, claimDir := t.TempDir(), t.TempDir()
+	hostRoot, claimDir := nodeDir(t), nodeDir(t)
 	claims := map[string]storage.Claim{
 		"data-claim": {Path: writeClaim(t, filepath.Join(claimDir, "data"), "VMLET-CLAIM-DATA", 16<<20)},
 		"dv-claim":   {Path: writeClaim(t, filepath.Join(claimDir, "dv"), "VMLET-DATAVOLUME", 8<<20)},
@@ -154,7 +154,7 @@ func TestVMIVolumesInGuest(t *testing.T) {
 func TestVMIHotplugVolume(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	claim := writeClaim(t, t.TempDir(), "VMLET-HOT-DISK", 8<<20)
+	claim := writeClaim(t, nodeDir(t), "VMLET-HOT-DISK", 8<<20)
 	a := startAgent(t, agentOptions{Claims: map[string]storage.Claim{"hot-claim": {Path: claim}}})
 	defer a.stop(t)
 	ctx := context.Background()

@@ -66,7 +66,7 @@ func TestKubeVirtStorageFixtures(t *testing.T) {
 	}
 	const hostDisk = "/var/data/disk.img"
 	ownVarData(t, hostDisk)
-	cache := t.TempDir() // starts cold: the first VMI of each image pulls it
+	cache := nodeDir(t) // starts cold: the first VMI of each image pulls it
 	a := startAgent(t, agentOptions{ImageSources: sources, HostDiskRoot: filepath.Dir(hostDisk), ImageCache: cache})
 	defer a.stop(t)
 

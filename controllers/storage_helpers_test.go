@@ -236,3 +236,16 @@ func bootDisk(t *testing.T) string {
 	}
 	return bootDiskOnce.path
 }
+
+// nodeDir is a fresh folder that, like a node's /var/lib folders, lets the launchers' user
+// pass through (t.TempDir's parent is 0700): for host disk roots, claims and image caches.
+func nodeDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}

@@ -117,8 +117,8 @@ func (r *VMIReconciler) apply(ctx context.Context, p *storage.VMPlan) (*storage.
 	if r.Storage.Host == nil {
 		return nil, errors.New("apply storage: the node has no storage configured")
 	}
-	// Only root (the agent, launchers, QEMU) needs to reach the VMIs' folders.
-	if err := os.MkdirAll(r.Storage.Root, 0o700); err != nil {
+	// Launchers' users pass through to their own VMI's folder (0700 each); nobody lists it.
+	if err := os.MkdirAll(r.Storage.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("make volume root: %w", err)
 	}
 	d := r.Storage.ApplyTimeout

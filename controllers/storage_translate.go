@@ -23,6 +23,9 @@ type StorageEnv struct {
 	// pulls instead (a mirror, or an OCI layout "oci:/dir:tag"); unmapped references are
 	// pulled as written.
 	ImageSources map[string]string
+	// Owner is the launchers' user: each VMI's files are handed to it (storage.Grants); nil
+	// leaves them root's (launchers running as root).
+	Owner *storage.Owner
 }
 
 // Referenced holds the objects a VMI refers to, read by the reconciler so that the translation
@@ -138,6 +141,7 @@ func storageOptions(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (storage.O
 		Claims:       map[string]storage.Claim{},
 		InstanceID:   vmi.Name + "." + vmi.Namespace,
 		Hostname:     host,
+		Owner:        env.Storage.Owner,
 	}
 	for _, v := range vmi.Spec.Volumes {
 		if name := claimName(&v); name != "" {

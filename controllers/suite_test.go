@@ -45,6 +45,9 @@ var (
 	tmpRoot    string
 )
 
+// launcherUser is who the test agents' launchers run as: the default of --launcher-uid/gid.
+var launcherUser = process.User{UID: process.DefaultUID, GID: process.DefaultGID}
+
 const (
 	testNode   = "node-a"
 	guestImage = "vmlet.dev/testguest:test"
@@ -69,6 +72,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	// Like /run and /var/lib: the launchers' user passes through to its own folders.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	launcherBinary = filepath.Join(tmp, "vmlet-launcher")
 	build := exec.Command("go", "build", "-o", launcherBinary, "github.com/vmlet/vmlet/cmd/vmlet-launcher")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -181,7 +189,8 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent}
+	// Launchers run as `vmlet agent`'s default user, 107 with no capabilities.
+	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent, User: launcherUser}
 	nn, err := agentNetwork(o.Subnet6)
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +198,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	nn.Secondary = o.Secondary
 	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	events := &recordedEvents{EventRecorder: mgr.GetEventRecorder("vmlet-agent")}
+	senv.Owner = &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)} // the VMIs' files are the launchers'
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: events, NodeName: testNode,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,

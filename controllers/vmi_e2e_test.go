@@ -248,7 +248,7 @@ func TestStorageLostWhileRunning(t *testing.T) {
 
 	// A node whose image source for the kernel is gone and whose cache is empty.
 	b := startAgent(t, agentOptions{
-		ImageCache:   t.TempDir(),
+		ImageCache:   nodeDir(t),
 		ImageSources: map[string]string{guestImage: "oci:" + filepath.Join(t.TempDir(), "missing") + ":test"},
 		PullBackOff:  500 * time.Millisecond, PullBackOffMax: time.Second,
 	})

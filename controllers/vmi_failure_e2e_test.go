@@ -32,7 +32,7 @@ import (
 func TestVMIFailsWithoutLauncher(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	a := startAgent(t, agentOptions{HostDiskRoot: t.TempDir()})
+	a := startAgent(t, agentOptions{HostDiskRoot: nodeDir(t)})
 	defer a.stop(t)
 	tests := []struct {
 		name, reason, message string

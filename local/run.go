@@ -35,6 +35,8 @@ type Config struct {
 	// Storage is the node's storage; empty folders default to StateDir/images (the image
 	// cache shared by all VMIs) and StateDir/volumes (one folder per VMI, removed with it).
 	nodeagent.StorageConfig
+	// LauncherUser is who launchers and QEMU run as (nodeagent.LauncherUser).
+	LauncherUser process.User
 	// Demo is a VMI manifest applied at start (skipped when a VMI of that name exists).
 	Demo string
 	// TCGCacheMiB bounds each TCG guest's translation cache.
@@ -59,7 +61,7 @@ type Stack struct {
 // running the local scheduler and the node agent with the process runtime.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	ctrl.SetLogger(cfg.Log)
-	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, "vmlet")
+	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, "vmlet", cfg.LauncherUser)
 	if err != nil {
 		return nil, fmt.Errorf("start local mode: %w", err)
 	}

@@ -107,3 +107,21 @@ func VhostNetAvailable() bool {
 	st, err := os.Stat("/dev/vhost-net")
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// OpenNetDev opens /proc/thread-self/net/dev inside the network namespace at netnsPath (empty:
+// the process's own). The file keeps showing that namespace's interface counters to whoever
+// reads it, so a launcher that may not enter the namespace reads its tap's counters from it.
+//
+// Equivalent to: ip netns exec NS cat /proc/net/dev (once per read).
+func OpenNetDev(netnsPath string) (*os.File, error) {
+	var f *os.File
+	err := doInNetns(netnsPath, func() error {
+		var err error
+		f, err = os.Open("/proc/thread-self/net/dev")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open net counters: %w", err)
+	}
+	return f, nil
+}

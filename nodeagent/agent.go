@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +15,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // Config is a node agent's configuration.
@@ -124,9 +126,59 @@ func (a *Agent) Close() error {
 	return a.Reconciler.Network.Close()
 }
 
+// LauncherUser is the user launchers (and QEMU) run as: uid:gid, with /dev/kvm's group as the
+// one supplementary group where KVM is used and /dev/kvm is not open to everyone (udev makes
+// it 0660 root:kvm on most distributions). A usable /dev/kvm that only root may open is an
+// error: the node would advertise KVM its launchers cannot use.
+func LauncherUser(uid, gid int) (process.User, error) {
+	if uid < 0 || gid < 0 || uid > 1<<31 || gid > 1<<31 {
+		return process.User{}, fmt.Errorf("launcher user %d:%d: %w: ids are 0..2^31", uid, gid, ErrBadFlag)
+	}
+	u := process.User{UID: uint32(uid), GID: uint32(gid)}
+	if u.Root() || !devices.Probe().KVM.KVMUsable() {
+		return u, nil
+	}
+	fi, err := os.Stat("/dev/kvm")
+	if err != nil {
+		return u, fmt.Errorf("launcher user %s: %w", u, err)
+	}
+	g, err := kvmGroup(fi, u)
+	if err != nil {
+		return u, err
+	}
+	if g != nil {
+		u.Groups = []uint32{*g}
+	}
+	return u, nil
+}
+
+// kvmGroup is the supplementary group u needs to open /dev/kvm (fi), if any.
+func kvmGroup(fi os.FileInfo, u process.User) (*uint32, error) {
+	perm := fi.Mode().Perm()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case perm&0o006 == 0o006, ok && st.Uid == u.UID && perm&0o600 == 0o600:
+		return nil, nil
+	case ok && perm&0o060 == 0o060:
+		if st.Gid == u.GID {
+			return nil, nil
+		}
+		return &st.Gid, nil
+	}
+	return nil, fmt.Errorf("launcher user %s: %w: /dev/kvm is %v, only root may open it (make it 0660 root:kvm, as udev does, or use --launcher-uid 0)", u, ErrBadFlag, perm)
+}
+
+// StorageOwner is who a launcher user is handed VMI files as; nil for root.
+func StorageOwner(u process.User) *storage.Owner {
+	if u.Root() {
+		return nil
+	}
+	return &storage.Owner{UID: int(u.UID), GID: int(u.GID)}
+}
+
 // ProcessRuntime is the process launcher runtime with each launcher in its own cgroup-v2 jail
 // under <cgroup2 mount>/<cgroupParent>, which it makes.
-func ProcessRuntime(binary, runRoot, cgroupParent string) (*process.Runtime, error) {
+func ProcessRuntime(binary, runRoot, cgroupParent string, user process.User) (*process.Runtime, error) {
 	cg, err := devices.FindCgroup2Mount()
 	if err != nil {
 		return nil, fmt.Errorf("make process runtime: launchers run in cgroup-v2 jails: %w", err)
@@ -138,5 +190,5 @@ func ProcessRuntime(binary, runRoot, cgroupParent string) (*process.Runtime, err
 	if err := os.MkdirAll(runRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("make run root: %w", err)
 	}
-	return &process.Runtime{Binary: binary, RunRoot: runRoot, CgroupParent: parent}, nil
+	return &process.Runtime{Binary: binary, RunRoot: runRoot, CgroupParent: parent, User: user}, nil
 }

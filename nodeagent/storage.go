@@ -85,6 +85,8 @@ type StorageConfig struct {
 	// PullBackOff is the wait after a VMI's first failed pull of an image, doubling with each
 	// further failure up to PullBackOffMax; 0 means the kubelet's 10 s and 5 min.
 	PullBackOff, PullBackOffMax time.Duration
+	// Owner is the launchers' user, who is handed each VMI's files; nil: root.
+	Owner *storage.Owner
 }
 
 // Defaults fills in the storage folders under stateDir where they are empty.
@@ -99,12 +101,26 @@ func (cfg *StorageConfig) Defaults(stateDir string) {
 
 // openStorage opens the image cache and makes the volume root.
 func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
-	if err := os.MkdirAll(cfg.VolumeRoot, 0o700); err != nil {
+	// Launchers' users pass through to their own VMI's folder (0700 each); nobody lists it.
+	if err := os.MkdirAll(cfg.VolumeRoot, 0o711); err != nil {
+		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
+	}
+	if err := os.Chmod(cfg.VolumeRoot, 0o711); err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("make volume root: %w", err)
 	}
 	cache, err := oci.Open(oci.Options{Dir: cfg.ImageCacheDir, QemuImg: qemuimg.Tool{}})
 	if err != nil {
 		return controllers.NodeStorage{}, fmt.Errorf("open image cache: %w", err)
+	}
+	if o := cfg.Owner; o != nil {
+		// QEMU, as the launchers' user, opens base images and kernels in the cache and its
+		// VMI's folder in the volume root: say so now rather than at every VMI's start.
+		u := storage.User{UID: uint32(o.UID), GID: uint32(o.GID)}
+		for _, d := range []string{cfg.ImageCacheDir, cfg.VolumeRoot} {
+			if err := storage.CheckSearchable(d, u, os.Stat); err != nil {
+				return controllers.NodeStorage{}, fmt.Errorf("open storage: %w (make the folders above it o+x, or use --launcher-uid 0)", err)
+			}
+		}
 	}
 	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot,
 		PullBackOff: cfg.PullBackOff, PullBackOffMax: cfg.PullBackOffMax}, nil
@@ -152,5 +168,5 @@ func cleanupVolumes(root string, keep map[string]bool) ([]string, error) {
 }
 
 func (cfg *StorageConfig) env() controllers.StorageEnv {
-	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources}
+	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources, Owner: cfg.Owner}
 }

@@ -25,6 +25,9 @@ type Env struct {
 	// command line and need the host_device driver).
 	BlockDevices map[string]bool
 	FDs          FDs
+	// Sandbox is QEMU's seccomp filter (-sandbox, see sandboxArgs); nil emits no -sandbox.
+	// Start always sets it (StartOptions.Sandbox).
+	Sandbox *Sandbox
 }
 
 // FDs are the child's file descriptor numbers (3 and up: exec.Cmd.ExtraFiles) of what vmlet
@@ -127,6 +130,9 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 	b := &argv{}
 	b.add("-S", "-nodefaults", "-no-user-config", "-nographic")
 	b.add("-msg", "timestamp=on")
+	if env.Sandbox != nil {
+		b.add(sandboxArgs(*env.Sandbox)...)
+	}
 	b.opt("-name", "guest", spec.Name, "debug-threads", "on")
 	if spec.UUID != "" {
 		b.add("-uuid", strings.ToLower(spec.UUID))

@@ -33,6 +33,8 @@ type StartOptions struct {
 	Stderr io.Writer
 	// QMP configures the monitor client (default and per-command timeouts, recording tap).
 	QMP qmp.Options
+	// Sandbox is QEMU's own seccomp filter; the zero value denies every optional group.
+	Sandbox Sandbox
 }
 
 // stderrTail is how much of QEMU's standard error is kept.
@@ -108,6 +110,7 @@ func (s *starter) validate(ctx context.Context) error {
 	}
 	s.env.Accel = *d
 	s.env.DefaultMachine = s.opts.DefaultMachine
+	s.env.Sandbox = &s.opts.Sandbox
 	if s.spec.Migratable && s.spec.Machine == "" && s.env.DefaultMachine == "" {
 		m, err := DefaultQ35Machine(ctx, s.opts.Binary)
 		if err != nil {

@@ -65,6 +65,11 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 	if err := a.saveState(); err != nil {
 		return nil, &VolumeError{Err: err}
 	}
+	if p.Owner != nil {
+		if err := applyGrants(Grants(p, resolvedPaths, *p.Owner)); err != nil {
+			return nil, err // a *VolumeError
+		}
+	}
 	for _, d := range p.Disks {
 		if real, ok := resolvedPaths[p.DiskVolumes[d.ID]]; ok {
 			d.Path = real

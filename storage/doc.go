@@ -20,6 +20,14 @@
 //   - cloudInitNoCloud / cloudInitConfigDrive: an ISO built in Go (storage/cloudinit).
 //   - kernelBoot (not a volume): kernel and initrd from an OCI image.
 //
+// Ownership: with Options.Owner (the launchers' user, 107 by default) Apply hands the VM the
+// files it is given and nothing else (Grants, pure): its VM folder (0700) and the overlays,
+// empty disks and ISOs in it (0600); hostDisk images and claims (files or block devices),
+// chowned as KubeVirt's virt-handler chowns them for its qemu user, and left so after the VM.
+// The shared image cache stays root's and world-readable: every VM may read a base image or
+// kernel, none may write one. Launchers sharing one uid are separated from the host by this,
+// not from each other (KubeVirt adds mount namespaces and SELinux categories for that).
+//
 // Disk ids derive from volume names (DiskID) within QEMU's id alphabet; paths only reach QEMU
 // inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.
 //

@@ -59,7 +59,7 @@ func Reason(err error) string {
 	switch {
 	case errors.Is(err, oci.ErrInvalidReference):
 		return string(oci.ReasonInvalidImageName)
-	case errors.Is(err, ErrOutsideRoot):
+	case errors.Is(err, ErrOutsideRoot), errors.Is(err, ErrNotSearchable):
 		return ReasonPathNotAllowed
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnknownClaim):
 		return ReasonVolumeNotFound

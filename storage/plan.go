@@ -59,6 +59,8 @@ type VMPlan struct {
 	DiskVolumes map[string]string
 	// Boot is the kernel boot (paths in VMDir, made by the link action); zero if none.
 	Boot qemu.Boot
+	// Owner is Options.Owner: who Apply hands the VM's files to (nil: nobody).
+	Owner *Owner
 }
 
 // Pulls lists the images the plan pulls (as planned), in order.
@@ -86,7 +88,7 @@ func Plan(volumes []Volume, disks []DiskRequest, opts Options) (*VMPlan, error) 
 	if !filepath.IsAbs(opts.VMDir) || filepath.Clean(opts.VMDir) != opts.VMDir || opts.VMDir == "/" {
 		return nil, &VolumeError{Err: fmt.Errorf("vm folder %q must be an absolute clean path below /: %w", opts.VMDir, ErrInvalidVolume)}
 	}
-	pl := &planner{opts: opts, plan: &VMPlan{VMDir: opts.VMDir, DiskVolumes: map[string]string{}},
+	pl := &planner{opts: opts, plan: &VMPlan{VMDir: opts.VMDir, DiskVolumes: map[string]string{}, Owner: opts.Owner},
 		vols: map[string]*volumePlan{}, pulls: map[string]oci.PullPolicy{}}
 	if err := pl.volumes(volumes); err != nil {
 		return nil, err

@@ -112,4 +112,7 @@ type Options struct {
 	Hostname   string
 	// KernelBoot, if set, boots a kernel from an image.
 	KernelBoot *KernelBoot
+	// Owner, if set, is the VM's QEMU user: Apply hands it the VM's files (see Grants).
+	// Nil leaves everything root's.
+	Owner *Owner
 }

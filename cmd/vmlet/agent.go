@@ -22,6 +22,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/podruntime"
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/nodeagent"
 )
@@ -67,7 +68,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 				return err
 			}
 			sc.Defaults(o.stateDir)
-			return runAgent(cmd, o, sc, nc, nf.tcgCacheMiB)
+			return runAgent(cmd, o, sc, nc, nf.tcgCacheMiB, nf.user)
 		},
 	}
 	self, _ := os.Executable()
@@ -88,7 +89,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 	return c
 }
 
-func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc nodeagent.NetworkConfig, tcgMiB int) error {
+func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc nodeagent.NetworkConfig, tcgMiB int, user process.User) error {
 	ctx := cmd.Context()
 	log := zap.New(zap.UseDevMode(false), zap.WriteTo(cmd.ErrOrStderr()))
 	ctrl.SetLogger(log)
@@ -134,10 +135,10 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		if err != nil {
 			return fmt.Errorf("pod runtime: %w", err)
 		}
-		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg}
+		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg, User: user}
 		acfg.Runtime, acfg.Pods = pods, podruntime.Networks{Runtime: pods}
 	} else {
-		rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent)
+		rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent, user)
 		if err != nil {
 			return err
 		}

@@ -125,6 +125,9 @@ func newSetup(t *testing.T) *agentSetup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil { // like /run: the launchers' user (107) passes
+		t.Fatal(err)
+	}
 	s := &agentSetup{env: env, runRoot: filepath.Join(tmp, "run"), stateDir: filepath.Join(tmp, "state"),
 		podNetnsDir: filepath.Join(tmp, "pods"), resolvConf: filepath.Join(tmp, "resolv.conf")}
 	s.vmlet, s.launcher = buildBinaries(t, tmp)

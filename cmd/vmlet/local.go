@@ -32,7 +32,7 @@ stops everything; the next start picks up the same objects.`,
 			if err != nil {
 				return err
 			}
-			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB = sc, nc, nf.tcgCacheMiB
+			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB, cfg.LauncherUser = sc, nc, nf.tcgCacheMiB, nf.user
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
 			return runLocal(cmd.Context(), cfg, bootTimeout)
@@ -55,7 +55,12 @@ stops everything; the next start picks up the same objects.`,
 
 func runLocal(ctx context.Context, cfg local.Config, bootTimeout time.Duration) error {
 	out := cfg.Out
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+	// 0711: the launchers' user passes through to the image cache and volume folders (which
+	// keep their own modes); etcd data, kubeconfig and logs stay root's (0700/0600).
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("make state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
 		return fmt.Errorf("make state dir: %w", err)
 	}
 	fmt.Fprintf(out, "vmlet local: starting etcd + kube-apiserver (state in %s)...\n", cfg.StateDir)

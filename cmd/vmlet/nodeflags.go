@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
 	"github.com/vmlet/vmlet/storage"
@@ -20,6 +21,9 @@ type nodeFlags struct {
 	resolvConf       string
 	tcgCacheMiB      int
 	withNodeNetworks bool
+	uid, gid         int
+	// user is the launchers' user, set by parse.
+	user process.User
 }
 
 func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
@@ -32,6 +36,8 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
 	f.DurationVar(&n.storage.PullBackOff, "image-pull-backoff", backoff.DefaultInitial, "wait after a VMI's first failed image pull, doubled after each further failure (as the kubelet)")
 	f.DurationVar(&n.storage.PullBackOffMax, "image-pull-backoff-max", backoff.DefaultMax, "longest wait between a VMI's tries to pull an image")
+	f.IntVar(&n.uid, "launcher-uid", process.DefaultUID, "uid launchers and QEMU run as, without capabilities; each VMI's files are handed to it (0: root, with every capability)")
+	f.IntVar(&n.gid, "launcher-gid", process.DefaultGID, "gid launchers and QEMU run as")
 	if withNetwork {
 		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
 		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
@@ -51,6 +57,11 @@ func (n *nodeFlags) parse() (nodeagent.StorageConfig, nodeagent.NetworkConfig, e
 		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--image-pull-backoff %s, --image-pull-backoff-max %s: %w: want 0 < backoff <= max",
 			sc.PullBackOff, sc.PullBackOffMax, nodeagent.ErrBadFlag)
 	}
+	u, err := nodeagent.LauncherUser(n.uid, n.gid)
+	if err != nil {
+		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--launcher-uid/--launcher-gid: %w", err)
+	}
+	n.user, sc.Owner = u, nodeagent.StorageOwner(u)
 	for _, m := range n.images {
 		ref, src, err := nodeagent.ParseImageSource(m)
 		if err != nil {

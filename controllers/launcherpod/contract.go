@@ -57,6 +57,9 @@ const (
 	DefaultLauncherRoot = "/var/run/vmlet/launchers"
 	DefaultVolumeRoot   = "/var/lib/vmlet/volumes"
 	DefaultImageCache   = "/var/lib/vmlet/images"
+	// DefaultRunAsUser and DefaultRunAsGroup are the launcher's user: KubeVirt's qemu (107).
+	DefaultRunAsUser  = 107
+	DefaultRunAsGroup = 107
 	// DefaultGracePeriod is a VMI's termination grace period when it sets none (KubeVirt's).
 	DefaultGracePeriod = 30 * time.Second
 	// GraceMargin is added to the VMI's grace period for the pod's: the launcher gets the VMI's

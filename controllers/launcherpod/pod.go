@@ -35,6 +35,11 @@ type Options struct {
 	// DomainName is the domain name the node agent syncs for a VMI (controllers.DomainName):
 	// the launcher's --name, which refuses a Sync under any other name. Required.
 	DomainName func(*vmletv1.VirtualMachineInstance) string
+	// RunAsUser and RunAsGroup are the launcher's (and QEMU's) uid and gid; nil means
+	// DefaultRunAsUser/DefaultRunAsGroup (KubeVirt's qemu user, 107). They must match the node
+	// agents' --launcher-uid/--launcher-gid, who hand each VMI's files to that user. 0 runs the
+	// launcher as root (still without capabilities).
+	RunAsUser, RunAsGroup *int64
 }
 
 // ErrOptions is returned by Build when Options.Args or Options.DomainName is nil.
@@ -49,6 +54,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.VolumeRoot == "" {
 		o.VolumeRoot = DefaultVolumeRoot
+	}
+	if o.RunAsUser == nil {
+		o.RunAsUser = ptr.To(int64(DefaultRunAsUser))
+	}
+	if o.RunAsGroup == nil {
+		o.RunAsGroup = ptr.To(int64(DefaultRunAsGroup))
 	}
 	return o
 }
@@ -99,9 +110,11 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 	grace := GracePeriod(vmi)
 	volDir := HostVolumeDir(o.VolumeRoot, vmi.UID)
 	runDir := HostRunDir(o.LauncherRoot, vmi.UID)
+	// The node agent makes both folders, owned by the launcher's user (the kubelet would make
+	// them root's): the pod waits for them (FailedMount, retried) until the agent has.
 	volumes := []corev1.Volume{
-		hostPath(RunVolume, runDir, corev1.HostPathDirectoryOrCreate),
-		hostPath(StorageVolume, volDir, corev1.HostPathDirectoryOrCreate),
+		hostPath(RunVolume, runDir, corev1.HostPathDirectory),
+		hostPath(StorageVolume, volDir, corev1.HostPathDirectory),
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: RunVolume, MountPath: runDir},
@@ -132,6 +145,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 			TerminationGracePeriodSeconds: ptr.To(int64((grace + GraceMargin) / time.Second)),
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
+			SecurityContext:               podSecurity(o),
 			Volumes:                       volumes,
 			Containers: []corev1.Container{{
 				Name:                     ContainerName,
@@ -145,10 +159,21 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 			}},
 		},
 	}, nil
+}
+
+// podSecurity runs the launcher as o's user with no supplementary groups (KubeVirt's non-root
+// virt-launcher: runAsUser/runAsGroup 107, runAsNonRoot).
+func podSecurity(o Options) *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsUser:    o.RunAsUser,
+		RunAsGroup:   o.RunAsGroup,
+		RunAsNonRoot: ptr.To(*o.RunAsUser != 0),
+	}
 }
 
 func hostPath(name, path string, t corev1.HostPathType) corev1.Volume {

@@ -133,17 +133,30 @@ func TestContract(t *testing.T) {
 		strings.Join(c.Args, " ") != strings.Join(wantArgs, " ") {
 		t.Errorf("container %s image %s command %v args %v", c.Name, c.Image, c.Command, c.Args)
 	}
-	if sc := c.SecurityContext; sc == nil || *sc.Privileged || sc.Capabilities != nil {
+	// Not privileged, no capabilities, no privilege escalation (no_new_privs), as the
+	// unprivileged launcher user (107:107) by default: KubeVirt's non-root virt-launcher.
+	if sc := c.SecurityContext; sc == nil || *sc.Privileged || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
 		t.Errorf("securityContext = %+v", sc)
+	}
+	if ps := pod.Spec.SecurityContext; ps == nil || ps.RunAsUser == nil || *ps.RunAsUser != 107 || ps.RunAsGroup == nil ||
+		*ps.RunAsGroup != 107 || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || len(ps.SupplementalGroups) != 0 {
+		t.Errorf("pod securityContext = %+v, want runAsUser/runAsGroup 107, runAsNonRoot", ps)
 	}
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
+	// The agent makes the run and storage folders for the launcher's user: the pod waits for
+	// them (Directory); the image cache is the node's.
 	for _, v := range pod.Spec.Volumes {
 		hp := v.HostPath
-		if hp == nil || *hp.Type != corev1.HostPathDirectoryOrCreate {
-			t.Errorf("volume %s is not a DirectoryOrCreate hostPath: %+v", v.Name, v.VolumeSource)
+		want := corev1.HostPathDirectory
+		if v.Name == "image-cache" {
+			want = corev1.HostPathDirectoryOrCreate
+		}
+		if hp == nil || *hp.Type != want {
+			t.Errorf("volume %s is not a %s hostPath: %+v", v.Name, want, v.VolumeSource)
 			continue
 		}
 		switch v.Name {

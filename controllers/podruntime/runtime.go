@@ -32,6 +32,9 @@ type Runtime struct {
 	CgroupRoot string
 	// OnExit is called when a launcher pod's container ends or the pod goes away.
 	OnExit func(id string)
+	// User is the launcher pods' user (their runAsUser/runAsGroup: launcherpod.Options):
+	// Ensure makes each run folder for it, which the pod waits for (a Directory hostPath).
+	User process.User
 
 	mu    sync.Mutex
 	procs map[string]proc // launchers seen serving, by id
@@ -72,6 +75,9 @@ func (r *Runtime) pod(ctx context.Context, id string) (*corev1.Pod, error) {
 // Ensure starts nothing (the kubelet runs the pod); once the launcher serves it installs the
 // device filter spec.Rules on the launcher's cgroup, then reports the state.
 func (r *Runtime) Ensure(ctx context.Context, s process.Spec) (process.State, error) {
+	if err := r.makeRunDir(s.ID); err != nil {
+		return process.State{}, err
+	}
 	st, err := r.state(ctx, s.ID)
 	if errors.Is(err, process.ErrNotFound) {
 		return process.State{}, nil // the pod is not in this agent's cache yet
@@ -83,6 +89,25 @@ func (r *Runtime) Ensure(ctx context.Context, s process.Spec) (process.State, er
 		return st, err
 	}
 	return st, nil
+}
+
+// makeRunDir makes the launcher's run folder, owned by its user, 0700 (idempotent), and lets
+// that user through LauncherRoot. Equivalent to: install -d -o U -g G -m 0700 <root>/<id>
+func (r *Runtime) makeRunDir(id string) error {
+	if err := os.MkdirAll(r.LauncherRoot, 0o711); err != nil {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	if err := process.CheckSearchable(r.LauncherRoot, r.User, os.Stat); err != nil {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	dir := r.Dir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	if err := os.Chown(dir, int(r.User.UID), int(r.User.GID)); err != nil {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	return nil
 }
 
 // filter installs vmlet's device program on the launcher's cgroup (once per agent process; a

@@ -8,5 +8,12 @@
 // agent is its parent) or, after a restart, from the exit file the runtime writes when it reaps a
 // child, or found as "gone without a trace" (killed).
 //
+// With a User (the node's --launcher-uid/--launcher-gid, 107:107 by default, KubeVirt's qemu
+// user) the launcher — and QEMU, which inherits it — runs as that user with no supplementary
+// groups (but /dev/kvm's where KVM is used), no capability in any set (the bounding set is
+// emptied on the thread that forks it) and no_new_privs. It owns its run folder (0700); the
+// agent's own files there (pid, exit, log) stay root's. Whatever else it needs (disks, taps)
+// the agent, which stays root, prepares for it.
+//
 // The package takes plain strings and structs; it imports no Kubernetes types.
 package process

@@ -65,6 +65,10 @@ type Runtime struct {
 	CgroupParent string
 	// OnExit is called (from a goroutine) when a launcher this runtime started exits.
 	OnExit func(id string)
+	// User is who launchers run as; the zero value leaves them root. A non-root launcher
+	// owns its run folder (0700) and gets no capabilities and no_new_privs (see
+	// startWithoutPrivileges); everything else it needs is handed to it.
+	User User
 
 	mu       sync.Mutex
 	children map[string]chan struct{} // closed when the child is reaped
@@ -103,6 +107,12 @@ func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return State{}, fmt.Errorf("make run dir: %w", err)
 	}
+	if !r.User.Root() {
+		if err := r.handOver(dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return State{}, err
+		}
+	}
 	var jail *devices.Jail
 	defer func() {
 		if err != nil {
@@ -125,7 +135,12 @@ func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own session: the launcher (and its VM) must survive an agent restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := jail.Start(cmd); err != nil {
+	start := func() error { return jail.Start(cmd) }
+	if !r.User.Root() {
+		cmd.SysProcAttr.Credential = r.User.credential()
+		start = func() error { return startWithoutPrivileges(func() error { return jail.Start(cmd) }) }
+	}
+	if err := start(); err != nil {
 		return State{}, fmt.Errorf("start launcher: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
@@ -142,6 +157,28 @@ func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
 	r.mu.Unlock()
 	go r.reap(s.ID, cmd, done)
 	return State{Pid: cmd.Process.Pid}, nil
+}
+
+// handOver gives the run folder to the launcher's user (0700: its sockets and logs are
+// private to it and to root) and lets that user through the run root (o+x, no listing).
+// Equivalent to: chown U:G <run root>/<id> && chmod o+x <run root>
+func (r *Runtime) handOver(dir string) error {
+	fi, err := os.Stat(r.RunRoot)
+	if err != nil {
+		return fmt.Errorf("hand run dir over: %w", err)
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		if err := os.Chmod(r.RunRoot, fi.Mode().Perm()|0o001); err != nil {
+			return fmt.Errorf("hand run dir over: %w", err)
+		}
+	}
+	if err := CheckSearchable(r.RunRoot, r.User, os.Stat); err != nil {
+		return fmt.Errorf("hand run dir over: %w", err)
+	}
+	if err := os.Chown(dir, int(r.User.UID), int(r.User.GID)); err != nil {
+		return fmt.Errorf("hand run dir over: %w", err)
+	}
+	return nil
 }
 
 // reap owns cmd.Wait for a child and records how it ended.

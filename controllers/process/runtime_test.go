@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/procstatus"
 )
 
 const fakeEnv = "VMLET_PROCESS_TEST_FAKE_LAUNCHER"
@@ -191,5 +192,74 @@ func assertGone(t *testing.T, r *Runtime, id string) {
 	}
 	if _, err := r.State(id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("State after Remove: %v, want ErrNotFound", err)
+	}
+}
+
+// TestUnprivilegedLauncher: with a User, the launcher runs as that uid/gid, with no
+// supplementary group, every capability set empty (bounding and ambient included) and
+// no_new_privs; it owns its run folder (0700), and the agent keeps its own privileges.
+func TestUnprivilegedLauncher(t *testing.T) {
+	r, _ := newRuntime(t)
+	// The test binary stands in for the launcher; the user must be able to execute it.
+	tmp := t.TempDir()
+	if err := os.Chmod(filepath.Dir(tmp), 0o711); err != nil { // t.TempDir's parent is 0700
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tmp, "fake-launcher")
+	copyExecutable(t, r.Binary, bin)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.Binary = bin
+	r.User = User{UID: DefaultUID, GID: DefaultGID}
+	id := "0f4c6a2e-1111-4e7e-9d51-000000000003"
+	st, err := r.Ensure(context.Background(), spec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Remove(context.Background(), id) })
+	waitState(t, r, id, func(s State) bool { return s.Ready })
+	ps, err := procstatus.Read(st.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range ps.Unprivileged(DefaultUID, DefaultGID) {
+		t.Errorf("launcher: %s", bad)
+	}
+	fi, err := os.Stat(r.Dir(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := fi.Sys().(*syscall.Stat_t); sys.Uid != DefaultUID || sys.Gid != DefaultGID || fi.Mode().Perm() != 0o700 {
+		t.Errorf("run dir %v owned by %d:%d, want 107:107 0700", fi.Mode(), sys.Uid, sys.Gid)
+	}
+	self, err := procstatus.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self.CapEff == 0 || self.NoNewPrivs != 0 {
+		t.Errorf("the agent lost its privileges: CapEff %x NoNewPrivs %d", self.CapEff, self.NoNewPrivs)
+	}
+	if err := r.Stop(id); err != nil {
+		t.Fatal(err)
+	}
+	end := waitState(t, r, id, func(s State) bool { return s.Exited != nil })
+	if end.Exited.Code != 0 {
+		t.Fatalf("exit = %+v, want 0", end.Exited)
+	}
+	if err := r.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, id)
+}
+
+func copyExecutable(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
 	}
 }

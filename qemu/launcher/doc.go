@@ -6,7 +6,7 @@
 // # Lifecycle
 //
 // One vmlet-launcher process runs per VM, with a run dir of its own (see Paths). Run performs
-// the startup steps (prepare-dirs, open-qmp-log, listen-api, serve-api, mark-ready); a failing
+// the startup steps (prepare-dirs, open-qmp-log, listen-api, serve-api, listen-taps, mark-ready); a failing
 // step is reported by name (*StepError). The API socket is bound as launcher.sock.starting and
 // renamed to launcher.sock once it takes commands: the agent tells "starting" from "ready" by
 // the name. Every socket is 0600 (the process umask is 077).
@@ -53,15 +53,29 @@
 // held the channel past the wait-in-line bound is AGENT_BUSY, no verdict on the agent. A
 // process outliving GuestExec's timeout is EXEC_TIMEOUT (metadata "pid") and keeps running.
 //
-// # NICs: tap names, not fds
+// # NICs: tap names, and tap files handed over
 //
 // gRPC cannot carry file descriptors, so a NIC names an existing tap device and the network
 // namespace it lives in (a path such as /var/run/netns/NAME or /proc/PID/ns/net; empty: the
-// launcher's own). The launcher opens the tap itself (TUNSETIFF on /dev/net/tun, in that
-// namespace on a throw-away OS thread) and hands the fds to QEMU with getfd, so QEMU never
-// needs CAP_NET_ADMIN or access to /dev/net/tun. A missing tap is ErrTapNotFound (the launcher
-// never creates one). A side-channel fd-passing socket was not built: the agent creates the
-// taps anyway and a name is simpler to log, retry and migrate.
+// launcher's own). The node agent, which stays root, opens the tap's queues itself and hands
+// them over before the Sync or HotplugNIC that uses them (HandOverTap: SCM_RIGHTS on
+// sockets/taps.sock, one SOCK_SEQPACKET message per tap, from root or the launcher's own user
+// only; each file is checked with TUNGETIFF), together with a /proc/net/dev opened inside the
+// tap's namespace for the tap's counters. A launcher running as an unprivileged user (107, no
+// capabilities) can neither open /dev/net/tun nor enter a namespace, so this is how it gets
+// taps — as KubeVirt's virt-handler prepares the tap for its non-root virt-launcher. A launcher
+// running as root that was handed nothing opens the tap itself (TUNSETIFF on /dev/net/tun, in
+// that namespace on a throw-away OS thread). Either way the launcher passes the fds to QEMU
+// with getfd, so QEMU never needs CAP_NET_ADMIN or /dev/net/tun. A missing tap is
+// ErrTapNotFound (the launcher never creates one).
+//
+// # Privileges
+//
+// The launcher needs no privilege: it runs as the node's launcher user (controllers/process
+// User, launcher pods' runAsUser) with no capabilities and no_new_privs, owns its run dir, and
+// QEMU inherits all of it. QEMU also runs under its own seccomp filter (qemu.Sandbox: -sandbox
+// on with obsolete, elevateprivileges, spawn and resourcecontrol denied); nothing the launcher
+// asks of QEMU needs a fork or exec.
 //
 // # Serial console
 //

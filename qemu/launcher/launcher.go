@@ -54,6 +54,8 @@ type Launcher struct {
 	qlog   *qmpLog
 
 	lis      net.Listener
+	tapLis   *net.UnixListener // the agent hands tap files over here
+	taps     tapPool
 	srv      *grpc.Server
 	serveErr chan error // grpc.Serve's result
 

@@ -23,6 +23,7 @@ const (
 //	sockets/console.sock       the serial console (QEMU serves it, one client at a time)
 //	sockets/qga.sock           the guest agent channel; only the launcher connects
 //	sockets/migration.sock     default incoming migration socket of a target
+//	sockets/taps.sock          the agent hands tap fds over here (SOCK_SEQPACKET, SCM_RIGHTS)
 //	logs/qmp.log[.1..]         every QMP line with a timestamp, size-capped and rotated
 //	logs/serial.log            the serial console output
 //	logs/qemu.log              QEMU's standard error
@@ -60,6 +61,10 @@ func (p Paths) StartingSocket() string { return filepath.Join(p.Root, StartingSo
 
 // QMPSocket is QEMU's monitor socket; only the launcher connects.
 func (p Paths) QMPSocket() string { return filepath.Join(p.Sockets(), "qmp.sock") }
+
+// TapSocket is where the node agent hands the launcher tap queue files it opened (SCM_RIGHTS;
+// see HandOverTap): a launcher without CAP_NET_ADMIN cannot open /dev/net/tun itself.
+func (p Paths) TapSocket() string { return filepath.Join(p.Sockets(), "taps.sock") }
 
 // DebugSocket is the QMP socket for humans, proxied through the launcher.
 func (p Paths) DebugSocket() string { return filepath.Join(p.Sockets(), "qmp-debug.sock") }

@@ -59,7 +59,7 @@ func (l *api) HotplugNIC(ctx context.Context, req *pb.HotplugNICRequest) (*pb.Ho
 	nic := NICFromProto(n)
 	ref := tapRef{Name: n.GetTapName(), NetNS: n.GetNetns(), Queues: int(n.GetQueues())}
 	nic.TapName, nic.Queues = "", 0 // replaced by the fds; AddNIC validates the rest
-	files, err := openTap(ref)
+	files, err := l.tapFiles(ref)
 	if err != nil {
 		return nil, fmt.Errorf("hotplug nic %s: %w", nic.ID, err)
 	}

@@ -87,7 +87,7 @@ func (s *starter) openTaps(*reverter) error {
 		if n.TapName == "" {
 			continue
 		}
-		files, err := openTap(tapRef{Name: n.TapName, NetNS: s.netns[n.ID], Queues: n.Queues})
+		files, err := s.l.tapFiles(tapRef{Name: n.TapName, NetNS: s.netns[n.ID], Queues: n.Queues})
 		if err != nil {
 			return fmt.Errorf("nic %s: %w", n.ID, err)
 		}

@@ -46,6 +46,7 @@ func (l *Launcher) startupSteps() []step {
 		{"open-qmp-log", l.openQMPLog},
 		{"listen-api", l.listenAPI},
 		{"serve-api", l.serveAPI},
+		{"listen-taps", l.listenTaps},
 		{"mark-ready", l.markReady},
 	}
 }
@@ -95,6 +96,19 @@ func (l *Launcher) serveAPI(r *reverter) error {
 	return nil
 }
 
+// listenTaps serves the tap hand-over socket (Paths.TapSocket) before the launcher is ready,
+// so the agent can hand taps over as soon as it sees ReadySocket.
+func (l *Launcher) listenTaps(r *reverter) error {
+	lis, err := listenTaps(l.paths.TapSocket())
+	if err != nil {
+		return err
+	}
+	l.tapLis = lis
+	go l.serveTaps(lis)
+	r.add(func() { lis.Close(); l.taps.closeAll() })
+	return nil
+}
+
 func (l *Launcher) markReady(r *reverter) error {
 	if err := os.Rename(l.paths.StartingSocket(), l.paths.ReadySocket()); err != nil {
 		return fmt.Errorf("rename command socket: %w", err)
@@ -110,6 +124,10 @@ const apiDrainTimeout = 5 * time.Second
 // the launcher is no longer ready), streams end, RPCs drain, sockets are removed.
 func (l *Launcher) teardown() {
 	os.Remove(l.paths.ReadySocket())
+	if l.tapLis != nil {
+		l.tapLis.Close()
+	}
+	l.taps.closeAll()
 	l.events.close()
 	l.qlog.feed.close()
 	done := make(chan struct{})

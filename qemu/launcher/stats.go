@@ -108,7 +108,7 @@ func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.Do
 	sort.Strings(ids)
 	for _, id := range ids {
 		t := taps[id]
-		c, err := tapCounters(t)
+		c, err := l.tapCounters(t)
 		if err != nil {
 			l.log.Debug("tap counters", "nic", id, "err", err)
 			continue

@@ -133,6 +133,24 @@ func attachTap(name string, flags uint16) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "tap:"+name), nil
 }
 
+// tapFiles returns ref's queue files: the ones the agent handed over (HandOverTap) if it did,
+// else opened by the launcher itself (openTap: root only). The caller owns them.
+func (l *Launcher) tapFiles(ref tapRef) ([]*os.File, error) {
+	if files, ok := l.taps.take(ref.Name, max(ref.Queues, 1)); ok {
+		return files, nil
+	}
+	return openTap(ref)
+}
+
+// tapCounters reads ref's counters from the /proc/net/dev file the agent handed over with the
+// tap, else from /proc/thread-self/net/dev inside the tap's namespace (root only).
+func (l *Launcher) tapCounters(ref tapRef) (netDev, error) {
+	if c, ok, err := l.taps.netDev(ref.Name); ok {
+		return c, err
+	}
+	return tapCounters(ref)
+}
+
 // tapCounters reads the tap's counters from /proc/thread-self/net/dev inside its namespace.
 func tapCounters(ref tapRef) (netDev, error) {
 	type result struct {

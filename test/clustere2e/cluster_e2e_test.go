@@ -34,6 +34,7 @@ import (
 	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/procstatus"
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
@@ -68,6 +69,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(bin)
+	if err := os.Chmod(bin, 0o755); err != nil { // the launcher pods' user (107) execs from it
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	vmletBin, launch = filepath.Join(bin, "vmlet"), filepath.Join(bin, "vmlet-launcher")
 	for b, pkg := range map[string]string{vmletBin: "github.com/vmlet/vmlet/cmd/vmlet", launch: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
 		if out, err := exec.Command("go", "build", "-o", b, pkg).CombinedOutput(); err != nil {
@@ -105,6 +110,9 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil { // like /var/run and /var/lib on a node
+		t.Fatal(err)
+	}
 	c := &cluster{env: env, tmp: tmp, launcherRoot: filepath.Join(tmp, "l"), volumeRoot: filepath.Join(tmp, "volumes"),
 		imageCache: filepath.Join(tmp, "images"), podNetns: filepath.Join(tmp, "pods")}
 	vmlet, launcher := vmletBin, launch
@@ -227,6 +235,24 @@ func TestClusterMode(t *testing.T) {
 	}
 	qemuPid := int(ready.Status.Launcher.PID)
 	t.Logf("running in pod %s: qemu %d, address %s", pod.Name, qemuPid, ready.Status.Interfaces[0].IP)
+	// The pod's securityContext (runAsUser/runAsGroup 107, capabilities dropped, no privilege
+	// escalation) holds for the launcher and QEMU, which runs sandboxed.
+	qs, err := procstatus.Read(qemuPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := procstatus.Read(qs.PPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]procstatus.Status{"launcher": ls, "qemu": qs} {
+		for _, bad := range s.Unprivileged(launcherpod.DefaultRunAsUser, launcherpod.DefaultRunAsGroup) {
+			t.Errorf("%s: %s", name, bad)
+		}
+	}
+	if qs.Seccomp != 2 {
+		t.Errorf("qemu Seccomp=%d, want 2 (-sandbox on)", qs.Seccomp)
+	}
 	// QEMU runs in the pod's cgroup, and that cgroup carries vmlet's device program.
 	podCg := filepath.Join(c.podCgroups, "pod-"+string(pod.UID))
 	if procs, err := os.ReadFile(filepath.Join(podCg, "cgroup.procs")); err != nil || !strings.Contains(string(procs), fmt.Sprint(qemuPid)) {

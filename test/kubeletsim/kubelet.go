@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,7 +144,8 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) (err error) {
 		return err
 	}
 	defer logf.Close()
-	args := append([]string{"--net=" + pn.NetnsPath, "--", bin}, translate(c.Args, paths)...)
+	args := append([]string{"--net=" + pn.NetnsPath, "--"}, containerUser(pod, c)...)
+	args = append(append(args, bin), translate(c.Args, paths)...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -303,14 +306,58 @@ func hostPaths(pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
 		if hp == nil {
 			return nil, fmt.Errorf("pod %s: volume %s: kubeletsim supports hostPath volumes only", pod.Name, vm.Name)
 		}
-		if hp.Type != nil && *hp.Type == corev1.HostPathDirectoryOrCreate {
+		switch {
+		case hp.Type != nil && *hp.Type == corev1.HostPathDirectoryOrCreate:
 			if err := os.MkdirAll(hp.Path, 0o755); err != nil {
 				return nil, err
+			}
+		case hp.Type != nil && *hp.Type == corev1.HostPathDirectory:
+			// A kubelet reports FailedMount and retries; so does this one (the error requeues).
+			if fi, err := os.Stat(hp.Path); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("pod %s: volume %s: hostPath type check failed: %s is not a directory", pod.Name, vm.Name, hp.Path)
 			}
 		}
 		m[vm.MountPath] = hp.Path
 	}
 	return m, nil
+}
+
+// containerUser is the command prefix that applies the container's security context as runc
+// would: runAsUser/runAsGroup (the container's over the pod's) with no supplementary groups,
+// capabilities dropped (ALL: empty bounding and inheritable sets; a non-root user has no other
+// capabilities) and no_new_privs for allowPrivilegeEscalation false. Nothing for a root pod
+// that asks for none of it.
+//
+// Equivalent to: setpriv --reuid U --regid G --clear-groups --bounding-set -all --inh-caps -all --nnp --
+func containerUser(pod *corev1.Pod, c corev1.Container) []string {
+	var uid, gid *int64
+	if ps := pod.Spec.SecurityContext; ps != nil {
+		uid, gid = ps.RunAsUser, ps.RunAsGroup
+	}
+	sc := c.SecurityContext
+	if sc != nil && sc.RunAsUser != nil {
+		uid = sc.RunAsUser
+	}
+	if sc != nil && sc.RunAsGroup != nil {
+		gid = sc.RunAsGroup
+	}
+	var args []string
+	if uid != nil {
+		args = append(args, "--reuid", strconv.FormatInt(*uid, 10))
+	}
+	if gid != nil {
+		args = append(args, "--regid", strconv.FormatInt(*gid, 10), "--clear-groups")
+	}
+	if sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL") {
+		args = append(args, "--bounding-set", "-all", "--inh-caps", "-all")
+	}
+	if sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		args = append(args, "--nnp")
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	return append(append([]string{"setpriv"}, args...), "--")
 }
 
 // translate rewrites arguments naming a mount path (or a path beneath it) to the host path.

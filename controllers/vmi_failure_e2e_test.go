@@ -253,7 +253,18 @@ func TestVMILauncherKilled(t *testing.T) {
 	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	failed := waitPhase(t, key, vmletv1.Failed, time.Minute)
+	var failed *vmletv1.VirtualMachineInstance
+	eventually(t, time.Minute, "VMI Failed after its launcher was killed", func() (bool, string) {
+		v, err := getVMI(t, key)
+		if err != nil {
+			return false, err.Error()
+		}
+		failed = v
+		// What the agent's runtime and the kernel say, should the agent not notice.
+		rst, rerr := a.runtime.State(string(vmi.UID))
+		return v.Status.Phase == vmletv1.Failed, fmt.Sprintf("%s; runtime state %+v (%v); launcher %s; QEMU %s",
+			summary(v), rst, rerr, procState(st.Pid), procState(qemuPid))
+	})
 	if failed.Status.Reason != "LauncherKilled" {
 		t.Errorf("reason %q, want LauncherKilled: %s", failed.Status.Reason, summary(failed))
 	}
@@ -266,4 +277,18 @@ func TestVMILauncherKilled(t *testing.T) {
 	}
 	waitDeleted(t, key)
 	assertNothingLeft(t, string(vmi.UID), qemuPid, st.Pid)
+}
+
+// procState is the State line of /proc/PID/status ("gone" when there is none).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "gone"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "State:") {
+			return strings.TrimSpace(strings.TrimPrefix(l, "State:"))
+		}
+	}
+	return "?"
 }

@@ -67,6 +67,7 @@ type VMIReconciler struct {
 	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready  *readyWatch // nil: poll starting launchers
+	gate   drainGate   // closed by Drain (node shutdown)
 }
 
 type launcherConn struct {
@@ -129,6 +130,10 @@ func (r *VMIReconciler) WakeByID(id string) {
 // Reconcile is level-based: it reads the VMI and the launcher's state, acts, and writes the
 // status once if it changed.
 func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.gate.enter() {
+		return ctrl.Result{}, nil // drained: the node is shutting down
+	}
+	defer r.gate.exit()
 	vmi := &vmletv1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -13,14 +13,13 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
-// ReasonNodeShutdown is a VMI's (and the local Node's) reason after a graceful node shutdown.
+// ReasonNodeShutdown is a VMI's (and the local Node's) reason after a graceful node shutdown. As
+// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run is a
+// new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).
 const ReasonNodeShutdown = "NodeShutdown"
-
-// nodeShutdownMsg is a VMI's message after a graceful node shutdown. As in KubeVirt a VMI whose
-// node went away is Failed: a VMI is one run of a VM, and the next run is a new VMI.
-const nodeShutdownMsg = "the node shut down (vmlet stopped) and shut the guest down; a VMI is one run of a VM: create it again to run the VM again"
 
 // shutdownMargin is how long past a VMI's grace period ShutdownNode waits for its launcher,
 // which stops QEMU by force when the grace period ends.
@@ -86,7 +85,8 @@ func (r *VMIReconciler) ShutdownNode(ctx context.Context) error {
 	}
 	for id := range orphans {
 		wg.Go(func() {
-			errs <- errors.Join(r.stopLauncher(ctx, id, 30*time.Second+shutdownMargin), r.Runtime.Remove(ctx, id))
+			_, err := r.stopLauncher(ctx, id, 30*time.Second+shutdownMargin)
+			errs <- errors.Join(err, r.Runtime.Remove(ctx, id))
 		})
 	}
 	wg.Wait()
@@ -109,19 +109,35 @@ func (r *VMIReconciler) reader() client.Reader {
 func (r *VMIReconciler) shutdownVMI(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
 	key := client.ObjectKeyFromObject(vmi)
 	// A launcher that outlives its deadline is killed with its cgroup by teardown.
-	stopErr := r.stopLauncher(ctx, string(vmi.UID), gracePeriod(vmi)+shutdownMargin)
+	ex, stopErr := r.stopLauncher(ctx, string(vmi.UID), gracePeriod(vmi)+shutdownMargin)
 	if stopErr != nil {
 		stopErr = fmt.Errorf("shut %s down: %w", key, stopErr)
 	}
 	if err := r.teardown(ctx, vmi); err != nil {
 		return errors.Join(stopErr, fmt.Errorf("tear %s down: %w", key, err))
 	}
-	return errors.Join(stopErr, r.recordShutdown(ctx, vmi))
+	return errors.Join(stopErr, r.recordShutdown(ctx, vmi, shutdownMsg(ex, gracePeriod(vmi))))
+}
+
+// shutdownMsg is the VMI's message after a node shutdown: how its guest ended, and what to do.
+func shutdownMsg(ex *process.Exit, grace time.Duration) string {
+	how := "the node shut down (vmlet stopped)"
+	switch {
+	case ex == nil:
+		how += "; the VMI had no running launcher"
+	case ex.Known && ex.Code == launcher.ExitOK:
+		how += " and the guest powered off"
+	case ex.Known && ex.Code == launcher.ExitForced:
+		how += fmt.Sprintf(" and the guest, asked to power off, did not within its grace period (%s): QEMU was stopped by force", grace)
+	default:
+		how += " and its launcher was stopped"
+	}
+	return how + "; a VMI is one run of a VM: create it again to run the VM again"
 }
 
 // recordShutdown ends the VMI as Failed/NodeShutdown, or removes its finalizer if it is being
 // deleted.
-func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, msg string) error {
 	key := client.ObjectKeyFromObject(vmi)
 	if !vmi.DeletionTimestamp.IsZero() {
 		if !controllerutil.ContainsFinalizer(vmi, Finalizer) {
@@ -138,7 +154,7 @@ func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.Virtual
 		if isFinal(vmi.Status.Phase) {
 			return nil
 		}
-		r.fail(vmi, ReasonNodeShutdown, nodeShutdownMsg)
+		r.fail(vmi, ReasonNodeShutdown, msg)
 		err := r.Client.Status().Update(ctx, vmi)
 		if !apierrors.IsConflict(err) {
 			if err != nil && !apierrors.IsNotFound(err) {
@@ -155,20 +171,21 @@ func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.Virtual
 }
 
 // stopLauncher sends the launcher SIGTERM and waits until it exited, at most d (the launcher
-// stops QEMU by force at the end of the grace period). No launcher: nothing to do.
-func (r *VMIReconciler) stopLauncher(ctx context.Context, id string, d time.Duration) error {
+// stops QEMU by force at the end of the grace period), and returns how it exited. No launcher,
+// or one that had exited already: nil.
+func (r *VMIReconciler) stopLauncher(ctx context.Context, id string, d time.Duration) (*process.Exit, error) {
 	st, err := r.Runtime.State(id)
 	if errors.Is(err, process.ErrNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("launcher state: %w", err)
+		return nil, fmt.Errorf("launcher state: %w", err)
 	}
 	if st.Exited != nil {
-		return nil
+		return nil, nil
 	}
 	if err := r.Runtime.Stop(id); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -176,12 +193,15 @@ func (r *VMIReconciler) stopLauncher(ctx context.Context, id string, d time.Dura
 	defer t.Stop()
 	for {
 		st, err := r.Runtime.State(id)
-		if err != nil || st.Exited != nil {
-			return nil
+		if err != nil {
+			return nil, nil
+		}
+		if st.Exited != nil {
+			return st.Exited, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("launcher %s did not exit: %w", id, ctx.Err())
+			return nil, fmt.Errorf("launcher %s did not exit: %w", id, ctx.Err())
 		case <-t.C:
 		}
 	}

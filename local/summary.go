@@ -15,20 +15,7 @@ import (
 func Summary(vmi *vmletv1.VirtualMachineInstance) string {
 	st := vmi.Status
 	var parts []string
-	phase := string(st.Phase)
-	if phase == "" {
-		phase = "Pending"
-	}
-	head := fmt.Sprintf("VMI %s/%s is %s", vmi.Namespace, vmi.Name, phase)
-	ready := meta.FindStatusCondition(st.Conditions, vmletv1.VirtualMachineInstanceReady)
-	switch {
-	case st.Reason != "" && ready != nil && ready.Message != "":
-		head += fmt.Sprintf(" (%s: %s)", st.Reason, ready.Message)
-	case st.Reason != "":
-		head += fmt.Sprintf(" (%s)", st.Reason)
-	case st.Phase == vmletv1.Running && ready != nil && ready.Status != "True" && ready.Reason != "":
-		head += fmt.Sprintf(" (not ready: %s)", ready.Reason)
-	}
+	head := fmt.Sprintf("VMI %s/%s is %s", vmi.Namespace, vmi.Name, Phase(vmi))
 	var ips []string
 	for _, i := range st.Interfaces {
 		addrs := i.IPs
@@ -68,4 +55,24 @@ func Summary(vmi *vmletv1.VirtualMachineInstance) string {
 		return head
 	}
 	return head + "; " + strings.Join(parts, "; ")
+}
+
+// Phase is the VMI's phase with the reason (and message) of a final phase, or why a running VMI
+// is not ready, e.g. "Failed (NodeShutdown: ...)".
+func Phase(vmi *vmletv1.VirtualMachineInstance) string {
+	st := vmi.Status
+	phase := string(st.Phase)
+	if phase == "" {
+		phase = "Pending"
+	}
+	ready := meta.FindStatusCondition(st.Conditions, vmletv1.VirtualMachineInstanceReady)
+	switch {
+	case st.Reason != "" && ready != nil && ready.Message != "":
+		return fmt.Sprintf("%s (%s: %s)", phase, st.Reason, ready.Message)
+	case st.Reason != "":
+		return fmt.Sprintf("%s (%s)", phase, st.Reason)
+	case st.Phase == vmletv1.Running && ready != nil && ready.Status != "True" && ready.Reason != "":
+		return fmt.Sprintf("%s (not ready: %s)", phase, ready.Reason)
+	}
+	return phase
 }

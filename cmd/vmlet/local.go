@@ -123,8 +123,8 @@ func demo(ctx context.Context, s *local.Stack, cfg local.Config, o localOptions)
 	}
 	switch {
 	case d.Replaced != nil:
-		fmt.Fprintf(out, "vmlet local: demo VMI %s had ended (%s); deleted it and created it again from %s\n",
-			d.Key, local.Summary(d.Replaced), cfg.Demo)
+		fmt.Fprintf(out, "vmlet local: demo VMI %s had ended: %s; deleted it and created it again from %s\n",
+			d.Key, local.Phase(d.Replaced), cfg.Demo)
 	case d.Existing:
 		fmt.Fprintf(out, "vmlet local: demo VMI %s exists and has not ended; adopting it\n", d.Key)
 	default:

@@ -137,7 +137,11 @@ func startControlPlane(ctx context.Context, o Options, dataDir string) (*Control
 		_ = cp.Stop()
 		return nil, err
 	}
-	return cp, ctx.Err()
+	if err := ctx.Err(); err != nil { // stopped while starting
+		_ = cp.Stop()
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	return cp, nil
 }
 
 // run starts the processes from a goroutine locked to its OS thread, which then waits for Stop:

@@ -106,7 +106,7 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 	kc := s.CP.Kubeconfig
 	fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
 	if cfg.Demo != "" {
-		if err := demo(ctx, s, cfg, o); err != nil {
+		if err := demo(ctx, s, cfg, o); err != nil && ctx.Err() == nil { // not Ctrl-C meanwhile
 			return err
 		}
 	}

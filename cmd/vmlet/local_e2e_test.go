@@ -108,7 +108,7 @@ func (s *localSetup) cleanup(t *testing.T) {
 	for _, p := range s.procs {
 		if !p.gone {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			p.err = <-p.done
 			p.gone = true
 		}
 	}

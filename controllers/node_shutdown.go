@@ -25,6 +25,10 @@ const ReasonNodeShutdown = "NodeShutdown"
 // which stops QEMU by force when the grace period ends.
 const shutdownMargin = 15 * time.Second
 
+// teardownTimeout bounds removing a VMI's node-local state and recording its end once its
+// launcher stopped (or its wait ran out).
+const teardownTimeout = 30 * time.Second
+
 // drainGate lets reconciles in until Drain closes it; Drain waits for those in flight.
 type drainGate struct {
 	mu     sync.RWMutex
@@ -86,7 +90,9 @@ func (r *VMIReconciler) ShutdownNode(ctx context.Context) error {
 	for id := range orphans {
 		wg.Go(func() {
 			_, err := r.stopLauncher(ctx, id, 30*time.Second+shutdownMargin)
-			errs <- errors.Join(err, r.Runtime.Remove(ctx, id))
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+			defer cancel()
+			errs <- errors.Join(err, r.Runtime.Remove(rctx, id))
 		})
 	}
 	wg.Wait()
@@ -113,6 +119,9 @@ func (r *VMIReconciler) shutdownVMI(ctx context.Context, vmi *vmletv1.VirtualMac
 	if stopErr != nil {
 		stopErr = fmt.Errorf("shut %s down: %w", key, stopErr)
 	}
+	// Even when the shutdown's deadline passed: kill what is left and write down how it ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	if err := r.teardown(ctx, vmi); err != nil {
 		return errors.Join(stopErr, fmt.Errorf("tear %s down: %w", key, err))
 	}

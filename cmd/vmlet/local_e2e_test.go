@@ -525,10 +525,13 @@ func TestLocalKill9(t *testing.T) {
 	}
 
 	p = s.start(t)
+	restarted := time.Now()
 	p.waitOutput(t, "API server up", 2*time.Minute)
+	t.Logf("restart: API server up %s after the new start", time.Since(restarted).Round(time.Millisecond))
 	c = s.client(t)
 	s.assertAdopted(t, c, vm)
-	t.Logf("restart: SIGKILL → restarted vmlet local adopted the VM (pause applied and undone, Running) in %s", time.Since(killed).Round(time.Millisecond))
+	t.Logf("restart: SIGKILL → restarted vmlet local adopted the VM (pause applied and undone, Running) in %s (%s after the new start)",
+		time.Since(killed).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
 	p.waitOutput(t, runningMsg, time.Minute)
 
 	v := &vmletv1.VirtualMachineInstance{}

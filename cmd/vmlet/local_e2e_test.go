@@ -371,6 +371,7 @@ func TestLocalNodeShutdown(t *testing.T) {
 	}
 	t.Logf("summary: %s", line)
 
+	stopped := time.Now().Truncate(time.Second) // condition times have a resolution of 1 s
 	took := p.interrupt(t)
 	t.Logf("graceful node shutdown of 2 VMIs took %s", took)
 	s.assertGone(t, demo)
@@ -420,6 +421,10 @@ func TestLocalNodeShutdown(t *testing.T) {
 		t.Errorf("Warning NodeShutdown events for demo %v, extra %v; want both", found[demo.uid], found[other.uid])
 	}
 	assertNodeReady(t, c)
+	// Ready went False at the shutdown (NodeShutdown) and True again at this start.
+	if r := nodeReady(t, c); r != nil && r.LastTransitionTime.Time.Before(stopped) {
+		t.Errorf("node Ready last changed at %s, before the shutdown (%s): the shutdown did not mark the node not ready", r.LastTransitionTime, stopped)
+	}
 	p.interrupt(t)
 	s.assertGone(t, again)
 }

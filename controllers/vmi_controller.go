@@ -62,12 +62,13 @@ type VMIReconciler struct {
 	// VMIs with interfaces fail.
 	Network *NodeNetwork
 
+	gate drainGate // closed by Drain (node shutdown)
+
 	mu     sync.Mutex
 	conns  map[types.UID]*launcherConn
 	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready  *readyWatch // nil: poll starting launchers
-	gate   drainGate   // closed by Drain (node shutdown)
 }
 
 type launcherConn struct {

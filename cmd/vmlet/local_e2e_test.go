@@ -74,6 +74,9 @@ func newLocalSetup(t *testing.T) *localSetup {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chmod(tmp, 0o711); err != nil { // like /run: an unprivileged launcher user passes
+		t.Fatal(err)
+	}
 	s := &localSetup{assets: assets, tmp: tmp, stateDir: filepath.Join(tmp, "state"), runRoot: filepath.Join(tmp, "run"),
 		podNetns: filepath.Join(tmp, "pods"), resolvConf: filepath.Join(tmp, "resolv.conf")}
 	s.vmlet, s.launcher = buildBinaries(t, tmp)

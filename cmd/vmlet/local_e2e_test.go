@@ -129,6 +129,12 @@ func (s *localSetup) cleanup(t *testing.T) {
 			_ = syscall.Kill(r.Pid, syscall.SIGKILL)
 		}
 	}
+	// Pod network namespaces are bind mounts (`ip netns del` does the same).
+	mounts, _ := filepath.Glob(filepath.Join(s.podNetns, "vmlet-*"))
+	for _, m := range mounts {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		_ = os.Remove(m)
+	}
 }
 
 func (s *localSetup) start(t *testing.T, extra ...string) *localProc {

@@ -115,6 +115,7 @@ func TestLocalKeepVMs(t *testing.T) {
 	p.waitOutput(t, runningMsg, 4*time.Minute)
 	c := s.client(t)
 	vm := s.running(t, c, "demo")
+	stopped := time.Now().Truncate(time.Second)
 	p.interrupt(t)
 	if !poll.Alive(vm.launcherPid) || !poll.Alive(vm.qemuPid) {
 		t.Fatalf("--keep-vms: launcher alive %v, QEMU alive %v after Ctrl-C", poll.Alive(vm.launcherPid), poll.Alive(vm.qemuPid))
@@ -126,6 +127,11 @@ func TestLocalKeepVMs(t *testing.T) {
 	p.waitOutput(t, runningMsg, 2*time.Minute)
 	c = s.client(t)
 	s.assertAdopted(t, c, vm)
+	assertNodeReady(t, c)
+	// Ready went False (VmletStopped) when vmlet left and True again at this start.
+	if r := nodeReady(t, c); r != nil && r.LastTransitionTime.Time.Before(stopped) {
+		t.Errorf("node Ready last changed at %s, before vmlet stopped (%s)", r.LastTransitionTime, stopped)
+	}
 	p.interrupt(t)
 	s.assertGone(t, vm)
 }

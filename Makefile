@@ -59,6 +59,8 @@ build: ## Build vmlet, vmlet-launcher and vmctl into bin/.
 	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/...
 
 LOCAL_STATE ?= /var/lib/vmlet/local
+# Extra `vmlet local` flags, e.g. `make run LOCAL_ARGS=--keep-vms` (see `bin/vmlet local --help`).
+LOCAL_ARGS ?=
 
 .PHONY: run
 run: deps assets build ## Bring up the local single-node stack and boot a demo VM (see README). Ctrl-C stops it.
@@ -68,7 +70,7 @@ run: deps assets build ## Bring up the local single-node stack and boot a demo V
 	$(BIN)/vmlet local --state-dir $(LOCAL_STATE) \
 		--assets "$$(bash test/assets/controlplane/build.sh)" \
 		$$images \
-		--crds config/crd/bases --demo config/samples/vmi-demo.yaml
+		--crds config/crd/bases --demo config/samples/vmi-demo.yaml $(LOCAL_ARGS)
 
 ##@ Test
 

@@ -59,6 +59,11 @@ type Heartbeat struct {
 	Facts    NodeFacts
 	Interval time.Duration
 	Register bool
+	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
+	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
+	// node's only agent. Off (cluster mode), the Node's conditions are the kubelet's and the
+	// heartbeat never writes them.
+	OwnsReady bool
 }
 
 // Start implements manager.Runnable: beat now, then every Interval until ctx ends.
@@ -91,7 +96,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		if err := h.Client.Create(ctx, node); err != nil {
 			return fmt.Errorf("register node: %w", err)
 		}
-		return nil
+		return h.ready(ctx, node)
 	}
 	if err != nil {
 		return fmt.Errorf("get node: %w", err)
@@ -101,7 +106,14 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	if err := h.Client.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("patch node: %w", err)
 	}
-	return nil
+	return h.ready(ctx, node)
+}
+
+func (h *Heartbeat) ready(ctx context.Context, node *corev1.Node) error {
+	if !h.OwnsReady {
+		return nil
+	}
+	return h.setReady(ctx, node, corev1.ConditionTrue, ReasonVmletReady, "vmlet is posting ready status")
 }
 
 func (h *Heartbeat) apply(node *corev1.Node) {

@@ -62,6 +62,8 @@ type VMIReconciler struct {
 	// VMIs with interfaces fail.
 	Network *NodeNetwork
 
+	gate drainGate // closed by Drain (node shutdown)
+
 	mu     sync.Mutex
 	conns  map[types.UID]*launcherConn
 	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
@@ -130,6 +132,10 @@ func (r *VMIReconciler) WakeByID(id string) {
 // Reconcile is level-based: it reads the VMI and the launcher's state, acts, and writes the
 // status once if it changed.
 func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.gate.enter() {
+		return ctrl.Result{}, nil // drained: the node is shutting down
+	}
+	defer r.gate.exit()
 	vmi := &vmletv1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -2,10 +2,12 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -35,14 +37,63 @@ type ControlPlane struct {
 	Client     client.Client
 	Scheme     *k8sruntime.Scheme
 	Kubeconfig string
-	env        *envtest.Environment
+	// Reclaimed are the processes a previous instance left running that this start stopped.
+	Reclaimed []ProcessRecord
+	env       *envtest.Environment
+	stateDir  string
+	lock      *stateLock
+	stop      chan struct{} // asks the control plane's thread to stop it
+	stopped   chan error
 }
+
+// dataDirWait is how long a start waits for etcd's data to be released by a leftover it stopped.
+const dataDirWait = 30 * time.Second
 
 // StartControlPlane starts etcd (data in StateDir/etcd) and kube-apiserver, installs the CRDs,
 // waits until they are served, and writes StateDir/kubeconfig for kubectl.
+//
+// The state folder is locked for the control plane's lifetime (a second instance fails at once
+// with ErrStateDirInUse). Control-plane processes a previous instance recorded and left running
+// (it was killed) are stopped first, and the start waits until etcd's data is free. etcd and
+// kube-apiserver get a parent-death signal (setpriv --pdeathsig) and are recorded in
+// StateDir/controlplane.json (pid, start time, executable) until Stop.
 func StartControlPlane(ctx context.Context, o Options) (*ControlPlane, error) {
-	if err := os.MkdirAll(filepath.Join(o.StateDir, "etcd"), 0o700); err != nil {
+	dataDir := filepath.Join(o.StateDir, "etcd")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("make state dir: %w", err)
+	}
+	lock, err := lockStateDir(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := startControlPlane(ctx, o, dataDir)
+	if err != nil {
+		_ = lock.unlock()
+		return nil, err
+	}
+	cp.lock = lock
+	return cp, nil
+}
+
+func startControlPlane(ctx context.Context, o Options, dataDir string) (*ControlPlane, error) {
+	reclaimed, err := reclaimLeftovers(ctx, o.StateDir, LeftoverGrace)
+	if err != nil {
+		return nil, err
+	}
+	wait := time.Second // nothing stopped: a lock held now is someone else's
+	if len(reclaimed) > 0 {
+		wait = dataDirWait
+	}
+	if err := waitDataDirFree(ctx, dataDir, wait); err != nil {
+		return nil, err
+	}
+	assets, err := filepath.Abs(o.AssetsDir)
+	if err != nil {
+		return nil, fmt.Errorf("find control plane binaries: %w", err)
+	}
+	etcdPath, apiPath, err := writeWrappers(filepath.Join(o.StateDir, "bin"), assets)
+	if err != nil {
+		return nil, err
 	}
 	scheme := k8sruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -58,29 +109,83 @@ func StartControlPlane(ctx context.Context, o Options) (*ControlPlane, error) {
 		out = io.Discard
 	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    o.AssetsDir,
+		BinaryAssetsDirectory:    assets,
 		CRDDirectoryPaths:        o.CRDDirs,
 		ErrorIfCRDPathMissing:    true,
 		Scheme:                   scheme,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(o.StateDir, "etcd"), Out: out, Err: out}
-	env.ControlPlane.APIServer = &envtest.APIServer{Out: out, Err: out}
-	cfg, err := env.Start()
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, DataDir: dataDir, Out: out, Err: out}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiPath, Out: out, Err: out}
+	cp := &ControlPlane{Scheme: scheme, env: env, stateDir: o.StateDir, Reclaimed: reclaimed,
+		stop: make(chan struct{}), stopped: make(chan error, 1)}
+	cfg, err := cp.run()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	cp := &ControlPlane{Config: cfg, Scheme: scheme, env: env}
+	cp.Config = cfg
+	if err := cp.record(assets); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
 	if cp.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		_ = env.Stop()
+		_ = cp.Stop()
 		return nil, fmt.Errorf("new client: %w", err)
 	}
 	if err := cp.writeKubeconfig(o.StateDir); err != nil {
-		_ = env.Stop()
+		_ = cp.Stop()
 		return nil, err
 	}
-	return cp, ctx.Err()
+	if err := ctx.Err(); err != nil { // stopped while starting
+		_ = cp.Stop()
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	return cp, nil
+}
+
+// run starts the processes from a goroutine locked to its OS thread, which then waits for Stop:
+// the parent-death signal fires when the thread that forked a child ends, and Go may end a
+// thread of its own accord, so the forking thread must live as long as the control plane.
+func (c *ControlPlane) run() (*rest.Config, error) {
+	type result struct {
+		cfg *rest.Config
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		cfg, err := c.env.Start()
+		started <- result{cfg, err}
+		if err != nil {
+			_ = c.env.Stop()
+			return
+		}
+		<-c.stop
+		c.stopped <- c.env.Stop()
+	}()
+	r := <-started
+	return r.cfg, r.err
+}
+
+// record writes the pid, start time and executable of etcd and kube-apiserver.
+func (c *ControlPlane) record(assets string) error {
+	var rs []ProcessRecord
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		ps, err := childrenRunning(filepath.Join(assets, name))
+		if err != nil {
+			return err
+		}
+		if len(ps) != 1 {
+			return fmt.Errorf("record control plane: %d %s processes started by this vmlet, want 1", len(ps), name)
+		}
+		r, err := recordOf(name, ps[0])
+		if err != nil {
+			return fmt.Errorf("record control plane: %w", err)
+		}
+		rs = append(rs, r)
+	}
+	return writeRecords(c.stateDir, rs)
 }
 
 func (c *ControlPlane) writeKubeconfig(dir string) error {
@@ -103,10 +208,20 @@ func (c *ControlPlane) writeKubeconfig(dir string) error {
 	return nil
 }
 
-// Stop stops kube-apiserver and etcd; etcd's data stays in the state folder.
+// Stop stops kube-apiserver and etcd (SIGTERM, then SIGKILL after 30 s), removes their record
+// and releases the state folder; etcd's data stays in the state folder.
 func (c *ControlPlane) Stop() error {
-	if err := c.env.Stop(); err != nil {
-		return fmt.Errorf("stop control plane: %w", err)
+	var errs []error
+	if c.stop != nil {
+		close(c.stop)
+		c.stop = nil
+		if err := <-c.stopped; err != nil {
+			errs = append(errs, fmt.Errorf("stop control plane: %w", err))
+		}
 	}
-	return nil
+	if len(errs) == 0 {
+		errs = append(errs, removeRecords(c.stateDir))
+	}
+	errs = append(errs, c.lock.unlock())
+	return errors.Join(errs...)
 }

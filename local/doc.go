@@ -9,6 +9,22 @@
 // regenerated on every start and the kubeconfig is rewritten; etcd's data survives restarts, so a
 // second `make run` picks up the same objects.
 //
+// Lifecycle:
+//   - One instance per state folder: it is flock'ed for the control plane's lifetime; a second
+//     `vmlet local` fails at once with ErrStateDirInUse.
+//   - etcd and kube-apiserver run through a `setpriv --pdeathsig TERM` wrapper, forked from an
+//     OS thread that lives as long as the control plane, so they die with the vmlet that
+//     started them (kill -9 included). They are also recorded (pid, start time, executable) in
+//     StateDir/controlplane.json; a start finds processes a previous instance recorded and left
+//     running, checks they are those processes, stops them (SIGTERM, grace, SIGKILL), waits for
+//     etcd's data to be unlocked and starts fresh. A process it did not record is never
+//     stopped: an etcd holding the data that way fails the start with ErrDataDirLocked.
+//   - Stack.Shutdown (Ctrl-C) is a graceful node shutdown: VMIs end Failed, reason NodeShutdown
+//     (controllers.VMIReconciler.ShutdownNode); Stack.Leave (--keep-vms) leaves the VMs running
+//     for the next start to adopt, as after a crash.
+//   - vmlet owns the local Node's Ready condition (VmletReady; Ready=False NodeShutdown or
+//     VmletStopped when it stops), as a kubelet does: nothing else would write it here.
+//
 // The node agent itself is package nodeagent's, the same one `vmlet agent` runs; local mode adds
 // the control plane and a scheduler that places every VMI on this machine.
 package local

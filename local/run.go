@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,9 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -28,6 +25,7 @@ import (
 type Config struct {
 	StateDir       string // persisted: etcd data, kubeconfig, logs
 	RunRoot        string // launcher run folders (short path)
+	CgroupParent   string // cgroup (under the cgroup2 mount) holding one jail per launcher
 	AssetsDir      string // kube-apiserver, etcd, kubectl
 	CRDDir         string
 	NodeName       string
@@ -37,7 +35,7 @@ type Config struct {
 	nodeagent.StorageConfig
 	// LauncherUser is who launchers and QEMU run as (nodeagent.LauncherUser).
 	LauncherUser process.User
-	// Demo is a VMI manifest applied at start (skipped when a VMI of that name exists).
+	// Demo is a VMI manifest applied at start (see ApplyDemo).
 	Demo string
 	// TCGCacheMiB bounds each TCG guest's translation cache.
 	TCGCacheMiB int
@@ -61,7 +59,10 @@ type Stack struct {
 // running the local scheduler and the node agent with the process runtime.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	ctrl.SetLogger(cfg.Log)
-	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, "vmlet", cfg.LauncherUser)
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "vmlet"
+	}
+	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, cfg.CgroupParent, cfg.LauncherUser)
 	if err != nil {
 		return nil, fmt.Errorf("start local mode: %w", err)
 	}
@@ -102,7 +103,9 @@ func (s *Stack) startManager(ctx context.Context) error {
 		Network:     &netCfg,
 		TCGCacheMiB: cfg.TCGCacheMiB,
 		Register:    true,
-		Log:         cfg.Log,
+		// vmlet is this node's only agent: it owns the Node's Ready condition.
+		OwnsNodeReady: true,
+		Log:           cfg.Log,
 	})
 	if err != nil {
 		return err
@@ -121,104 +124,19 @@ func (s *Stack) startManager(ctx context.Context) error {
 	return nil
 }
 
-// ApplyDemo creates the demo VMI unless one of that name exists, and returns its key.
-func (s *Stack) ApplyDemo(ctx context.Context) (client.ObjectKey, error) {
-	f, err := os.Open(s.cfg.Demo)
-	if err != nil {
-		return client.ObjectKey{}, fmt.Errorf("open demo manifest: %w", err)
-	}
-	defer f.Close()
-	vmi := &vmletv1.VirtualMachineInstance{}
-	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(vmi); err != nil {
-		return client.ObjectKey{}, fmt.Errorf("decode demo manifest: %w", err)
-	}
-	if vmi.Namespace == "" {
-		vmi.Namespace = "default"
-	}
-	key := client.ObjectKeyFromObject(vmi)
-	if err := s.CP.Client.Create(ctx, vmi); err != nil && !apierrors.IsAlreadyExists(err) {
-		return key, fmt.Errorf("create demo VMI: %w", err)
-	}
-	return key, nil
-}
-
-// WaitPhase waits until the VMI reaches phase (or a final phase) and returns it.
-func (s *Stack) WaitPhase(ctx context.Context, key client.ObjectKey, phase vmletv1.VirtualMachineInstancePhase) (*vmletv1.VirtualMachineInstance, error) {
+// Wait waits until done(vmi) holds for the VMI and returns it.
+func (s *Stack) Wait(ctx context.Context, key client.ObjectKey, done func(*vmletv1.VirtualMachineInstance) bool) (*vmletv1.VirtualMachineInstance, error) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
 		vmi := &vmletv1.VirtualMachineInstance{}
 		err := s.CP.Client.Get(ctx, key, vmi)
-		if err == nil && (vmi.Status.Phase == phase || vmi.Status.Phase == vmletv1.Failed || vmi.Status.Phase == vmletv1.Succeeded) {
+		if err == nil && done(vmi) {
 			return vmi, nil
 		}
 		select {
 		case <-ctx.Done():
-			return vmi, fmt.Errorf("wait for %s to be %s: %w", key, phase, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-// Stop shuts every launcher down gracefully (SIGTERM: ACPI powerdown within the grace period),
-// then stops the manager and the control plane. VMIs stay in etcd: the next start runs them again.
-func (s *Stack) Stop(ctx context.Context) error {
-	var errs []error
-	if s.Runtime != nil {
-		if err := s.stopLaunchers(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.cancel != nil {
-		s.cancel()
-		if err := <-s.mgrDone; err != nil {
-			errs = append(errs, fmt.Errorf("manager: %w", err))
-		}
-	}
-	if s.Agent != nil {
-		if err := nodeagent.CloseNetwork(s.Agent.Reconciler.Network); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := s.CP.Stop(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-func (s *Stack) stopLaunchers(ctx context.Context) error {
-	ids, err := s.Runtime.List()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, id := range ids {
-		if err := s.Runtime.Stop(id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for _, id := range ids {
-		if err := waitExited(ctx, s.Runtime, id); err != nil {
-			errs = append(errs, err)
-		}
-		if err := s.Runtime.Remove(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func waitExited(ctx context.Context, r *process.Runtime, id string) error {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		st, err := r.State(id)
-		if err != nil || st.Exited != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("launcher %s did not exit: %w", id, ctx.Err())
+			return vmi, fmt.Errorf("wait for %s: %w", key, ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -35,7 +35,11 @@ type Config struct {
 	TCGCacheMiB int
 	// Register creates the Node object when it is missing (no kubelet registers this node).
 	Register bool
-	Log      logr.Logger
+	// OwnsNodeReady makes the agent write the Node's Ready condition and its heartbeat, as a
+	// kubelet does: only where vmlet is the node's only agent (local mode). A node with a
+	// kubelet keeps its conditions the kubelet's.
+	OwnsNodeReady bool
+	Log           logr.Logger
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -68,7 +72,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	}
 	caps := devices.Probe()
 	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun}
-	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register}
+	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady}
 	if err := hb.Beat(ctx); err != nil {
 		return nil, err
 	}

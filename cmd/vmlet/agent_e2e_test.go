@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -186,6 +187,15 @@ func TestAgentKill9(t *testing.T) {
 	waitFile(t, serial, testguest.MarkerReady, 3*time.Minute)
 	ip := running.Status.Interfaces
 	t.Logf("running: launcher %d, qemu %d, interfaces %+v", launcherPid, qemuPid, ip)
+
+	// Cluster mode: the Node's conditions are the kubelet's; the agent writes none.
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: agentNode}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.Conditions) != 0 {
+		t.Errorf("vmlet agent wrote Node conditions %+v; they are the kubelet's", node.Status.Conditions)
+	}
 
 	a.kill9(t)
 	if !poll.Alive(launcherPid) || !poll.Alive(qemuPid) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,20 +14,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/local"
 )
+
+// localOptions are `vmlet local`'s flags beyond local.Config.
+type localOptions struct {
+	bootTimeout time.Duration
+	keepVMs     bool
+}
 
 func localCmd() *cobra.Command {
 	cfg := local.Config{}
 	var nf *nodeFlags
-	var bootTimeout time.Duration
+	var o localOptions
 	c := &cobra.Command{
 		Use:   "local",
 		Short: "Single-machine mode: embedded API server, node agent, demo VM",
 		Long: `local starts etcd and kube-apiserver (data persisted in --state-dir), installs the
-vmlet CRDs, registers this machine as a Node, runs the node agent with launchers as local
-processes, applies the demo VMI and waits until it runs. Ctrl-C shuts the VMs down gracefully and
-stops everything; the next start picks up the same objects.`,
+vmlet CRDs, registers this machine as a Node (vmlet owns its Ready condition: no kubelet runs
+here), runs the node agent with launchers as local processes, applies the demo VMI and waits until
+it runs.
+
+Ctrl-C (or SIGTERM) is a graceful node shutdown, as the kubelet's: the agent stops reconciling,
+every guest is shut down within its grace period, and each VMI ends Failed with reason
+NodeShutdown (a VMI is one run of a VM; create it again to run it again). The next start deletes
+a final demo VMI and creates it again. With --keep-vms, Ctrl-C leaves the VMs running (launchers
+and QEMU untouched, VMIs untouched) and stops only vmlet and the control plane; the next start
+adopts them, as it does after vmlet was killed.
+
+One vmlet local per --state-dir: a second one fails at once. etcd and kube-apiserver die with the
+vmlet that started them; those a killed vmlet left are stopped by the next start.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, nc, err := nf.parse()
 			if err != nil {
@@ -35,7 +53,7 @@ stops everything; the next start picks up the same objects.`,
 			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB, cfg.LauncherUser = sc, nc, nf.tcgCacheMiB, nf.user
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
-			return runLocal(cmd.Context(), cfg, bootTimeout)
+			return runLocal(cmd.Context(), cfg, o)
 		},
 	}
 	self, _ := os.Executable()
@@ -43,17 +61,19 @@ stops everything; the next start picks up the same objects.`,
 	f := c.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/vmlet/local", "persisted state: etcd data, kubeconfig, logs")
 	f.StringVar(&cfg.RunRoot, "run-root", "/run/vmlet", "launcher run folders (keep short: unix socket paths)")
+	f.StringVar(&cfg.CgroupParent, "cgroup-parent", "vmlet", "cgroup (under the cgroup2 mount) that holds one jail per launcher")
 	f.StringVar(&cfg.AssetsDir, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "folder with kube-apiserver, etcd, kubectl")
 	f.StringVar(&cfg.CRDDir, "crds", "config/crd/bases", "folder of CRD manifests")
 	f.StringVar(&cfg.NodeName, "node-name", strings.ToLower(host), "this node's name")
 	f.StringVar(&cfg.LauncherBinary, "launcher", filepath.Join(filepath.Dir(self), "vmlet-launcher"), "vmlet-launcher binary")
-	f.StringVar(&cfg.Demo, "demo", "config/samples/vmi-demo.yaml", "VMI manifest to apply at start (empty: none)")
+	f.StringVar(&cfg.Demo, "demo", "config/samples/vmi-demo.yaml", "VMI manifest to apply at start (empty: none); a final one of that name is deleted and created again")
+	f.BoolVar(&o.keepVMs, "keep-vms", false, "on Ctrl-C leave the VMs running (launchers, QEMU and VMIs untouched) and stop only vmlet and the control plane; the next start adopts them")
 	nf = addNodeFlags(f, true)
-	f.DurationVar(&bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
+	f.DurationVar(&o.bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
 	return c
 }
 
-func runLocal(ctx context.Context, cfg local.Config, bootTimeout time.Duration) error {
+func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error) {
 	out := cfg.Out
 	// 0711: the launchers' user passes through to the image cache and volume folders (which
 	// keep their own modes); etcd data, kubeconfig and logs stay root's (0700/0600).
@@ -68,51 +88,100 @@ func runLocal(ctx context.Context, cfg local.Config, bootTimeout time.Duration) 
 	if err != nil {
 		return err
 	}
+	for _, p := range s.CP.Reclaimed {
+		fmt.Fprintf(out, "vmlet local: stopped %s (pid %d) left running by a previous vmlet local\n", p.Name, p.Pid)
+	}
 	defer func() {
-		fmt.Fprintln(out, "vmlet local: shutting VMs down and stopping the control plane...")
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		sctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if err := s.Stop(sctx); err != nil {
-			fmt.Fprintln(os.Stderr, "vmlet local: stop:", err)
+		var serr error
+		if o.keepVMs {
+			fmt.Fprintln(out, "vmlet local: --keep-vms: leaving the VMs running; stopping vmlet and the control plane...")
+			serr = s.Leave(sctx)
+		} else {
+			fmt.Fprintln(out, "vmlet local: node shutdown: shutting the guests down (their VMIs end Failed, reason NodeShutdown), stopping the control plane...")
+			serr = s.Shutdown(sctx)
+		}
+		if serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop local mode: %w", serr))
+			return
 		}
 		fmt.Fprintln(out, "vmlet local: stopped")
 	}()
 	kc := s.CP.Kubeconfig
 	fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
 	if cfg.Demo != "" {
-		key, err := s.ApplyDemo(ctx)
-		if err != nil {
+		if err := demo(ctx, s, cfg, o); err != nil && ctx.Err() == nil { // not Ctrl-C meanwhile
 			return err
 		}
-		fmt.Fprintf(out, "vmlet local: applied demo VMI %s from %s; waiting for it to run (TCG boot takes a few seconds)...\n", key, cfg.Demo)
-		wctx, cancel := context.WithTimeout(ctx, bootTimeout)
-		vmi, err := s.WaitPhase(wctx, key, "Running")
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// demo applies the demo VMI, waits until it runs and says how to look at it.
+func demo(ctx context.Context, s *local.Stack, cfg local.Config, o localOptions) error {
+	out := cfg.Out
+	d, err := s.ApplyDemo(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.Replaced != nil:
+		fmt.Fprintf(out, "vmlet local: demo VMI %s had ended: %s; deleted it and created it again from %s\n",
+			d.Key, local.Phase(d.Replaced), cfg.Demo)
+	case d.Existing:
+		fmt.Fprintf(out, "vmlet local: demo VMI %s exists and has not ended; adopting it\n", d.Key)
+	default:
+		fmt.Fprintf(out, "vmlet local: applied demo VMI %s from %s\n", d.Key, cfg.Demo)
+	}
+	fmt.Fprintln(out, "vmlet local: waiting for it to run (a TCG boot takes a few seconds)...")
+	wctx, cancel := context.WithTimeout(ctx, o.bootTimeout)
+	defer cancel()
+	vmi, err := s.Wait(wctx, d.Key, func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == vmletv1.Running || controllers.IsFinal(v.Status.Phase)
+	})
+	if err != nil {
+		return err
+	}
+	if vmi.Status.Phase == vmletv1.Running {
+		// The address follows the guest's DHCP; say it if it comes soon.
+		ictx, cancel := context.WithTimeout(wctx, 30*time.Second)
+		if v, err := s.Wait(ictx, d.Key, hasAddress); err == nil {
+			vmi = v
+		}
 		cancel()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "vmlet local: VMI %s is %s (reason %q, accelerator %s)\n", key, vmi.Status.Phase, vmi.Status.Reason, accel(vmi.Status.Launcher))
-		fmt.Fprintf(out, `
+	}
+	fmt.Fprintf(out, "vmlet local: %s\n", local.Summary(vmi))
+	stop := "Ctrl-C shuts the node down: the guests power off and their VMIs end Failed (NodeShutdown);\nthe next start creates the demo VMI again."
+	if o.keepVMs {
+		stop = "Ctrl-C stops vmlet and the control plane and leaves the VMs running (--keep-vms);\nthe next start adopts them."
+	}
+	fmt.Fprintf(out, `
 Try (kubectl from %[4]s, built with the control plane):
   export KUBECONFIG=%[1]s PATH=%[4]s:$PATH
+  kubectl get nodes
   kubectl get vmis -o wide
   kubectl get vmi %[2]s -o yaml
   kubectl patch vmi %[2]s --type merge -p '{"spec":{"paused":true}}'
   tail -f %[3]s/logs/serial.log      # the guest's console
   kubectl delete vmi %[2]s
 
-Ctrl-C stops everything (VMIs stay in etcd and run again on the next start).
-`, kc, key.Name, s.Runtime.Dir(string(vmi.UID)), cfg.AssetsDir)
-	}
-	<-ctx.Done()
+%[5]s
+`, s.CP.Kubeconfig, d.Key.Name, s.Runtime.Dir(string(vmi.UID)), cfg.AssetsDir, stop)
 	return nil
 }
 
-func accel(l *vmletv1.LauncherStatus) string {
-	if l == nil || l.Accelerator == "" {
-		return "unknown"
+func hasAddress(v *vmletv1.VirtualMachineInstance) bool {
+	if controllers.IsFinal(v.Status.Phase) {
+		return true
 	}
-	return fmt.Sprintf("%s (%s)", l.Accelerator, l.AccelerationReason)
+	for _, i := range v.Status.Interfaces {
+		if i.IP != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // logWriter sends controller logs to <state>/vmlet.log so the terminal shows progress only.

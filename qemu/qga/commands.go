@@ -153,8 +153,13 @@ func (a *Agent) Wait(ctx context.Context, pid int) (ExecStatus, error) {
 		case <-ctx.Done():
 			return ExecStatus{}, stillRunning()
 		}
-		st, err := a.ExecStatus(ctx, pid)
-		if err != nil && ctx.Err() != nil {
+		// A poll, once sent, gets its full command deadline, never the rest of ctx: cut short
+		// at ctx's end, a poll that the agent answers in time would look unanswered (a lost
+		// agent, a resync). ctx ends the wait between polls; at worst one poll runs past it.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.timeout("guest-exec-status"))
+		st, err := a.ExecStatus(pctx, pid)
+		cancel()
+		if errors.Is(err, ErrBusy) && ctx.Err() != nil {
 			// The wait ended during a poll: that is not the agent failing to answer.
 			return ExecStatus{}, stillRunning()
 		}

@@ -272,3 +272,37 @@ func TestWaitRetriesBusyPolls(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitPollKeepsItsDeadline: a guest-exec-status poll sent just before Wait's context ends
+// gets its full command deadline; the answer that comes after ctx's end is read (no timeout,
+// no resync), and Wait then reports the process still running. Before, the poll was cut at
+// ctx's end and its timeout made the agent look lost (seen in CI: `"guest-exec-status" after
+// 1ms`, AGENT_NOT_CONNECTED).
+func TestWaitPollKeepsItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ag := fakeAgent(t, qgatest.Options{})
+		const answer = 50 * time.Millisecond
+		var polls atomic.Int32
+		ag.Handle("guest-exec-status", func(json.RawMessage) (any, *qgatest.Error) {
+			polls.Add(1)
+			time.Sleep(answer) // the guest answers, slowly
+			return map[string]bool{"exited": false}, nil
+		})
+		a := connect(t, ag, qga.Options{})
+		ctx, cancel := context.WithTimeout(t.Context(), 120*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := a.Wait(ctx, 42)
+		took := time.Since(start)
+		if !errors.Is(err, qga.ErrStillRunning) || errors.Is(err, qga.ErrTimeout) {
+			t.Fatalf("Wait = %v, want ErrStillRunning and no timeout", err)
+		}
+		// The third poll went out with ~14 ms of ctx left and was answered 50 ms after it.
+		if took < 150*time.Millisecond || polls.Load() != 3 {
+			t.Errorf("Wait returned after %s and %d polls: the last poll was cut short", took, polls.Load())
+		}
+		if err := a.Ping(t.Context()); err != nil {
+			t.Errorf("ping after the wait: %v", err)
+		}
+	})
+}

@@ -13,13 +13,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PATH=/usr/local/go/bin:$PATH
 
-# state prints what a step may change: the diff of tracked files and the untracked files.
-state() {
-  git diff --no-ext-diff --binary
-  git ls-files --others --exclude-standard
-}
-changed_files() {
-  { git diff --name-only; git ls-files --others --exclude-standard; } | sort -u
+# snapshot prints every file that differs from HEAD or is untracked, with a hash of its
+# content: two snapshots differ exactly in the files a step changed.
+snapshot() {
+  { git diff --name-only HEAD; git ls-files --others --exclude-standard; } | sort -u |
+    while IFS= read -r f; do
+      if [ -e "$f" ]; then echo "$f $(sha256sum <"$f" | cut -c1-16)"; else echo "$f deleted"; fi
+    done
 }
 
 clean_at_start=0
@@ -36,21 +36,21 @@ step() {
   local name=$1 fix=$2; shift 2
   n=$((n + 1))
   echo "verify: [$n/$steps] $name..." >&2
-  local before after start=$SECONDS before_files
-  before=$(state | sha256sum)
-  before_files=$(changed_files)
+  local before after start=$SECONDS files
+  before=$(snapshot)
   if ! "$@" >/tmp/verify.$$.log 2>&1; then
     cat /tmp/verify.$$.log >&2
     echo "verify: FAIL $name: the generator itself failed (output above)" >&2
     failed+=("$name")
     return 0
   fi
-  after=$(state | sha256sum)
+  after=$(snapshot)
   if [ "$before" != "$after" ]; then
+    files=$(comm -3 <(echo "$before") <(echo "$after") | awk '{print $1}' | sort -u)
     echo "verify: FAIL $name: the committed files differ from what it generates:" >&2
-    comm -13 <(echo "$before_files") <(changed_files) | sed 's/^/    /' >&2
-    [ "$before_files" = "$(changed_files)" ] && echo "    (files that were already modified)" >&2
-    git --no-pager diff --stat >&2 || true
+    echo "$files" | sed 's/^/    /' >&2
+    # shellcheck disable=SC2086 # one path a line, none with blanks
+    git --no-pager diff HEAD -- $files | head -60 | sed 's/^/    | /' >&2
     echo "verify: fix: $fix, then commit the result" >&2
     failed+=("$name")
   else

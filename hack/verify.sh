@@ -46,7 +46,7 @@ step() {
   fi
   after=$(snapshot)
   if [ "$before" != "$after" ]; then
-    files=$(comm -3 <(echo "$before") <(echo "$after") | awk '{print $1}' | sort -u)
+    files=$(comm -3 <(echo "$before") <(echo "$after") | awk 'NF {print $1}' | sort -u)
     echo "verify: FAIL $name: the committed files differ from what it generates:" >&2
     echo "$files" | sed 's/^/    /' >&2
     # shellcheck disable=SC2086 # one path a line, none with blanks

@@ -38,9 +38,15 @@ step() {
   echo "verify: [$n/$steps] $name..." >&2
   local before after start=$SECONDS files
   before=$(snapshot)
-  if ! "$@" >/tmp/verify.$$.log 2>&1; then
-    cat /tmp/verify.$$.log >&2
-    echo "verify: FAIL $name: the generator itself failed (output above)" >&2
+  # The generator's own output (e.g. "tools: installing ...") shows as it comes, indented, and
+  # a line every 30 s says a long first run (building the tools: ≈2 min) is not hung.
+  ( while sleep 30; do echo "verify: ... still running $name ($((SECONDS - start)) s)" >&2; done ) &
+  local ticker=$! rc=0
+  "$@" 2>&1 | sed -u 's/^/    /' >&2 || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  if [ $rc != 0 ]; then
+    echo "verify: FAIL $name: the generator itself failed (exit $rc, output above)" >&2
     failed+=("$name")
     return 0
   fi
@@ -78,7 +84,6 @@ else
   failed+=("go mod tidy (test/assets/controlplane)")
 fi
 step "gofmt" "make fmt" gofmt -w $(git ls-files '*.go')
-rm -f /tmp/verify.$$.log
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "verify: FAILED: ${failed[*]}" >&2

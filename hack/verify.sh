@@ -83,7 +83,11 @@ else
   echo "verify: fix: cd test/assets/controlplane && go mod tidy, then commit (the next make assets rebuilds the control plane, ≈10 min)" >&2
   failed+=("go mod tidy (test/assets/controlplane)")
 fi
-step "gofmt" "make fmt" gofmt -w $(git ls-files '*.go')
+gofmt_tree() {
+  git ls-files -z '*.go' | while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done |
+    xargs -0 gofmt -w
+}
+step "gofmt" "make fmt" gofmt_tree
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "verify: FAILED: ${failed[*]}" >&2

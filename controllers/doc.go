@@ -13,8 +13,9 @@
 //   - Network: wires each VMI's pod network and secondary networks, makes a VMI wait
 //     (Synchronized=False, UnknownNetwork) while the node lacks one, hotplugs NICs and reports
 //     status.interfaces from the bindings and the guest agent.
-//   - Heartbeat keeps the Node's vmlet.dev labels and heartbeat annotation fresh;
-//     LocalScheduler places VMIs in local mode.
+//   - Heartbeat keeps the Node's vmlet.dev labels and heartbeat annotation fresh (and, in
+//     local mode, its Ready condition); LocalScheduler places VMIs in local mode;
+//     ShutdownNode is the graceful node shutdown (VMIs end Failed, reason NodeShutdown).
 //
 // The cluster side lives in subpackages: cluster (launcher pods, status.nodeName) and
 // launcherpod (the pod it builds). No controller drives VirtualMachineInstanceMigrations yet:

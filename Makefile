@@ -34,9 +34,16 @@ assets: deps ## Build the test guest and the control-plane binaries (cached; fir
 	@bash test/assets/controlplane/build.sh >/dev/null
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and CRDs (controller-gen, pinned).
-	@hack/tools.sh controller-gen
+generate: ## Regenerate deepcopy code, CRDs and the controller's ClusterRole (controller-gen, pinned).
 	@bash hack/generate.sh
+
+.PHONY: proto
+proto: ## Regenerate the launcher API's Go code from its .proto (protoc from apt, plugins pinned).
+	@bash hack/genproto.sh
+
+.PHONY: verify
+verify: ## Fail if generated code, CRDs, protobuf, go.mod/go.sum or gofmt are not as committed (names the fix).
+	@hack/verify.sh
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -47,7 +54,7 @@ vet: ## go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: ## Run golangci-lint (pinned) incl. the import rule for host packages and the launcher.
+lint: ## Run golangci-lint (pinned in hack/tools.sh) incl. the import rule for host packages and the launcher.
 	@hack/tools.sh golangci-lint
 	$(BIN)/golangci-lint run ./...
 	@hack/check-imports.sh
@@ -74,6 +81,10 @@ run: deps assets build ## Bring up the local single-node stack and boot a demo V
 
 ##@ Test
 
+.PHONY: unit
+unit: ## Fast tests, no QEMU/API server/root: go test -short; guarded tests skip saying what they need (hack/unit.sh).
+	@hack/unit.sh
+
 .PHONY: test
 test: deps assets ## Run the whole test suite against real QEMU, kernel and API server (root).
 	@echo "test: go test $(PKGS) (progress: one line per finished test)" >&2
@@ -83,8 +94,3 @@ test: deps assets ## Run the whole test suite against real QEMU, kernel and API 
 bench: deps assets ## Run the Go benchmarks and the side by side with libvirt; regenerate BENCHMARKS.md + bench/results.json (≈30 min).
 	@hack/bench-deps.sh
 	@hack/bench.sh
-
-.PHONY: e2e
-e2e: ## End-to-end suite on a real kubelet: not built yet (later issue); says so and fails.
-	@echo "e2e: not implemented yet — the kubelet-based e2e suite lands with the cluster-mode issue." >&2
-	@exit 1

@@ -1,5 +1,23 @@
-// Package controllers holds the reconcilers: node side (VMI, migration source/target, heartbeat)
-// and cluster side (launcher pods, migration scheduling). It is the only place where Kubernetes
-// types meet the host packages (qemu, devices, network, storage); the translation from a VMI spec
-// to a launcher domain spec is a pure, table-tested function here.
+// Package controllers is the node agent: the only place where Kubernetes types meet the host
+// packages (qemu, devices, network, storage).
+//
+//   - VMIReconciler runs every VMI assigned to its node through one vmlet-launcher (started by
+//     a LauncherRuntime: process in local mode, podruntime in a cluster; reached over gRPC,
+//     woken by readyWatch and launcher events) and writes the observed domain state back into
+//     status once per pass. It refuses unsupported KubeVirt annotations (hook sidecars) and
+//     keeps its finalizer until the node-local state is torn down.
+//   - Translation VMI spec → qemu.Spec is pure and table-tested: domainspec.go, boot order as
+//     libvirt assigns it (bootorder.go), storage_translate.go, network_translate.go.
+//   - Storage: prepares disks with package storage, retries image pulls with the kubelet's
+//     back-off (ImagePullBackOff/ErrImagePull, package backoff) and hotplugs volumes.
+//   - Network: wires each VMI's pod network and secondary networks, makes a VMI wait
+//     (Synchronized=False, UnknownNetwork) while the node lacks one, hotplugs NICs and reports
+//     status.interfaces from the bindings and the guest agent.
+//   - Heartbeat keeps the Node's vmlet.dev labels and heartbeat annotation fresh (and, in
+//     local mode, its Ready condition); LocalScheduler places VMIs in local mode;
+//     ShutdownNode is the graceful node shutdown (VMIs end Failed, reason NodeShutdown).
+//
+// The cluster side lives in subpackages: cluster (launcher pods, status.nodeName) and
+// launcherpod (the pod it builds). No controller drives VirtualMachineInstanceMigrations yet:
+// VMIs report LiveMigratable=False, reason MigrationControllerMissing.
 package controllers

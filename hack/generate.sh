@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Regenerates everything derived from api/: deepcopy code and the CRD manifests.
+# Regenerates everything derived from api/ and the RBAC markers: deepcopy code, the CRD
+# manifests and the cluster controller's ClusterRole.
 #
 #   hack/generate.sh            # from anywhere inside the repo
 #
-# controller-gen is pinned and run through `go run`, so the only prerequisite is Go and the
-# module proxy (first run ≈1.5 min to download and build it, then ≈1 s).
+# controller-gen is installed by hack/tools.sh (its one pin), so the only prerequisite is Go and
+# the module proxy (first run ≈1.5 min to download and build it, then ≈1 s).
 set -euo pipefail
 
-CONTROLLER_GEN_VERSION=v0.23.0
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+export PATH=/usr/local/go/bin:$PATH
 
+hack/tools.sh controller-gen
 controller_gen() {
-	go run "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_GEN_VERSION}" "$@"
+	"$root/bin/controller-gen" "$@"
 }
 
 # 1. DeepCopy/DeepCopyObject methods: api/v1alpha1/zz_generated.deepcopy.go.

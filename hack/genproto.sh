@@ -2,7 +2,7 @@
 # Regenerates the Go code of the launcher API from qemu/launcher/api/v1/launcher.proto.
 # Generators are pinned: protoc from Debian's protobuf-compiler (installed with apt when
 # missing), protoc-gen-go and protoc-gen-go-grpc from hack/tools.sh. The generated files are
-# committed; CI can rerun this and check `git diff --exit-code`.
+# committed; `make verify` (run by .ci/run) reruns this and fails on a diff.
 #
 #   hack/genproto.sh
 set -euo pipefail

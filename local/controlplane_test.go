@@ -11,12 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // TestControlPlanePersists starts the embedded control plane, creates an object, stops it, starts
 // it again on the same state folder and finds the object: a second `make run` picks up the same
 // state.
 func TestControlPlanePersists(t *testing.T) {
+	prereq.APIServer(t)
 	assets, err := apienv.ControlPlaneAssets()
 	if err != nil {
 		t.Fatal(err)

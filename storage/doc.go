@@ -5,8 +5,10 @@
 // Plan is pure: volumes + disks + options → an ordered list of actions (pull an image, create
 // an overlay, create an empty disk, build a cloud-init ISO, use a host path, link a kernel)
 // and the resulting []qemu.Disk (and kernel boot paths). (*Host).Apply carries a plan out
-// idempotently and undoes what it created if a step fails; Cleanup removes everything a VM's
-// plans created (its VM folder). Host disks and claims outside the VM folder are never deleted.
+// idempotently and undoes what it created if a step fails; PullFailed tells the caller which
+// image's pull failed and whether retrying (with back-off) may help. Cleanup removes
+// everything a VM's plans created (its VM folder). Host disks and claims outside the VM folder
+// are never deleted.
 //
 // Sources (KubeVirt semantics):
 //   - containerDisk: an OCI image with one disk under /disk/ (storage/oci), pulled into a shared
@@ -31,20 +33,8 @@
 // Disk ids derive from volume names (DiskID) within QEMU's id alphabet; paths only reach QEMU
 // inside QMP JSON and are checked by qemu.Spec.Validate before a plan is returned.
 //
-// Cluster mode (launcher pods; exercised with a real kubelet in a later issue) keeps this
-// package's plan and changes only where the bytes come from:
-//   - containerDisk and kernelBoot images become image volumes of the launcher pod
-//     (`volumes[].image`, KEP-4639): the kubelet pulls and verifies the image through the
-//     node's CRI honouring the pod's imagePullPolicy and mounts its root read-only, so the
-//     launcher opens /disk/<file> (or the kernel paths) from the mount; the per-VM qcow2
-//     overlay goes into an emptyDir of the pod. Where image volumes are off, the fallback is
-//     KubeVirt's: the image runs as an extra container of the pod whose only process idles,
-//     and the agent opens the disk through /proc/<pid>/root of that container.
-//   - emptyDisk and the cloud-init ISO are written by the agent into the pod's emptyDir before
-//     the launcher's Sync.
-//   - persistentVolumeClaim / dataVolume: the claim is a pod volume; Filesystem mode gives
-//     disk.img in its mount (ClaimImage), Block mode a volumeDevices entry whose device the
-//     launcher opens after the agent granted it in the launcher's eBPF filter
-//     (devices.DiskRule).
-//   - hostDisk: a hostPath volume of the pod, still confined to the allowed root here.
+// The node agent runs Plan and Apply itself in both modes; in cluster mode the launcher pod
+// only mounts the results at the same paths (package controllers/launcherpod): the VM folder
+// <--volume-root>/<vmi uid> and the image cache (read-only) are hostPath volumes of the pod.
+// Kubelet image volumes and PVCs mounted into the launcher pod are not used.
 package storage

@@ -19,8 +19,10 @@
 //     volumes, interfaces and networks are DNS-1123 labels (KubeVirt also allows "_" and
 //     upper case in interface names).
 //   - Defaults that KubeVirt's mutating webhook writes into the object are not written: they
-//     are applied when the spec is read (see defaults.go): a volume without a disk gets a
-//     virtio disk, an interface without a binding is bridge.
+//     are applied when the spec is read (defaults.go: EffectiveDisks, EffectiveNetworks): a
+//     volume without a disk gets a virtio disk (a cdrom sata, a lun scsi), an interface without
+//     a binding is bridge, and a spec without interfaces and networks gets the "default" pod
+//     network unless autoattachPodInterface is false.
 //
 // # Unsupported and unknown fields
 //
@@ -42,8 +44,9 @@
 //
 // # Regenerating
 //
-// zz_generated.deepcopy.go and config/crd/bases come from hack/generate.sh (controller-gen
-// v0.23.0, then api/internal/crdpatch for the declarations above and maxLength on quantities).
+// zz_generated.deepcopy.go and config/crd/bases come from `make generate` (hack/generate.sh:
+// controller-gen as pinned in hack/tools.sh, then api/internal/crdpatch for the declarations
+// above and maxLength on quantities); `make verify` fails when they are not up to date.
 //
 // +kubebuilder:object:generate=true
 // +groupName=vmlet.dev

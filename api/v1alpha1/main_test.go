@@ -19,6 +19,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // One API server for the whole package, started by the first test that needs it (the pure
@@ -43,6 +44,7 @@ func TestMain(m *testing.M) {
 // apiServer returns the package's API server with vmlet's CRDs installed.
 func apiServer(t *testing.T) *apienv.Env {
 	t.Helper()
+	prereq.APIServer(t)
 	envOnce.Do(func() {
 		envVal, envErr = apienv.Start(apienv.Options{
 			AddToScheme: []func(*runtime.Scheme) error{vmletv1.AddToScheme, apiextensionsv1.AddToScheme},

@@ -19,11 +19,13 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/logbuf"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // TestControllerCommand runs the built `vmlet controller` against a real API server: a VMI gets
 // a launcher pod with the flags' image and emulation setting, and SIGTERM stops it cleanly.
 func TestControllerCommand(t *testing.T) {
+	prereq.APIServer(t)
 	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
 	if err != nil {
 		t.Fatalf("start api server: %v", err)

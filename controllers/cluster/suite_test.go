@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/cluster"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // One real API server (kube-apiserver + etcd, no kubelet, scheduler or garbage collector) for
@@ -35,6 +37,10 @@ import (
 var env *apienv.Env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // make unit: the API tests skip in prereq.APIServer, the pure ones run
+	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	var err error
 	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
@@ -66,6 +72,7 @@ var managers atomic.Int32
 // registered with t.Cleanup) is called.
 func startController(t *testing.T) (stop func()) {
 	t.Helper()
+	prereq.APIServer(t)
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme:                 env.Scheme,
 		Cache:                  cluster.CacheOptions(),
@@ -108,6 +115,7 @@ func startController(t *testing.T) (stop func()) {
 // namespace creates a fresh namespace for one test.
 func namespace(t *testing.T) string {
 	t.Helper()
+	prereq.APIServer(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,3 @@
-// Command accel prints the accelerator vmlet would use on this host and why.
 package main
 
 import (

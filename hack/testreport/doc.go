@@ -3,4 +3,7 @@
 // line "N passed, N failed, N skipped". It exits non-zero when a test or package failed, or when
 // CI=true and a test skipped for any reason other than "KVM not usable" (on CI machines a skipped
 // privileged test hides a broken setup).
+//
+// With -short (make unit: `go test -short`) the skips of test/prereq's guards under -short are
+// expected, also under CI=true: they are counted by what the tests need instead of listed.
 package main

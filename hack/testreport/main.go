@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +24,10 @@ type event struct {
 
 type key struct{ pkg, test string }
 
+// shortSkip is in every skip message that -short causes: test/prereq.ShortSkip (main_test.go
+// keeps them equal).
+const shortSkip = "not run with -short (make unit)"
+
 type report struct {
 	out              io.Writer
 	output           map[key]*strings.Builder
@@ -33,10 +38,17 @@ type report struct {
 	failedPkgs       []string
 	allowedSkipMatch string
 	ci               bool
+	short            bool           // the run used -short: shortSkip skips are expected
+	shortNeeds       map[string]int // what the tests that -short skipped need → how many
+	shortSkipped     int
 }
 
 func main() {
+	short := flag.Bool("short", false, "the tests ran with go test -short (make unit): the prereq guards' -short skips are expected")
+	flag.Parse()
 	r := &report{
+		short:            *short,
+		shortNeeds:       map[string]int{},
 		out:              os.Stdout,
 		output:           map[key]*strings.Builder{},
 		allowedSkipMatch: "KVM not usable",
@@ -114,11 +126,16 @@ func (r *report) testDone(ev event) {
 		fmt.Fprintf(r.out, "FAIL %s (%.2fs)\n%s", name, ev.Elapsed, indent(out))
 	case "skip":
 		reason := skipReason(out)
+		fmt.Fprintf(r.out, "SKIP %s: %s\n", name, reason)
+		if r.short && strings.Contains(out, shortSkip) {
+			r.shortSkipped++
+			r.shortNeeds[shortNeed(out)]++
+			return
+		}
 		r.skipped = append(r.skipped, name+": "+reason)
 		if r.ci && !strings.Contains(out, r.allowedSkipMatch) {
 			r.forbiddenSkips = append(r.forbiddenSkips, name+": "+reason)
 		}
-		fmt.Fprintf(r.out, "SKIP %s: %s\n", name, reason)
 	}
 }
 
@@ -140,6 +157,14 @@ func (r *report) finish(d time.Duration) int {
 		sort.Strings(r.skipped)
 		fmt.Fprintf(r.out, "skipped:\n  %s\n", strings.Join(r.skipped, "\n  "))
 	}
+	if r.shortSkipped > 0 {
+		var needs []string
+		for n, c := range r.shortNeeds {
+			needs = append(needs, fmt.Sprintf("%s: %d", n, c))
+		}
+		sort.Strings(needs)
+		fmt.Fprintf(r.out, "not run with -short: %d tests (they need %s)\n", r.shortSkipped, strings.Join(needs, ", "))
+	}
 	code := 0
 	if len(r.failures) > 0 || len(r.failedPkgs) > 0 {
 		fmt.Fprintf(r.out, "failed tests: %s\nfailed packages: %s\n",
@@ -155,8 +180,21 @@ func (r *report) finish(d time.Duration) int {
 		fmt.Fprintln(r.out, "no test ran")
 		code = 1
 	}
-	fmt.Fprintf(r.out, "%d passed, %d failed, %d skipped\n", r.passed, r.failed+len(r.forbiddenSkips), len(r.skipped))
+	fmt.Fprintf(r.out, "%d passed, %d failed, %d skipped\n", r.passed, r.failed+len(r.forbiddenSkips), len(r.skipped)+r.shortSkipped)
 	return code
+}
+
+// shortNeed is what a test skipped by -short needs: X in "needs X: not run with -short ...".
+func shortNeed(out string) string {
+	i := strings.Index(out, ": "+shortSkip)
+	if i < 0 {
+		return "(unknown)"
+	}
+	j := strings.LastIndex(out[:i], "needs ")
+	if j < 0 {
+		return "(unknown)"
+	}
+	return out[j+len("needs ") : i]
 }
 
 func shortPkg(p string) string { return strings.TrimPrefix(p, "github.com/vmlet/vmlet/") }

@@ -3,12 +3,15 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
-func runReport(t *testing.T, ci bool, in string) (string, int) {
+func runReport(t *testing.T, ci, short bool, in string) (string, int) {
 	t.Helper()
 	var out strings.Builder
-	r := &report{out: &out, output: map[key]*strings.Builder{}, allowedSkipMatch: "KVM not usable", ci: ci}
+	r := &report{out: &out, output: map[key]*strings.Builder{}, allowedSkipMatch: "KVM not usable", ci: ci,
+		short: short, shortNeeds: map[string]int{}}
 	if err := r.read(strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +31,11 @@ const (
 	otherSkip = `{"Action":"output","Package":"p","Test":"TestR","Output":"    r_test.go:9: prerequisite missing: needs root\n"}
 {"Action":"skip","Package":"p","Test":"TestR"}
 `
+	shortSkips = `{"Action":"output","Package":"p","Test":"TestS","Output":"    s_test.go:9: needs root: not run with -short (make unit)\n"}
+{"Action":"skip","Package":"p","Test":"TestS"}
+{"Action":"output","Package":"p","Test":"TestT","Output":"    t_test.go:9: needs the API server: not run with -short (make unit)\n"}
+{"Action":"skip","Package":"p","Test":"TestT"}
+`
 	fail = `{"Action":"output","Package":"p","Test":"TestF","Output":"    f_test.go:3: boom\n"}
 {"Action":"fail","Package":"p","Test":"TestF","Elapsed":1}
 {"Action":"fail","Package":"p","Elapsed":1}
@@ -42,21 +50,26 @@ func TestReport(t *testing.T) {
 	tests := []struct {
 		name     string
 		ci       bool
+		short    bool
 		in       string
 		wantCode int
 		want     []string
 	}{
-		{"pass", true, pass, 0, []string{"PASS p.TestA (0.50s)", "1 passed, 0 failed, 0 skipped"}},
-		{"kvm skip allowed in CI", true, pass + kvmSkip, 0, []string{"SKIP p.TestK: k_test.go:9: KVM not usable", "1 passed, 0 failed, 1 skipped"}},
-		{"other skip fails in CI", true, pass + otherSkip, 1, []string{"CI=true forbids", "1 passed, 1 failed, 1 skipped"}},
-		{"other skip ok outside CI", false, pass + otherSkip, 0, []string{"1 passed, 0 failed, 1 skipped"}},
-		{"failure shows output", true, pass + fail, 1, []string{"FAIL p.TestF (1.00s)", "f_test.go:3: boom", "1 passed, 1 failed"}},
-		{"build failure shows compiler output", true, pass + buildFail, 1, []string{"undefined: y", "q (build failed)"}},
-		{"nothing ran", true, "", 1, []string{"no test ran"}},
+		{"pass", true, false, pass, 0, []string{"PASS p.TestA (0.50s)", "1 passed, 0 failed, 0 skipped"}},
+		{"kvm skip allowed in CI", true, false, pass + kvmSkip, 0, []string{"SKIP p.TestK: k_test.go:9: KVM not usable", "1 passed, 0 failed, 1 skipped"}},
+		{"other skip fails in CI", true, false, pass + otherSkip, 1, []string{"CI=true forbids", "1 passed, 1 failed, 1 skipped"}},
+		{"other skip ok outside CI", false, false, pass + otherSkip, 0, []string{"1 passed, 0 failed, 1 skipped"}},
+		{"failure shows output", true, false, pass + fail, 1, []string{"FAIL p.TestF (1.00s)", "f_test.go:3: boom", "1 passed, 1 failed"}},
+		{"build failure shows compiler output", true, false, pass + buildFail, 1, []string{"undefined: y", "q (build failed)"}},
+		{"nothing ran", true, false, "", 1, []string{"no test ran"}},
+		{"-short skips allowed in CI with -short", true, true, pass + shortSkips, 0, []string{"SKIP p.TestS",
+			"not run with -short: 2 tests (they need root: 1, the API server: 1)", "1 passed, 0 failed, 2 skipped"}},
+		{"-short skips fail in CI without -short", true, false, pass + shortSkips, 1, []string{"CI=true forbids", "p.TestS"}},
+		{"-short allows no other skip in CI", true, true, pass + shortSkips + otherSkip, 1, []string{"CI=true forbids", "p.TestR"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, code := runReport(t, tt.ci, tt.in)
+			out, code := runReport(t, tt.ci, tt.short, tt.in)
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d\n%s", code, tt.wantCode, out)
 			}
@@ -66,5 +79,12 @@ func TestReport(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestShortSkipMatchesPrereq: the report recognises exactly the message test/prereq skips with.
+func TestShortSkipMatchesPrereq(t *testing.T) {
+	if shortSkip != prereq.ShortSkip {
+		t.Fatalf("shortSkip %q, prereq.ShortSkip %q", shortSkip, prereq.ShortSkip)
 	}
 }

@@ -25,6 +25,9 @@ func ctxT(t testing.TB) context.Context {
 func newCache(t testing.TB, mutate ...func(*Options)) *Cache {
 	t.Helper()
 	o := Options{Dir: filepath.Join(t.TempDir(), "cache")}
+	// Runs before TempDir's own cleanup: the cache's read-only folders (0555) would make it
+	// fail for any user without CAP_DAC_OVERRIDE.
+	t.Cleanup(func() { _ = forceRemoveAll(o.Dir) })
 	for _, m := range mutate {
 		m(&o)
 	}

@@ -3,6 +3,7 @@ package apienv
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -47,6 +49,19 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// ErrShort is returned under -short: `make unit` starts no API server, so a test that gets
+// here lacks its prereq.APIServer guard (or its TestMain its testing.Short check).
+var ErrShort = errors.New("apienv: no API server under -short (make unit): guard the test with prereq.APIServer")
+
+// short reports whether the test binary runs with -short. TestMain runs before the testing
+// flags are parsed: parse them here (m.Run then does not parse them again).
+func short() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	return testing.Short()
+}
+
 var (
 	assetsOnce sync.Once
 	assetsDir  string
@@ -55,7 +70,12 @@ var (
 
 // ControlPlaneAssets builds (or finds cached) kube-apiserver, etcd and kubectl and returns their
 // folder. The first build on a machine takes ≈10 min; the script prints progress to stderr.
+//
+// Under -short (make unit) it refuses with ErrShort: the test lacks a prereq.APIServer guard.
 func ControlPlaneAssets() (string, error) {
+	if short() {
+		return "", ErrShort
+	}
 	assetsOnce.Do(func() {
 		if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
 			assetsDir = d
@@ -76,7 +96,8 @@ func ControlPlaneAssets() (string, error) {
 	return assetsDir, assetsErr
 }
 
-// Start builds/finds the binaries, starts etcd + kube-apiserver and installs the CRDs.
+// Start builds/finds the binaries, starts etcd + kube-apiserver and installs the CRDs. Under
+// -short it refuses with ErrShort (see ControlPlaneAssets).
 func Start(opts Options) (*Env, error) {
 	dir, err := ControlPlaneAssets()
 	if err != nil {

@@ -12,12 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // TestRealAPIServerRoundTrip proves the control-plane binaries the project builds run a real
 // kube-apiserver + etcd that installs a CRD, validates it, and round-trips an object through
 // both client-go and the built kubectl.
 func TestRealAPIServerRoundTrip(t *testing.T) {
+	prereq.APIServer(t)
 	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
 	if err != nil {
 		t.Fatalf("start api server: %v", err)

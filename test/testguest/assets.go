@@ -41,9 +41,11 @@ var built struct {
 
 // Assets builds the test guest once per test process (test/assets/guest/build.sh, cached across
 // processes, ~0 s when warm) and returns its files. A missing host tool skips the test (fails it
-// under CI=true); a build error fails it with the script's output.
+// under CI=true); a build error fails it with the script's output. Under -short (make unit) it
+// skips the test before building anything.
 func Assets(tb testing.TB) Files {
 	tb.Helper()
+	prereq.Short(tb, "the test guest")
 	built.once.Do(func() { built.files, built.missing, built.err = build() })
 	if built.missing != "" {
 		prereq.Missing(tb, built.missing)

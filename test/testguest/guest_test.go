@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // bootDeadline is generous: TCG boots in 3–7 s, twice that when the other core is busy.
@@ -213,6 +214,7 @@ func TestNoACPIIgnoresPowerdown(t *testing.T) {
 
 // TestCleanupLeavesNothing: after a test's cleanup the QEMU process is reaped and its folder gone.
 func TestCleanupLeavesNothing(t *testing.T) {
+	prereq.QEMU(t) // the boot subtest's guard only skips the subtest
 	var pid int
 	var dir, qmpSock string
 	t.Run("boot", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 func readyOf(t *testing.T, name string) (*corev1.Node, *corev1.NodeCondition) {
@@ -31,6 +32,7 @@ func readyOf(t *testing.T, name string) (*corev1.Node, *corev1.NodeCondition) {
 // registers the Node with Ready=True (VmletReady) and refreshes lastHeartbeatTime on every beat
 // while the transition time stays; SetNotReady turns it False with the reason given.
 func TestHeartbeatOwnsReadyInLocalMode(t *testing.T) {
+	prereq.APIServer(t)
 	ctx := context.Background()
 	name := "hb-local-" + time.Now().Format("150405.000000")
 	hb := &controllers.Heartbeat{Client: env.Client, NodeName: name, Register: true, OwnsReady: true}
@@ -69,6 +71,7 @@ func TestHeartbeatOwnsReadyInLocalMode(t *testing.T) {
 // Node) the heartbeat writes its labels and annotations and never the Node's conditions, not
 // even on SetNotReady.
 func TestHeartbeatLeavesKubeletConditions(t *testing.T) {
+	prereq.APIServer(t)
 	ctx := context.Background()
 	name := "hb-cluster-" + time.Now().Format("150405.000000")
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}

@@ -17,12 +17,14 @@ import (
 
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 var widget = schema.GroupVersionKind{Group: "test.vmlet.dev", Version: "v1", Kind: "Widget"}
 
 func testOptions(t *testing.T) Options {
 	t.Helper()
+	prereq.APIServer(t)
 	assets, err := apienv.ControlPlaneAssets()
 	if err != nil {
 		t.Fatal(err)

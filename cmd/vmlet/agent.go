@@ -67,6 +67,9 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 			if err != nil {
 				return err
 			}
+			if err := openStateDir(o.stateDir, vmletHome); err != nil {
+				return err
+			}
 			sc.Defaults(o.stateDir)
 			return runAgent(cmd, o, sc, nc, nf.tcgCacheMiB, nf.user)
 		},

@@ -77,11 +77,8 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 	out := cfg.Out
 	// 0711: the launchers' user passes through to the image cache and volume folders (which
 	// keep their own modes); etcd data, kubeconfig and logs stay root's (0700/0600).
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
-		return fmt.Errorf("make state dir: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
-		return fmt.Errorf("make state dir: %w", err)
+	if err := openStateDir(cfg.StateDir, vmletHome); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "vmlet local: starting etcd + kube-apiserver (state in %s)...\n", cfg.StateDir)
 	s, err := local.Start(ctx, cfg)

@@ -61,6 +61,9 @@ func TestVMIImagePullBackOff(t *testing.T) {
 	if got.Status.Phase != vmletv1.Scheduled {
 		t.Errorf("a VMI waiting for its image is %s, want Scheduled", got.Status.Phase)
 	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, vmletv1.VirtualMachineInstanceReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "ImagePullBackOff" {
+		t.Errorf("a VMI waiting for its image does not say it is not Ready for that: %s", summary(got))
+	}
 	if _, err := os.Stat(filepath.Join(runRoot, string(vmi.UID))); !os.IsNotExist(err) {
 		t.Errorf("a launcher was started for a VMI without its image: %v", err)
 	}

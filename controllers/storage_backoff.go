@@ -157,5 +157,8 @@ func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *Pu
 		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Message())
 	}
 	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Message())
+	if vmi.Status.Phase == vmletv1.Scheduled { // not running yet: say why it is not Ready either
+		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, pb.Message())
+	}
 	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
 }

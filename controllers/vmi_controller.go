@@ -28,6 +28,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 // Finalizer keeps a VMI until the node agent has torn down its node-local state.
@@ -387,8 +388,15 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 	default:
 		// The launcher stopped for the deletion: say how the guest went (a guest that ignored
 		// ACPI was stopped by force at the end of its grace period: a Warning event, which
-		// outlives the VMI). Once: a final phase is not recorded again.
-		if !isFinal(vmi.Status.Phase) {
+		// outlives the VMI). Once: a final phase is not recorded again. With a grace period of
+		// 0 the immediate stop is what was asked for: said, but not as a warning.
+		switch {
+		case isFinal(vmi.Status.Phase):
+		case gracePeriod(vmi) == 0 && st.Exited.Known && st.Exited.Code == launcher.ExitForced:
+			r.Recorder.Eventf(vmi, nil, "Normal", "Stopped", "Delete", "terminationGracePeriodSeconds is 0: QEMU was stopped at once, without asking the guest")
+			setPhase(vmi, vmletv1.Failed)
+			vmi.Status.Reason = "Stopped"
+		default:
 			r.launcherExited(vmi, st.Exited)
 		}
 	}

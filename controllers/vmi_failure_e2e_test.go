@@ -229,6 +229,31 @@ func TestDeleteForcedShutdown(t *testing.T) {
 	waitDeleted(t, key)
 	waitEvent(t, got, "ForcedShutdown")
 	assertNothingLeft(t, string(got.UID), int(got.Status.Launcher.PID))
+
+	// terminationGracePeriodSeconds: 0 (as several of KubeVirt's examples write) asks for the
+	// immediate stop: a Normal event says so, no warning.
+	now := newVMI("stop-now")
+	now.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	if err := env.Client.Create(context.Background(), now); err != nil {
+		t.Fatal(err)
+	}
+	key = client.ObjectKeyFromObject(now)
+	got = waitPhase(t, key, vmletv1.Running, 2*time.Minute)
+	if err := env.Client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	waitDeleted(t, key)
+	waitNormalEvent(t, got, "Stopped")
+	var l eventsv1.EventList
+	if err := env.Client.List(context.Background(), &l, client.InNamespace(got.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Items {
+		if e.Regarding.UID == got.UID && e.Type == "Warning" {
+			t.Errorf("a grace period of 0 gave a Warning event: %s: %s", e.Reason, e.Note)
+		}
+	}
+	assertNothingLeft(t, string(got.UID), int(got.Status.Launcher.PID))
 }
 
 // TestVMILauncherKilled: the launcher dying under a running VMI (SIGKILL) takes QEMU with it

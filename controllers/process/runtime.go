@@ -212,19 +212,20 @@ func (r *Runtime) State(id string) (State, error) {
 		return State{}, fmt.Errorf("read pid file: bad pid %q", b)
 	}
 	st := State{Pid: pid}
-	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
-		var ex Exit
-		if json.Unmarshal(b, &ex) == nil {
-			st.Exited = &ex
-			return st, nil
-		}
+	if st.Exited = readExit(dir); st.Exited != nil {
+		return st, nil
 	}
 	if !r.alive(id, pid) {
 		r.mu.Lock()
 		_, child := r.children[id]
 		r.mu.Unlock()
-		if !child { // a child's exit is recorded by reap; anything else vanished unobserved
-			st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+		if !child {
+			// A child's exit is recorded by reap, which writes the exit file before it forgets
+			// the child: read it again, the child may have been reaped since the first read.
+			// Anything else vanished unobserved.
+			if st.Exited = readExit(dir); st.Exited == nil {
+				st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+			}
 			return st, nil
 		}
 	}
@@ -233,6 +234,19 @@ func (r *Runtime) State(id string) (State, error) {
 	}
 	r.watchAdopted(id, pid)
 	return st, nil
+}
+
+// readExit reads the exit file reap wrote, or returns nil.
+func readExit(dir string) *Exit {
+	b, err := os.ReadFile(filepath.Join(dir, exitFile))
+	if err != nil {
+		return nil
+	}
+	var ex Exit
+	if json.Unmarshal(b, &ex) != nil {
+		return nil
+	}
+	return &ex
 }
 
 // watchAdopted reports the exit of a running launcher that is not this runtime's child (it was

@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Reverter collects undo steps. The zero value is ready to use; New returns one.
+// Reverter collects undo steps. The zero value is ready to use; New returns one. Once Fail ran
+// or Success was called it is spent: steps added later never run.
 type Reverter struct {
 	undo []func() error
 	done bool // Fail ran or Success was called

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -103,17 +104,18 @@ func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot HotNI
 	if _, err := n.Pods.AddInterface(string(uid), hot.PodInterface); err != nil {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
 	}
-	defer func() {
-		if err != nil && !slices.Contains(had, hot.PodInterface) {
-			err = errors.Join(err, n.Pods.RemoveInterface(string(uid), hot.PodInterface))
-		}
-	}()
+	undo := revert.New()
+	defer undo.FailErr(&err)
+	if !slices.Contains(had, hot.PodInterface) {
+		undo.AddErr(func() error { return n.Pods.RemoveInterface(string(uid), hot.PodInterface) })
+	}
 	s := *spec
 	s.ResolvConf = n.ResolvConf
 	ip, err := a.AddInterface(&s, hot.Name)
 	if err != nil {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
 	}
+	undo.Success()
 	return resolveNIC(hot.NIC, ip), a.netns, nil
 }
 

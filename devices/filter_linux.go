@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // Filter is this package's device program on one cgroup: static rules compiled in, plus the
@@ -103,8 +105,8 @@ func install(cgroupPath string, rules []Rule, replaceForeign bool) (*Filter, err
 		}
 	}
 
-	var undo revert
-	defer undo.fail()
+	undo := revert.New()
+	defer undo.Fail()
 	if keep == nil {
 		var replace *attached
 		if len(others) > 0 {
@@ -113,7 +115,7 @@ func install(cgroupPath string, rules []Rule, replaceForeign bool) (*Filter, err
 		if keep, err = newProgram(static, replace); err != nil {
 			return nil, err
 		}
-		undo.add(keep.Close)
+		undo.Add(keep.Close)
 		var old *ebpf.Program
 		if replace != nil {
 			old = replace.prog
@@ -121,7 +123,7 @@ func install(cgroupPath string, rules []Rule, replaceForeign bool) (*Filter, err
 		if err := attachProgram(cg, keep.prog, old); err != nil {
 			return nil, err
 		}
-		undo.add(func() {
+		undo.Add(func() {
 			if old != nil {
 				_ = attachProgram(cg, old, keep.prog)
 			} else {
@@ -130,23 +132,23 @@ func install(cgroupPath string, rules []Rule, replaceForeign bool) (*Filter, err
 		})
 	} else {
 		found[slices.Index(found, keep)] = nil
-		undo.add(keep.Close)
+		undo.Add(keep.Close)
 	}
 	for _, o := range others {
 		if err := detachProgram(cg, o.prog); err != nil && !isNotExist(err) {
 			return nil, err
 		}
-		undo.add(func() { _ = attachProgram(cg, o.prog, nil) })
+		undo.Add(func() { _ = attachProgram(cg, o.prog, nil) })
 	}
-	undo.success()
+	undo.Success()
 	return &Filter{cgroup: cgroupPath, static: static, prog: keep.prog, grants: keep.grants, rules: keep.rules}, nil
 }
 
 // newProgram loads a program for static that shares replace's grants map when replace is
 // ours, or gets a new one.
 func newProgram(static []Rule, replace *attached) (_ *attached, err error) {
-	var undo revert
-	defer undo.fail()
+	undo := revert.New()
+	defer undo.Fail()
 	var grants *ebpf.Map
 	if replace != nil && replace.ours() {
 		grants, err = replace.grants.Clone()
@@ -156,17 +158,17 @@ func newProgram(static []Rule, replace *attached) (_ *attached, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open grants map: %w", err)
 	}
-	undo.add(func() { grants.Close() })
+	undo.Add(func() { grants.Close() })
 	rules, err := newRulesMap(static)
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() { rules.Close() })
+	undo.Add(func() { rules.Close() })
 	prog, err := loadProgram(static, grants, rules)
 	if err != nil {
 		return nil, err
 	}
-	undo.success()
+	undo.Success()
 	return &attached{prog: prog, grants: grants, rules: rules}, nil
 }
 

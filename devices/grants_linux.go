@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // grantMu serialises the read-modify-write of grants entries within this process. One agent
@@ -26,8 +28,8 @@ func (f *Filter) Grant(r Rule) error {
 	}
 	grantMu.Lock()
 	defer grantMu.Unlock()
-	var undo revert
-	defer undo.fail()
+	undo := revert.New()
+	defer undo.Fail()
 	for _, k := range grantKeys(r) {
 		old, err := f.lookup(k)
 		if err != nil {
@@ -39,9 +41,9 @@ func (f *Filter) Grant(r Rule) error {
 			}
 			return fmt.Errorf("grant device %q: %w", r, err)
 		}
-		undo.add(func() { _ = f.set(k, old) })
+		undo.Add(func() { _ = f.set(k, old) })
 	}
-	undo.success()
+	undo.Success()
 	return nil
 }
 
@@ -56,8 +58,8 @@ func (f *Filter) Revoke(r Rule) error {
 	}
 	grantMu.Lock()
 	defer grantMu.Unlock()
-	var undo revert
-	defer undo.fail()
+	undo := revert.New()
+	defer undo.Fail()
 	for _, k := range grantKeys(r) {
 		old, err := f.lookup(k)
 		if err != nil {
@@ -66,9 +68,9 @@ func (f *Filter) Revoke(r Rule) error {
 		if err := f.set(k, old&^uint32(r.Access)); err != nil {
 			return fmt.Errorf("revoke device %q: %w", r, err)
 		}
-		undo.add(func() { _ = f.set(k, old) })
+		undo.Add(func() { _ = f.set(k, old) })
 	}
-	undo.success()
+	undo.Success()
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"sync"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // AttachOptions configure Attach.
@@ -50,45 +52,45 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, er
 	if err != nil {
 		return nil, fmt.Errorf("attach network: %w", err)
 	}
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 	if err := ApplyPlan(netnsPath, plan); err != nil {
 		return nil, fmt.Errorf("attach network: %w", err)
 	}
-	r.add(func() error { return RemovePlan(netnsPath, plan) })
+	r.AddErr(func() error { return RemovePlan(netnsPath, plan) })
 	a := &Attachment{netns: netnsPath, opts: opts}
 	for _, ip := range plan.Interfaces {
 		b, err := a.serve(ip)
 		if err != nil {
 			return nil, fmt.Errorf("attach network: %w", err)
 		}
-		r.add(b.close)
+		r.AddErr(b.close)
 		a.ifaces = append(a.ifaces, b)
 	}
-	r.success()
+	r.Success()
 	return a, nil
 }
 
 // serve starts the DHCP (and IPv6) servers of an applied interface plan.
 func (a *Attachment) serve(ip InterfacePlan) (_ *boundInterface, err error) {
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 	sopts := ServerOptions{Name: ip.Name, OnLease: a.opts.OnLease, Logger: a.opts.Logger}
 	b := &boundInterface{plan: ip}
 	if b.dhcp, err = ServeDHCP(a.netns, ip.DHCP, sopts); err != nil {
 		return nil, err
 	}
-	r.add(b.dhcp.Close)
+	r.AddErr(b.dhcp.Close)
 	if ip.DHCP6 != nil {
 		if b.dhcp6, err = ServeDHCPv6(a.netns, *ip.DHCP6, sopts); err != nil {
 			return nil, err
 		}
-		r.add(b.dhcp6.Close)
+		r.AddErr(b.dhcp6.Close)
 		if b.ra, err = ServeRA(a.netns, *ip.RA, a.opts.Logger); err != nil {
 			return nil, err
 		}
 	}
-	r.success()
+	r.Success()
 	return b, nil
 }
 
@@ -136,17 +138,17 @@ func (a *Attachment) AddInterface(spec *Spec, name string) (_ InterfacePlan, err
 			return InterfacePlan{}, fmt.Errorf("add interface %s: %w: its links or table would be those of %s", name, ErrDuplicateInterface, b.plan.Name)
 		}
 	}
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 	if err := ApplyPlan(a.netns, plan); err != nil {
 		return InterfacePlan{}, fmt.Errorf("add interface %s: %w", name, err)
 	}
-	r.add(func() error { return RemovePlan(a.netns, plan) })
+	r.AddErr(func() error { return RemovePlan(a.netns, plan) })
 	b, err := a.serve(ip)
 	if err != nil {
 		return InterfacePlan{}, fmt.Errorf("add interface %s: %w", name, err)
 	}
-	r.success()
+	r.Success()
 	a.ifaces = append(a.ifaces, b)
 	return ip, nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // ApplyPlan builds p in the launcher's network namespace at netnsPath: per interface an
@@ -21,16 +23,16 @@ func ApplyPlan(netnsPath string, p *Plan) (err error) {
 		return fmt.Errorf("apply network plan: %w", err)
 	}
 	defer done()
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 	for i := range p.Interfaces {
 		ip := &p.Interfaces[i]
-		r.add(func() error { return removeInterface(h, netnsPath, ip) })
+		r.AddErr(func() error { return removeInterface(h, netnsPath, ip) })
 		if err := applyInterface(h, netnsPath, ip); err != nil {
 			return fmt.Errorf("apply network plan: interface %s: %w", ip.Name, err)
 		}
 	}
-	r.success()
+	r.Success()
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // AddInterface gives pod id (created by CreatePod) an additional interface ifname, as a
@@ -31,8 +33,8 @@ func (n *Node) AddInterface(id, ifname string) (_ PodNetwork, err error) {
 		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
 	}
 	defer done()
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 	br, err := h.LinkByName(n.cfg.Bridge)
 	if err != nil {
 		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: no node bridge (create the pod first): %w", ifname, id, err)
@@ -66,7 +68,7 @@ func (n *Node) AddInterface(id, ifname string) (_ PodNetwork, err error) {
 	if err := configurePodSide(p); err != nil {
 		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
 	}
-	r.success()
+	r.Success()
 	return p, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // Node is the local-mode pod network of one node: a bridge, NAT to the outside and one
@@ -52,15 +54,15 @@ func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	defer done()
-	r := &reverter{}
-	defer func() { err = r.fail(err) }()
+	r := revert.New()
+	defer r.FailErr(&err)
 
 	br, created, err := n.ensureBridge(h)
 	if err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	if created {
-		r.add(func() error { return n.removeBridge(h) })
+		r.AddErr(func() error { return n.removeBridge(h) })
 	}
 	pods, used, err := n.scan(h, br)
 	if err != nil {
@@ -77,7 +79,7 @@ func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
 	if nsCreated {
-		r.add(func() error { return removeNetns(pod.NetnsPath) })
+		r.AddErr(func() error { return removeNetns(pod.NetnsPath) })
 	}
 	if err := n.ensureVeth(h, br, pod, exists, r); err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
@@ -85,13 +87,13 @@ func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 	if err := configurePodSide(pod); err != nil {
 		return PodNetwork{}, fmt.Errorf("create pod %s: %w", id, err)
 	}
-	r.success()
+	r.Success()
 	return pod, nil
 }
 
 // ensureVeth creates the pod's veth pair unless a complete one exists. A host end whose peer
 // is not in the pod's current netns (the netns was recreated) is replaced.
-func (n *Node) ensureVeth(h *netlink.Handle, br netlink.Link, pod PodNetwork, exists bool, r *reverter) error {
+func (n *Node) ensureVeth(h *netlink.Handle, br netlink.Link, pod PodNetwork, exists bool, r *revert.Reverter) error {
 	if l, err := h.LinkByName(pod.HostVeth); err == nil {
 		if !exists {
 			return fmt.Errorf("create veth %s: %w (alias %q)", pod.HostVeth, ErrNameCollision, l.Attrs().Alias)
@@ -122,7 +124,7 @@ func (n *Node) ensureVeth(h *netlink.Handle, br netlink.Link, pod PodNetwork, ex
 	if err := h.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s: %w", pod.HostVeth, err)
 	}
-	r.add(func() error { return h.LinkDel(veth) })
+	r.AddErr(func() error { return h.LinkDel(veth) })
 	// The kernel ignores IFLA_IFALIAS when creating a link: set it afterwards.
 	if err := h.LinkSetAlias(veth, podAlias(pod)); err != nil {
 		return fmt.Errorf("set %s alias: %w", pod.HostVeth, err)

@@ -3,6 +3,8 @@ package qemu
 import (
 	"context"
 	"fmt"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // AddDisk hotplugs a disk: blockdev-add of its file and format nodes, then device_add of a
@@ -40,20 +42,20 @@ func (vm *VM) attachDisk(ctx context.Context, d Disk) error {
 	if err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
-	r := &reverter{}
-	defer r.fail()
+	r := revert.New()
+	defer r.Fail()
 	if err := vm.execute(ctx, "blockdev-add", fileNodeArgs(d, hostDriver(isBlk, d.CDROM)), nil); err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
-	r.add(func() { vm.undo("blockdev-del", map[string]any{"node-name": fileNodeName(d.ID)}) })
+	r.Add(func() { vm.undo("blockdev-del", map[string]any{"node-name": fileNodeName(d.ID)}) })
 	if err := vm.execute(ctx, "blockdev-add", formatNodeArgs(d), nil); err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
-	r.add(func() { vm.undo("blockdev-del", map[string]any{"node-name": formatNodeName(d.ID)}) })
+	r.Add(func() { vm.undo("blockdev-del", map[string]any{"node-name": formatNodeName(d.ID)}) })
 	if err := vm.execute(ctx, "device_add", diskDeviceArgs(d, d.Port), nil); err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
-	r.success()
+	r.Success()
 	vm.recordDisk(d)
 	vm.log.Info("disk attached", "id", d.ID, "bus", d.Bus, "slot", d.Port)
 	return nil

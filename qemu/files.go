@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // childFiles are the files QEMU inherits (exec.Cmd.ExtraFiles order: fd 3, 4, ...) and the
@@ -35,9 +37,9 @@ func (c *childFiles) closeFiles() {
 // their paths are not plain, the kernel and initrd. On error nothing is left behind.
 func openChildFiles(spec *Spec, qmpSocket string) (_ *childFiles, err error) {
 	c := &childFiles{}
-	r := &reverter{}
-	defer r.fail()
-	r.add(func() { c.closeFiles(); removeAll(nil, c.created) })
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { c.closeFiles(); removeAll(nil, c.created) })
 	listen := func(path string) (int, error) {
 		f, err := listenUnix(path)
 		if err != nil {
@@ -86,7 +88,7 @@ func openChildFiles(spec *Spec, qmpSocket string) (_ *childFiles, err error) {
 			return nil, err
 		}
 	}
-	r.success()
+	r.Success()
 	return c, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // AddNIC hotplugs a virtio-net-pci NIC on a free PCIe root port (n.Port, or the first free
@@ -29,8 +31,8 @@ func (vm *VM) AddNIC(ctx context.Context, n NIC) error {
 // attachNIC adds n (Port set) over QMP and records it. Shared by Start's cold plug and
 // AddNIC.
 func (vm *VM) attachNIC(ctx context.Context, n NIC) error {
-	r := &reverter{}
-	defer r.fail()
+	r := revert.New()
+	defer r.Fail()
 	consumed := false // netdev_add takes the getfd'd fds out of the monitor's table
 	var names []string
 	for q, f := range n.TapFDs {
@@ -39,7 +41,7 @@ func (vm *VM) attachNIC(ctx context.Context, n NIC) error {
 			return fmt.Errorf("add nic %s: %w", n.ID, err)
 		}
 		names = append(names, name)
-		r.add(func() {
+		r.Add(func() {
 			if !consumed {
 				vm.undo("closefd", map[string]any{"fdname": name})
 			}
@@ -49,11 +51,11 @@ func (vm *VM) attachNIC(ctx context.Context, n NIC) error {
 		return fmt.Errorf("add nic %s: %w", n.ID, err)
 	}
 	consumed = true
-	r.add(func() { vm.undo("netdev_del", map[string]any{"id": netdevID(n.ID)}) })
+	r.Add(func() { vm.undo("netdev_del", map[string]any{"id": netdevID(n.ID)}) })
 	if err := vm.execute(ctx, "device_add", nicDeviceArgs(n, n.Port), nil); err != nil {
 		return fmt.Errorf("add nic %s: %w", n.ID, err)
 	}
-	r.success()
+	r.Success()
 	vm.recordNIC(n)
 	vm.log.Info("nic attached", "id", n.ID, "port", n.Port, "queues", n.queues())
 	return nil

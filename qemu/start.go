@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/qemu/accel"
 	"github.com/vmlet/vmlet/qemu/qmp"
 )
@@ -48,7 +49,7 @@ type starter struct {
 	files *childFiles
 	qmp   string // QMP socket path
 	vm    *VM
-	r     *reverter
+	r     *revert.Reverter
 }
 
 // startStep is one named step of Start; it registers its own undo on s.r.
@@ -78,15 +79,15 @@ func Start(ctx context.Context, spec *Spec, opts StartOptions) (*VM, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &starter{spec: cloneSpec(spec), opts: opts, r: &reverter{}}
+	s := &starter{spec: cloneSpec(spec), opts: opts, r: revert.New()}
 	s.vm = &VM{log: log.With("vm", spec.Name), eventsDone: make(chan struct{}), exited: make(chan struct{})}
-	defer s.r.fail()
+	defer s.r.Fail()
 	for _, st := range startSteps {
 		t0 := time.Now()
 		if err := st.run(s, ctx); err != nil {
 			se := &StepError{Step: st.name, Err: err}
 			if s.vm.proc != nil {
-				s.r.fail() // kill and reap first: the stderr tail is complete afterwards
+				s.r.Fail() // kill and reap first: the stderr tail is complete afterwards
 				se.Stderr = s.vm.stderr.String()
 			}
 			s.vm.log.Error("start failed", "step", st.name, "err", err)
@@ -94,7 +95,7 @@ func Start(ctx context.Context, spec *Spec, opts StartOptions) (*VM, error) {
 		}
 		s.vm.log.Debug("start step done", "step", st.name, "took", time.Since(t0))
 	}
-	s.r.success()
+	s.r.Success()
 	go s.vm.supervise()
 	return s.vm, nil
 }
@@ -147,7 +148,7 @@ func (s *starter) prepareFiles(context.Context) error {
 	s.files = files
 	s.env.FDs = files.fds
 	s.vm.files = append(created, files.created...)
-	s.r.add(func() { files.closeFiles(); removeAll(s.vm.log, s.vm.files) })
+	s.r.Add(func() { files.closeFiles(); removeAll(s.vm.log, s.vm.files) })
 	return nil
 }
 
@@ -172,7 +173,7 @@ func (s *starter) execQEMU(context.Context) error {
 	// Close our copies now: if QEMU dies, its sockets die with it and QMP sees EOF at once.
 	s.files.closeFiles()
 	s.vm.proc = p
-	s.r.add(func() {
+	s.r.Add(func() {
 		_ = p.signal(killSignal) // rollback is best effort; p.done tells when QEMU is gone
 		<-p.done
 	})
@@ -201,7 +202,7 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	s.vm.version = greetingVersion(mon)
 	events, unsub := mon.Subscribe(func(e qmp.Event) bool { return e.Name == "SHUTDOWN" })
 	go s.vm.watchShutdown(events, unsub)
-	s.r.add(func() { mon.Close() })
+	s.r.Add(func() { mon.Close() })
 	return nil
 }
 

@@ -27,26 +27,3 @@ func TestTailBuffer(t *testing.T) {
 		t.Fatalf("sink = %q, want everything", sink.String())
 	}
 }
-
-func TestReverter(t *testing.T) {
-	var order []int
-	func() {
-		r := &reverter{}
-		defer r.fail()
-		r.add(func() { order = append(order, 1) })
-		r.add(func() { order = append(order, 2) })
-	}()
-	if len(order) != 2 || order[0] != 2 || order[1] != 1 {
-		t.Fatalf("undo order = %v, want [2 1]", order)
-	}
-	order = nil
-	func() {
-		r := &reverter{}
-		defer r.fail()
-		r.add(func() { order = append(order, 1) })
-		r.success()
-	}()
-	if order != nil {
-		t.Fatalf("undo ran after success: %v", order)
-	}
-}

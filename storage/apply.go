@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/storage/qemuimg"
@@ -43,8 +44,8 @@ type state struct {
 // Apply runs once at a time per VM folder (the agent reconciles a VMI at a time); different VMs
 // may apply concurrently.
 func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
-	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}}, images: map[string]*oci.Image{}}
-	defer a.undo()
+	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}}, images: map[string]*oci.Image{}, undo: revert.New()}
+	defer a.undo.Fail()
 	if err := a.prepareDir(); err != nil {
 		return nil, &VolumeError{Err: err}
 	}
@@ -77,23 +78,22 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 		a.res.Disks = append(a.res.Disks, d)
 	}
 	a.res.Boot = p.Boot
-	a.created = nil // success: nothing to undo
+	a.undo.Success()
 	return a.res, nil
 }
 
 type applier struct {
-	h       *Host
-	p       *VMPlan
-	res     *Result
-	st      state
-	images  map[string]*oci.Image
-	created []string // paths to remove if Apply fails, in creation order
+	h      *Host
+	p      *VMPlan
+	res    *Result
+	st     state
+	images map[string]*oci.Image
+	undo   *revert.Reverter // removes what this Apply created if it fails
 }
 
-func (a *applier) undo() {
-	for i := len(a.created) - 1; i >= 0; i-- {
-		_ = os.RemoveAll(a.created[i])
-	}
+// created registers a path this Apply made, to be removed (newest first) if Apply fails.
+func (a *applier) created(path string) {
+	a.undo.Add(func() { _ = os.RemoveAll(path) })
 }
 
 // prepareDir makes VMDir (with its state file) and its sub-folders, or reads the state of an
@@ -107,7 +107,7 @@ func (a *applier) prepareDir() error {
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.Mkdir(dir, 0o755); err == nil {
-			a.created = append(a.created, dir)
+			a.created(dir)
 		} else if !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create vm folder: %w", err)
 		} else if ents, _ := os.ReadDir(dir); len(ents) > 0 {

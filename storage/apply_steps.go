@@ -111,7 +111,7 @@ func (a *applier) createQCOW2(ctx context.Context, path string, o qemuimg.Create
 		os.Remove(tmp)
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	a.created = append(a.created, path)
+	a.created(path)
 	return nil
 }
 
@@ -122,7 +122,7 @@ func (a *applier) iso(act Action) error {
 		return err
 	}
 	if errors.Is(statErr, fs.ErrNotExist) {
-		a.created = append(a.created, act.Path)
+		a.created(act.Path)
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func (a *applier) hostPath(act Action) (string, error) {
 		return "", err
 	}
 	if r.created {
-		a.created = append(a.created, r.path)
+		a.created(r.path)
 	}
 	return r.path, nil
 }
@@ -192,7 +192,7 @@ func (a *applier) linkFile(src, dst string) error {
 		return fmt.Errorf("link %s: %w", dst, err)
 	}
 	if errors.Is(statErr, fs.ErrNotExist) {
-		a.created = append(a.created, dst)
+		a.created(dst)
 	}
 	return nil
 }

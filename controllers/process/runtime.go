@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 // Names of the files in a launcher's run folder.
@@ -102,29 +103,24 @@ func (r *Runtime) Ensure(ctx context.Context, s Spec) (State, error) {
 	return r.start(ctx, s)
 }
 
-func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
+func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 	dir := r.Dir(s.ID)
+	undo := revert.New()
+	defer undo.Fail()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return State{}, fmt.Errorf("make run dir: %w", err)
 	}
+	undo.Add(func() { _ = os.RemoveAll(dir) })
 	if !r.User.Root() {
 		if err := r.handOver(dir); err != nil {
-			_ = os.RemoveAll(dir)
 			return State{}, err
 		}
 	}
-	var jail *devices.Jail
-	defer func() {
-		if err != nil {
-			if jail != nil {
-				_ = jail.Close(context.Background())
-			}
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	if jail, err = devices.NewJail(r.CgroupParent, "vmlet-"+s.ID, s.Rules); err != nil {
+	jail, err := devices.NewJail(r.CgroupParent, "vmlet-"+s.ID, s.Rules)
+	if err != nil {
 		return State{}, fmt.Errorf("make launcher cgroup: %w", err)
 	}
+	undo.Add(func() { _ = jail.Close(context.Background()) })
 	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return State{}, fmt.Errorf("open launcher log: %w", err)
@@ -143,11 +139,11 @@ func (r *Runtime) start(_ context.Context, s Spec) (st State, err error) {
 	if err := start(); err != nil {
 		return State{}, fmt.Errorf("start launcher: %w", err)
 	}
+	undo.Add(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 		return State{}, fmt.Errorf("write pid file: %w", err)
 	}
+	undo.Success()
 	r.mu.Lock()
 	if r.children == nil {
 		r.children = map[string]chan struct{}{}
@@ -216,19 +212,20 @@ func (r *Runtime) State(id string) (State, error) {
 		return State{}, fmt.Errorf("read pid file: bad pid %q", b)
 	}
 	st := State{Pid: pid}
-	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
-		var ex Exit
-		if json.Unmarshal(b, &ex) == nil {
-			st.Exited = &ex
-			return st, nil
-		}
+	if st.Exited = readExit(dir); st.Exited != nil {
+		return st, nil
 	}
 	if !r.alive(id, pid) {
 		r.mu.Lock()
 		_, child := r.children[id]
 		r.mu.Unlock()
-		if !child { // a child's exit is recorded by reap; anything else vanished unobserved
-			st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+		if !child {
+			// A child's exit is recorded by reap, which writes the exit file before it forgets
+			// the child: read it again, the child may have been reaped since the first read.
+			// Anything else vanished unobserved.
+			if st.Exited = readExit(dir); st.Exited == nil {
+				st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+			}
 			return st, nil
 		}
 	}
@@ -237,6 +234,19 @@ func (r *Runtime) State(id string) (State, error) {
 	}
 	r.watchAdopted(id, pid)
 	return st, nil
+}
+
+// readExit reads the exit file reap wrote, or returns nil.
+func readExit(dir string) *Exit {
+	b, err := os.ReadFile(filepath.Join(dir, exitFile))
+	if err != nil {
+		return nil
+	}
+	var ex Exit
+	if json.Unmarshal(b, &ex) != nil {
+		return nil
+	}
+	return &ex
 }
 
 // watchAdopted reports the exit of a running launcher that is not this runtime's child (it was

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/qemu"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/qemu/qmp"
@@ -57,7 +58,7 @@ func (l *Launcher) startDomain(ctx context.Context, wire *pb.DomainSpec, incomin
 	return s.d, nil
 }
 
-func (s *starter) checkSpec(*reverter) error {
+func (s *starter) checkSpec(*revert.Reverter) error {
 	l := s.l
 	l.mu.Lock()
 	term := l.term
@@ -82,7 +83,7 @@ func (s *starter) checkSpec(*reverter) error {
 
 // openTaps replaces each NIC's tap name by file descriptors the launcher opens (in the
 // NIC's network namespace), so that QEMU never needs CAP_NET_ADMIN or /dev/net/tun.
-func (s *starter) openTaps(*reverter) error {
+func (s *starter) openTaps(*revert.Reverter) error {
 	for i, n := range s.spec.NICs {
 		if n.TapName == "" {
 			continue
@@ -97,7 +98,7 @@ func (s *starter) openTaps(*reverter) error {
 	return nil
 }
 
-func (s *starter) startQEMU(r *reverter) error {
+func (s *starter) startQEMU(r *revert.Reverter) error {
 	l := s.l
 	stderr, err := os.OpenFile(l.paths.QEMULog(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -130,7 +131,7 @@ func (s *starter) startQEMU(r *reverter) error {
 		return err
 	}
 	d.vm, d.info, d.started = vm, vm.Info(), time.Now()
-	r.add(func() {
+	r.Add(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := vm.Kill(ctx); err != nil {
@@ -143,7 +144,7 @@ func (s *starter) startQEMU(r *reverter) error {
 
 // watchEvents subscribes to every QMP event before reading the initial state, so no change
 // between the two is missed, and starts the supervisor that reports QEMU's exit.
-func (s *starter) watchEvents(r *reverter) error {
+func (s *starter) watchEvents(r *revert.Reverter) error {
 	d := s.d
 	events, unsub := d.vm.Monitor().Subscribe(nil)
 	d.refresh("")
@@ -154,11 +155,11 @@ func (s *starter) watchEvents(r *reverter) error {
 			d.onEvent(e)
 		}
 	}()
-	r.add(unsub)
+	r.Add(unsub)
 	return nil
 }
 
-func (s *starter) serveDebug(r *reverter) error {
+func (s *starter) serveDebug(r *revert.Reverter) error {
 	p, err := newDebugProxy(s.d, s.l.paths.DebugSocket())
 	if err != nil {
 		return err
@@ -169,11 +170,11 @@ func (s *starter) serveDebug(r *reverter) error {
 		p.serve()
 	}()
 	s.d.addCloser(p.close)
-	r.add(p.close)
+	r.Add(p.close)
 	return nil
 }
 
-func (s *starter) pollAgent(r *reverter) error {
+func (s *starter) pollAgent(r *revert.Reverter) error {
 	if s.spec.Agent == nil {
 		return nil
 	}
@@ -185,11 +186,11 @@ func (s *starter) pollAgent(r *reverter) error {
 		a.run()
 	}()
 	s.d.addCloser(a.close)
-	r.add(a.close)
+	r.Add(a.close)
 	return nil
 }
 
-func (s *starter) publish(*reverter) error {
+func (s *starter) publish(*revert.Reverter) error {
 	l := s.l
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -12,20 +12,21 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/vmlet/vmlet/internal/revert"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
-// step is one named step of a sequence; run registers its undo on the reverter.
+// step is one named step of a sequence; run registers its undo on the revert.Reverter.
 type step struct {
 	name string
-	run  func(r *reverter) error
+	run  func(r *revert.Reverter) error
 }
 
 // runSteps runs the step list what in order; on failure it undoes the completed steps
 // (newest first) and returns a *StepError naming the failed step.
 func runSteps(l *Launcher, what string, steps []step) error {
-	r := &reverter{}
-	defer r.fail()
+	r := revert.New()
+	defer r.Fail()
 	for _, s := range steps {
 		t0 := time.Now()
 		if err := s.run(r); err != nil {
@@ -34,7 +35,7 @@ func runSteps(l *Launcher, what string, steps []step) error {
 		}
 		l.log.Debug("step done", "what", what, "step", s.name, "took", time.Since(t0))
 	}
-	r.success()
+	r.Success()
 	return nil
 }
 
@@ -53,7 +54,7 @@ func (l *Launcher) startupSteps() []step {
 
 func (l *Launcher) startup() error { return runSteps(l, "start launcher", l.startupSteps()) }
 
-func (l *Launcher) prepareDirs(r *reverter) error {
+func (l *Launcher) prepareDirs(r *revert.Reverter) error {
 	// Sockets from a previous launcher in this run dir are stale: it is gone (the agent starts
 	// one launcher per run dir), and a socket file would make bind fail.
 	if err := removeSockets(l.paths); err != nil {
@@ -62,29 +63,29 @@ func (l *Launcher) prepareDirs(r *reverter) error {
 	return l.paths.prepare()
 }
 
-func (l *Launcher) openQMPLog(r *reverter) error {
+func (l *Launcher) openQMPLog(r *revert.Reverter) error {
 	q, err := openQMPLog(l.paths.QMPLog(), l.cfg.QMPLogMaxBytes, l.cfg.QMPLogKeep)
 	if err != nil {
 		return err
 	}
 	l.qlog = q
-	r.add(func() { q.close() })
+	r.Add(func() { q.close() })
 	return nil
 }
 
 // listenAPI binds the command socket under its starting name, 0600 from the start (umask
 // while binding, then chmod for good measure).
-func (l *Launcher) listenAPI(r *reverter) error {
+func (l *Launcher) listenAPI(r *revert.Reverter) error {
 	lis, err := listenUnix(l.paths.StartingSocket())
 	if err != nil {
 		return err
 	}
 	l.lis = lis
-	r.add(func() { lis.Close(); os.Remove(l.paths.StartingSocket()) })
+	r.Add(func() { lis.Close(); os.Remove(l.paths.StartingSocket()) })
 	return nil
 }
 
-func (l *Launcher) serveAPI(r *reverter) error {
+func (l *Launcher) serveAPI(r *revert.Reverter) error {
 	l.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(l.unaryErrors),
 		grpc.ChainStreamInterceptor(l.streamErrors),
@@ -92,28 +93,28 @@ func (l *Launcher) serveAPI(r *reverter) error {
 	)
 	pb.RegisterLauncherServer(l.srv, &api{Launcher: l})
 	go func() { l.serveErr <- l.srv.Serve(l.lis) }()
-	r.add(func() { l.srv.Stop() })
+	r.Add(func() { l.srv.Stop() })
 	return nil
 }
 
 // listenTaps serves the tap hand-over socket (Paths.TapSocket) before the launcher is ready,
 // so the agent can hand taps over as soon as it sees ReadySocket.
-func (l *Launcher) listenTaps(r *reverter) error {
+func (l *Launcher) listenTaps(r *revert.Reverter) error {
 	lis, err := listenTaps(l.paths.TapSocket())
 	if err != nil {
 		return err
 	}
 	l.tapLis = lis
 	go l.serveTaps(lis)
-	r.add(func() { lis.Close(); l.taps.closeAll() })
+	r.Add(func() { lis.Close(); l.taps.closeAll() })
 	return nil
 }
 
-func (l *Launcher) markReady(r *reverter) error {
+func (l *Launcher) markReady(r *revert.Reverter) error {
 	if err := os.Rename(l.paths.StartingSocket(), l.paths.ReadySocket()); err != nil {
 		return fmt.Errorf("rename command socket: %w", err)
 	}
-	r.add(func() { os.Remove(l.paths.ReadySocket()) })
+	r.Add(func() { os.Remove(l.paths.ReadySocket()) })
 	return nil
 }
 

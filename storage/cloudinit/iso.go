@@ -11,6 +11,8 @@ import (
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 const sectorSize = 2048
@@ -34,13 +36,9 @@ func WriteISO(path string, c *Config) error {
 	if err != nil {
 		return fmt.Errorf("write cloud-init iso: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	undo := revert.New()
+	defer undo.Fail()
+	undo.Add(func() { tmp.Close(); os.Remove(tmp.Name()) })
 	if err := build(tmp, work, files, c.Label()); err != nil {
 		return fmt.Errorf("write cloud-init iso %s: %w", path, err)
 	}
@@ -53,7 +51,7 @@ func WriteISO(path string, c *Config) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write cloud-init iso: %w", err)
 	}
-	ok = true
+	undo.Success()
 	return nil
 }
 

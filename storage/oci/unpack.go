@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/vmlet/vmlet/internal/revert"
 )
 
 const (
@@ -52,12 +54,9 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 	if err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			_ = forceRemoveAll(tmp)
-		}
-	}()
+	undo := revert.New()
+	defer undo.Fail()
+	undo.Add(func() { _ = forceRemoveAll(tmp) })
 	st := &unpackState{root: filepath.Join(tmp, rootfsDir), limit: c.o.MaxImageBytes,
 		entries: maxEntries, meta: imageMeta{Digest: r.digest.String(), Skipped: map[string]string{}}}
 	if err := os.Mkdir(st.root, 0o755); err != nil {
@@ -82,7 +81,7 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 	if err := os.Rename(tmp, c.imageDir(r.digest)); err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
-	done = true
+	undo.Success()
 	return nil
 }
 

@@ -38,6 +38,9 @@ const Finalizer = "vmlet.dev/node-cleanup"
 // socket is not ready yet). The launcher has no way to tell the agent before it is ready.
 const launcherStartPoll = 100 * time.Millisecond
 
+// launcherDialTimeout bounds connecting to a launcher whose socket is ready.
+const launcherDialTimeout = 10 * time.Second
+
 // launcherStartFallback is how often a reconcile looks at a starting launcher whose run folder
 // is watched (readyWatch wakes it on the rename): only in case an event is missed.
 const launcherStartFallback = 2 * time.Second
@@ -333,7 +336,12 @@ func (r *VMIReconciler) connect(ctx context.Context, vmi *vmletv1.VirtualMachine
 			return c.l, nil
 		}
 	}
-	l, err := r.Dial(ctx, r.Runtime.Socket(string(vmi.UID)))
+	// Bounded: the dial waits for the launcher to be ready, and a launcher that died after the
+	// reconcile looked at it would otherwise hold this worker for good (its exit is seen on the
+	// retry).
+	dctx, cancel := context.WithTimeout(ctx, launcherDialTimeout)
+	l, err := r.Dial(dctx, r.Runtime.Socket(string(vmi.UID)))
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 )
 
@@ -149,7 +150,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	before := vmi.Status.DeepCopy()
 	res, err := r.reconcile(ctx, vmi)
 	if err != nil {
-		r.Recorder.Eventf(vmi, nil, "Warning", "SyncFailed", "Reconcile", "%v", err)
+		r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonSyncFailed), "Reconcile", "%v", err)
 	}
 	if !vmi.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(vmi, Finalizer) {
 		return res, err // finalizer removed: the object may be gone
@@ -172,7 +173,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if !vmi.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, vmi)
 	}
-	if isFinal(vmi.Status.Phase) {
+	if vmistatus.IsFinal(vmi.Status.Phase) {
 		return ctrl.Result{}, r.teardown(ctx, vmi)
 	}
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
@@ -222,8 +223,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
 	})
 	if err != nil {
-		setPhase(vmi, vmletv1.Scheduled)
-		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "LauncherFailed", err.Error())
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
 	}
 	if st.Exited != nil {
@@ -231,8 +232,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{}, nil
 	}
 	if !st.Ready {
-		setPhase(vmi, vmletv1.Scheduled)
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "LauncherStarting", "waiting for the launcher to be ready")
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonLauncherStarting, "waiting for the launcher to be ready")
 		if r.ready == nil || r.ready.add(id, runDir) != nil {
 			return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
 		}
@@ -266,7 +267,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	// not a different domain.
 	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
 	if err := l.Sync(ctx, spec, netns); err != nil {
-		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SyncFailed", err.Error())
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
 	}
 	if dom.State == DomainNone {
@@ -305,14 +306,14 @@ func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.Virtual
 		if err != nil {
 			return dom, fmt.Errorf("pause: %w", err)
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "Paused", "Pause", "guest vCPUs stopped (spec.paused)")
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
 		return d, nil
 	case !vmi.Spec.Paused && dom.State == DomainPaused:
 		d, err := l.Unpause(ctx)
 		if err != nil {
 			return dom, fmt.Errorf("unpause: %w", err)
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "Resumed", "Unpause", "guest vCPUs resumed (spec.paused=false)")
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
 		return d, nil
 	}
 	return dom, nil
@@ -382,13 +383,13 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 		if err := r.Runtime.Stop(id); err != nil {
 			return ctrl.Result{}, err
 		}
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "ShuttingDown", "deleting: guest shutdown requested")
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonShuttingDown, "deleting: guest shutdown requested")
 		return ctrl.Result{RequeueAfter: gracePeriod(vmi) + 5*time.Second}, nil
 	default:
 		// The launcher stopped for the deletion: say how the guest went (a guest that ignored
 		// ACPI was stopped by force at the end of its grace period: a Warning event, which
 		// outlives the VMI). Once: a final phase is not recorded again.
-		if !isFinal(vmi.Status.Phase) {
+		if !vmistatus.IsFinal(vmi.Status.Phase) {
 			r.launcherExited(vmi, st.Exited)
 		}
 	}

@@ -18,6 +18,7 @@
 //     ShutdownNode is the graceful node shutdown (VMIs end Failed, reason NodeShutdown).
 //
 // The cluster side lives in subpackages: cluster (launcher pods, status.nodeName) and
-// launcherpod (the pod it builds). No controller drives VirtualMachineInstanceMigrations yet:
+// launcherpod (the pod it builds). Both sides write phases, conditions and reasons with package
+// vmistatus, the one status vocabulary. No controller drives VirtualMachineInstanceMigrations yet:
 // VMIs report LiveMigratable=False, reason MigrationControllerMissing.
 package controllers

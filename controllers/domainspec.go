@@ -82,7 +82,7 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Reference
 	}
 	d := &vmi.Spec.Domain
 	s := &qemu.Spec{
-		Name:         domainName(vmi),
+		Name:         DomainName(vmi),
 		UUID:         string(vmi.UID),
 		HotplugPorts: hotplugPorts,
 		// Always there, so that SCSI disks can be hotplugged (the boot-time domain must not
@@ -131,8 +131,11 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Reference
 	return &Domain{Spec: s, Storage: plan, Hotplug: hot}, nil
 }
 
-// domainName is the VMI's namespace and name, which the API already restricts to DNS labels.
-func domainName(vmi *vmletv1.VirtualMachineInstance) string {
+// DomainName is the name the node agent gives the VMI's domain (its Sync spec's name): the VMI's
+// namespace and name, which the API already restricts to DNS labels. A launcher started with
+// --name must be given this one (the cluster controller's launcher pods), or it refuses the
+// agent's Sync.
+func DomainName(vmi *vmletv1.VirtualMachineInstance) string {
 	n := vmi.Namespace + "_" + vmi.Name
 	if len(n) > maxDomainNameLn {
 		n = n[:maxDomainNameLn]

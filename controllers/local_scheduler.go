@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // LocalScheduler is local mode's cluster controller: with one node and no kubelet there are no
@@ -34,18 +35,18 @@ func (s *LocalScheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := s.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if vmi.Status.NodeName != "" || isFinal(vmi.Status.Phase) || !vmi.DeletionTimestamp.IsZero() {
+	if vmi.Status.NodeName != "" || vmistatus.IsFinal(vmi.Status.Phase) || !vmi.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
 	before := vmi.Status.DeepCopy()
-	setPhase(vmi, vmletv1.Pending)
+	vmistatus.SetPhase(vmi, vmletv1.Pending)
 	if sel := labels.SelectorFromSet(vmi.Spec.NodeSelector); !sel.Matches(labels.Set(s.NodeLabels)) {
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "Unschedulable",
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnschedulable,
 			fmt.Sprintf("node %s does not match nodeSelector %s", s.NodeName, sel))
 	} else {
 		vmi.Status.NodeName = s.NodeName
-		setPhase(vmi, vmletv1.Scheduled)
-		s.Recorder.Eventf(vmi, nil, "Normal", "Scheduled", "Schedule", "assigned to node %s", s.NodeName)
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		s.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonScheduled), "Schedule", "assigned to node %s", s.NodeName)
 	}
 	if equality.Semantic.DeepEqual(before, &vmi.Status) {
 		return ctrl.Result{}, nil

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
@@ -48,16 +49,6 @@ func (g *grpcLauncher) HotplugNIC(ctx context.Context, n qemu.NIC, netns string)
 func (g *grpcLauncher) UnplugNIC(ctx context.Context, id string) error {
 	return g.c.UnplugNIC(ctx, id)
 }
-
-// Reasons of interfaces that cannot be plugged (Synchronized=False, Warning events).
-const (
-	// reasonUnknownNetwork: a multus network this node does not offer.
-	reasonUnknownNetwork = "UnknownNetwork"
-	// reasonInterfaceHotplugFailed: wiring or plugging the interface failed (retried).
-	reasonInterfaceHotplugFailed = "InterfaceHotplugFailed"
-	// reasonInterfaceUnplugFailed: the guest did not release the NIC, or unwiring failed.
-	reasonInterfaceUnplugFailed = "InterfaceUnplugFailed"
-)
 
 // errUnknownSecondary: a multus network that the node does not offer.
 var errUnknownSecondary = errors.New("secondary network not offered by this node")
@@ -206,7 +197,7 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 	hp, ok := l.(NICHotplugger)
 	if !ok {
 		if len(vn.Hot) > 0 {
-			r.nicsDegraded(vmi, synced, reasonInterfaceHotplugFailed, errors.New("this node's launchers cannot hotplug interfaces"))
+			r.nicsDegraded(vmi, synced, vmistatus.ReasonInterfaceHotplugFailed, errors.New("this node's launchers cannot hotplug interfaces"))
 		}
 		return nil
 	}
@@ -218,9 +209,9 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 	for _, hot := range vn.Hot {
 		nic, netns, err := r.Network.plugSecondary(vmi.UID, vn.Spec, hot)
 		if err != nil {
-			reason := reasonInterfaceHotplugFailed
+			reason := vmistatus.ReasonInterfaceHotplugFailed
 			if errors.Is(err, errUnknownSecondary) || errors.Is(err, network.ErrInvalidSpec) {
-				reason = reasonUnknownNetwork
+				reason = vmistatus.ReasonUnknownNetwork
 			}
 			problems = append(problems, nicProblem{reason, err})
 			continue
@@ -230,10 +221,10 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		}
 		if err := hp.HotplugNIC(ctx, nic, netns); err != nil {
 			err = errors.Join(fmt.Errorf("hotplug interface %s: %w", hot.Name, err), r.Network.unplugSecondary(vmi.UID, hot.Name, hot.PodInterface))
-			problems = append(problems, nicProblem{reasonInterfaceHotplugFailed, err})
+			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceHotplugFailed, err})
 			continue
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "InterfaceAttached", "Hotplug", "interface %s plugged as NIC %s (MAC %s)", hot.Name, nic.ID, nic.MAC)
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonInterfaceAttached), "Hotplug", "interface %s plugged as NIC %s (MAC %s)", hot.Name, nic.ID, nic.MAC)
 	}
 	var busy []string
 	for _, id := range attached {
@@ -246,16 +237,16 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		name := interfaceOfNIC(vmi, id)
 		if err != nil {
 			busy = append(busy, name)
-			problems = append(problems, nicProblem{reasonInterfaceUnplugFailed, fmt.Errorf("unplug nic %s: %w", id, err)})
+			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("unplug nic %s: %w", id, err)})
 			continue
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "InterfaceDetached", "Unplug", "NIC %s of interface %s unplugged", id, name)
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonInterfaceDetached), "Unplug", "NIC %s of interface %s unplugged", id, name)
 	}
 	// A NIC that failed to unplug keeps its binding; one whose interface left the spec cannot
 	// be told apart from the others: then nothing is removed until it is unplugged.
 	if !slices.Contains(busy, "") {
 		if err := r.Network.pruneSecondaries(vmi.UID, vn.BootSpecNames(), vn.Hot, busy); err != nil {
-			problems = append(problems, nicProblem{reasonInterfaceUnplugFailed, fmt.Errorf("remove unplugged interfaces: %w", err)})
+			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("remove unplugged interfaces: %w", err)})
 		}
 	}
 	if len(problems) > 0 {
@@ -265,7 +256,7 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		}
 		err := errors.Join(errs...)
 		r.nicsDegraded(vmi, synced, problems[0].reason, err)
-		if problems[0].reason == reasonUnknownNetwork && len(problems) == 1 {
+		if problems[0].reason == vmistatus.ReasonUnknownNetwork && len(problems) == 1 {
 			return nil // nothing to retry until the spec changes
 		}
 		return err
@@ -275,15 +266,15 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 
 // nicsDegraded sets Synchronized=False with reason, recording a Warning event when the
 // condition did not say so before this reconcile.
-func (r *VMIReconciler) nicsDegraded(vmi *vmletv1.VirtualMachineInstance, synced *metav1.Condition, reason string, err error) {
-	if synced == nil || synced.Reason != reason || synced.Message != err.Error() {
-		r.Recorder.Eventf(vmi, nil, "Warning", reason, "HotplugInterface", "%v", err)
+func (r *VMIReconciler) nicsDegraded(vmi *vmletv1.VirtualMachineInstance, synced *metav1.Condition, reason vmistatus.Reason, err error) {
+	if synced == nil || synced.Reason != string(reason) || synced.Message != err.Error() {
+		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), "HotplugInterface", "%v", err)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	vmistatus.NotSynchronized(vmi, reason, err.Error())
 }
 
 type nicProblem struct {
-	reason string
+	reason vmistatus.Reason
 	err    error
 }
 

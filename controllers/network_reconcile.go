@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -36,9 +37,6 @@ type PodNetworks interface {
 }
 
 var _ PodNetworks = (*network.Node)(nil)
-
-// reasonNoPodNetwork: a VMI wants interfaces on an agent that has no pod network.
-const reasonNoPodNetwork = "NoPodNetwork"
 
 // DefaultSecondaryNetworks is the multus network a local-mode node offers: its node bridge.
 var DefaultSecondaryNetworks = []string{"vmlet-node"}
@@ -172,15 +170,15 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 // without a pod network fails the VMI; other errors (kernel state) are retried.
 func (r *VMIReconciler) networkFailed(vmi *vmletv1.VirtualMachineInstance, dom DomainState, err error) error {
 	if errors.Is(err, errNoPodNetwork) && dom.State == DomainNone {
-		r.fail(vmi, reasonNoPodNetwork, err.Error()+" (autoattachPodInterface: false runs a VMI without interfaces)")
+		r.fail(vmi, vmistatus.ReasonNoPodNetwork, err.Error()+" (autoattachPodInterface: false runs a VMI without interfaces)")
 		return nil
 	}
 	if dom.State != DomainNone {
 		r.observe(vmi, dom)
 	} else {
-		setPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "NetworkFailed", err.Error())
+	vmistatus.NotSynchronized(vmi, vmistatus.ReasonNetworkFailed, err.Error())
 	return fmt.Errorf("wire network: %w", err)
 }
 

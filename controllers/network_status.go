@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/network"
 )
 
@@ -78,7 +79,7 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 		}
 	}
 	for _, msg := range addressChanges(vmi.Status.Interfaces, out) {
-		r.Recorder.Eventf(vmi, nil, "Normal", "AddressChanged", "ObserveNetwork", "%s", msg)
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonAddressChanged), "ObserveNetwork", "%s", msg)
 	}
 	vmi.Status.Interfaces = out
 }

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // networkRecheck is how often a VMI waiting for a network looks again.
@@ -47,11 +48,11 @@ func (r *VMIReconciler) waitForNetworks(vmi *vmletv1.VirtualMachineInstance) (ct
 	}
 	msg := fmt.Sprintf("waiting for multus network(s) %s: not offered by this node (it offers %s); the VMI starts when they are",
 		strings.Join(missing, ", "), strings.Join(r.Network.secondaryNames(), ", "))
-	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reasonUnknownNetwork || c.Message != msg {
-		r.Recorder.Eventf(vmi, nil, "Warning", reasonUnknownNetwork, "WireNetwork", "%s", msg)
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != string(vmistatus.ReasonUnknownNetwork) || c.Message != msg {
+		r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonUnknownNetwork), "WireNetwork", "%s", msg)
 	}
-	setPhase(vmi, vmletv1.Scheduled)
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reasonUnknownNetwork, msg)
-	setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reasonUnknownNetwork, msg)
+	vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+	vmistatus.NotSynchronized(vmi, vmistatus.ReasonUnknownNetwork, msg)
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnknownNetwork, msg)
 	return ctrl.Result{RequeueAfter: networkRecheck}, false
 }

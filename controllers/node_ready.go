@@ -19,7 +19,7 @@ const (
 )
 
 // SetNotReady writes the Node's Ready=False with reason and message (a graceful node shutdown:
-// ReasonNodeShutdown, as the kubelet's graceful node shutdown marks its node NotReady). With no
+// vmistatus.ReasonNodeShutdown, as the kubelet's graceful node shutdown marks its node NotReady). With no
 // kube-controller-manager in local mode nothing would ever turn a stale Ready=True to Unknown,
 // so a vmlet that stops says it. A no-op unless OwnsReady. Call once the heartbeat stopped.
 func (h *Heartbeat) SetNotReady(ctx context.Context, reason, msg string) error {

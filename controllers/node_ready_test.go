@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -59,10 +60,10 @@ func TestHeartbeatOwnsReadyInLocalMode(t *testing.T) {
 		t.Errorf("second beat: heartbeat %v (was %v), transition %v (was %v); want a newer heartbeat, the same transition",
 			r.LastHeartbeatTime, first.LastHeartbeatTime, r.LastTransitionTime, first.LastTransitionTime)
 	}
-	if err := hb.SetNotReady(ctx, controllers.ReasonNodeShutdown, "shut down"); err != nil {
+	if err := hb.SetNotReady(ctx, string(vmistatus.ReasonNodeShutdown), "shut down"); err != nil {
 		t.Fatal(err)
 	}
-	if _, r = readyOf(t, name); r.Status != corev1.ConditionFalse || r.Reason != controllers.ReasonNodeShutdown {
+	if _, r = readyOf(t, name); r.Status != corev1.ConditionFalse || r.Reason != string(vmistatus.ReasonNodeShutdown) {
 		t.Errorf("after SetNotReady: %+v, want False NodeShutdown", r)
 	}
 }
@@ -92,7 +93,7 @@ func TestHeartbeatLeavesKubeletConditions(t *testing.T) {
 	if err := hb.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := hb.SetNotReady(ctx, controllers.ReasonNodeShutdown, "shut down"); err != nil {
+	if err := hb.SetNotReady(ctx, string(vmistatus.ReasonNodeShutdown), "shut down"); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := readyOf(t, name)

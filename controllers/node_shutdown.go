@@ -13,13 +13,9 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu/launcher"
 )
-
-// ReasonNodeShutdown is a VMI's (and the local Node's) reason after a graceful node shutdown. As
-// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run is a
-// new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).
-const ReasonNodeShutdown = "NodeShutdown"
 
 // shutdownMargin is how long past a VMI's grace period ShutdownNode waits for its launcher,
 // which stops QEMU by force when the grace period ends.
@@ -160,10 +156,10 @@ func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.Virtual
 		return nil
 	}
 	for {
-		if isFinal(vmi.Status.Phase) {
+		if vmistatus.IsFinal(vmi.Status.Phase) {
 			return nil
 		}
-		r.fail(vmi, ReasonNodeShutdown, msg)
+		r.fail(vmi, vmistatus.ReasonNodeShutdown, msg)
 		err := r.Client.Status().Update(ctx, vmi)
 		if !apierrors.IsConflict(err) {
 			if err != nil && !apierrors.IsNotFound(err) {

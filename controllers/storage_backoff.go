@@ -13,13 +13,10 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
-
-// reasonImagePullBackOff is the kubelet's reason for a container waiting out the back-off of
-// its image's pull; the try that failed has the failure's own reason (ErrImagePull for most).
-const reasonImagePullBackOff = "ImagePullBackOff"
 
 // pullKey is one VMI's pulls of one image (as planned): the kubelet's back-off key is the pod
 // UID and the image.
@@ -58,11 +55,11 @@ func (e *PullBackOffError) wait() string {
 func (e *PullBackOffError) Unwrap() error { return e.Err }
 
 // Reason is the failed pull's reason (ErrImagePull, ...) or ImagePullBackOff while waiting.
-func (e *PullBackOffError) Reason() string {
+func (e *PullBackOffError) Reason() vmistatus.Reason {
 	if e.Err != nil {
-		return storage.Reason(e.Err)
+		return vmistatus.Reason(storage.Reason(e.Err))
 	}
-	return reasonImagePullBackOff
+	return vmistatus.ReasonImagePullBackOff
 }
 
 // pullBackOff is the node's back-off of failed image pulls, made on first use.
@@ -97,7 +94,7 @@ func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMa
 		return nil, err
 	}
 	if n := r.forgetPulls(vmi.UID); n > 0 {
-		r.Recorder.Eventf(vmi, nil, "Normal", "Pulled", "PullImage", "images pulled after back-off")
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPulled), "PullImage", "images pulled after back-off")
 	}
 	return dom.Resolve(res), nil
 }
@@ -115,7 +112,7 @@ func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err e
 	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
 		return r.waitForImage(vmi, pb), nil
 	}
-	r.fail(vmi, storage.Reason(err), err.Error())
+	r.fail(vmi, vmistatus.Reason(storage.Reason(err)), err.Error())
 	return ctrl.Result{}, nil
 }
 
@@ -136,11 +133,11 @@ func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom
 	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
 		return r.waitForImage(vmi, pb), nil
 	}
-	reason := storage.Reason(err)
-	if prev == nil || prev.Reason != reason {
-		r.Recorder.Eventf(vmi, nil, "Warning", reason, "ApplyStorage", "%v", err)
+	reason := vmistatus.Reason(storage.Reason(err))
+	if prev == nil || prev.Reason != string(reason) {
+		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), "ApplyStorage", "%v", err)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	vmistatus.NotSynchronized(vmi, reason, err.Error())
 	return ctrl.Result{}, err
 }
 
@@ -150,15 +147,15 @@ func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom
 // time and the cause in the message. The VMI is requeued for the next try.
 func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *PullBackOffError) ctrl.Result {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
-		setPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}
 	reason := pb.Reason()
 	if pb.Err != nil {
-		r.Recorder.Eventf(vmi, nil, "Warning", reason, "PullImage", "%s", pb.Message())
+		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), "PullImage", "%s", pb.Message())
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, pb.Message())
+	vmistatus.NotSynchronized(vmi, reason, pb.Message())
 	if vmi.Status.Phase == vmletv1.Scheduled { // not running yet: say why it is not Ready either
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, pb.Message())
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, pb.Message())
 	}
 	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
 }

@@ -25,7 +25,7 @@ func TestPullBackOffMessage(t *testing.T) {
 			`Back-off pulling image "reg/img:1": next try in 20s (at 08:30:20Z): kernel boot: image "reg/img:1": ErrImagePull: image not found at the source`},
 	}
 	for _, tt := range tests {
-		if got := tt.err.Reason(); got != tt.reason {
+		if got := string(tt.err.Reason()); got != tt.reason {
 			t.Errorf("Reason = %q, want %q", got, tt.reason)
 		}
 		if got := tt.err.Message(); got != tt.want {

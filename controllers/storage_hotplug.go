@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
@@ -41,8 +42,9 @@ func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {
 
 // volumeState is where one volume stands after a reconcile.
 type volumeState struct {
-	phase           vmletv1.VolumePhase
-	reason, message string
+	phase   vmletv1.VolumePhase
+	reason  vmistatus.Reason
+	message string
 }
 
 // reconcileHotplug makes the running domain's hotplugged disks match the VMI's hotpluggable
@@ -53,7 +55,7 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 	hp, ok := l.(DiskHotplugger)
 	if !ok {
 		for _, hv := range dom.Hotplug {
-			states[hv.Name] = volumeState{vmletv1.VolumePending, "HotplugUnsupported", "this node's launchers cannot hotplug disks"}
+			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugUnsupported, "this node's launchers cannot hotplug disks"}
 		}
 		return states, nil
 	}
@@ -77,18 +79,18 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		}
 		res, err := r.apply(ctx, hv.Plan)
 		if err != nil {
-			states[hv.Name] = volumeState{vmletv1.VolumePending, storage.Reason(err), err.Error()}
+			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.Reason(storage.Reason(err)), err.Error()}
 			continue
 		}
 		d := res.Disks[0]
 		keep[d.ID] = true
 		if !isAttached[d.ID] {
 			if err := hp.HotplugDisk(ctx, d); err != nil {
-				states[hv.Name] = volumeState{vmletv1.VolumePending, "HotplugFailed", err.Error()}
+				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugFailed, err.Error()}
 				errs = append(errs, fmt.Errorf("hotplug volume %s: %w", hv.Name, err))
 				continue
 			}
-			r.Recorder.Eventf(vmi, nil, "Normal", "VolumeAttached", "Hotplug", "volume %s attached as disk %s", hv.Name, d.ID)
+			r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonVolumeAttached), "Hotplug", "volume %s attached as disk %s", hv.Name, d.ID)
 		}
 		states[hv.Name] = volumeState{phase: vmletv1.VolumeReady}
 	}
@@ -103,7 +105,7 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 			errs = append(errs, fmt.Errorf("unplug disk %s: %w", id, err))
 			continue
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "VolumeDetached", "Unplug", "disk %s detached (its volume left the spec)", id)
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonVolumeDetached), "Unplug", "disk %s detached (its volume left the spec)", id)
 	}
 	return states, errors.Join(errs...)
 }
@@ -131,7 +133,7 @@ func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, run
 		st, ok := hot[v.Name]
 		switch {
 		case ok:
-			s.Phase, s.Reason, s.Message = st.phase, st.reason, st.message
+			s.Phase, s.Reason, s.Message = st.phase, string(st.reason), st.message
 		case old[v.Name].Phase != "":
 			prev := old[v.Name]
 			s.Phase, s.Reason, s.Message = prev.Phase, prev.Reason, prev.Message

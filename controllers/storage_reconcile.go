@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -38,8 +39,6 @@ const (
 	// unplugTimeout bounds waiting for the guest to release a disk within one reconcile; a
 	// guest that takes longer is asked again on the next one.
 	unplugTimeout = 20 * time.Second
-	// reasonSecretNotFound: a cloud-init secret the VMI names does not exist (yet).
-	reasonSecretNotFound = "SecretNotFound"
 	// secretRetry is how often a VMI waiting for a missing Secret looks again.
 	secretRetry = 3 * time.Second
 )
@@ -100,16 +99,16 @@ func secretNames(vmi *vmletv1.VirtualMachineInstance) []string {
 // secretRetry. Other read errors are retried with the controller's backoff.
 func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err error) (ctrl.Result, error) {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
-		setPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}
 	if !apierrors.IsNotFound(err) {
-		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SecretReadFailed", err.Error())
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSecretReadFailed, err.Error())
 		return ctrl.Result{}, err
 	}
-	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reasonSecretNotFound {
-		r.Recorder.Eventf(vmi, nil, "Warning", reasonSecretNotFound, "ReadSecret", "%v", err)
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != string(vmistatus.ReasonSecretNotFound) {
+		r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonSecretNotFound), "ReadSecret", "%v", err)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reasonSecretNotFound, err.Error())
+	vmistatus.NotSynchronized(vmi, vmistatus.ReasonSecretNotFound, err.Error())
 	return ctrl.Result{RequeueAfter: secretRetry}, nil
 }
 
@@ -133,11 +132,11 @@ func (r *VMIReconciler) apply(ctx context.Context, p *storage.VMPlan) (*storage.
 // degraded reports a started VMI whose spec can no longer be carried out (a re-translation or
 // re-Apply failed): the guest keeps its domain and open disks, Synchronized=False says why, and
 // a Warning event marks the change.
-func (r *VMIReconciler) degraded(vmi *vmletv1.VirtualMachineInstance, reason, action string, err error) {
-	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != reason {
-		r.Recorder.Eventf(vmi, nil, "Warning", reason, action, "%v", err)
+func (r *VMIReconciler) degraded(vmi *vmletv1.VirtualMachineInstance, reason vmistatus.Reason, action string, err error) {
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != string(reason) {
+		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), action, "%v", err)
 	}
-	setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, err.Error())
+	vmistatus.NotSynchronized(vmi, reason, err.Error())
 }
 
 // cleanupStorage removes the VMI's storage folder (overlays, empty disks, ISOs, kernel links)
@@ -154,13 +153,13 @@ func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) erro
 }
 
 // specReason is the VMI reason of a translation error.
-func specReason(err error) string {
+func specReason(err error) vmistatus.Reason {
 	var ve *storage.VolumeError
 	switch {
 	case errors.Is(err, ErrUnsupported):
-		return "Unsupported"
+		return vmistatus.ReasonUnsupported
 	case errors.As(err, &ve):
-		return storage.Reason(err)
+		return vmistatus.Reason(storage.Reason(err))
 	}
-	return "InvalidSpec"
+	return vmistatus.ReasonInvalidSpec
 }

@@ -268,7 +268,7 @@ func TestDomainSpecVolumeErrors(t *testing.T) {
 			tt.mutate(vmi)
 			_, err := DomainSpec(vmi, storageTestEnv(), tt.refs)
 			checkSpecError(t, err, tt.want, tt.field)
-			if got := specReason(err); got != tt.reason {
+			if got := string(specReason(err)); got != tt.reason {
 				t.Errorf("reason = %q, want %q (%v)", got, tt.reason, err)
 			}
 		})

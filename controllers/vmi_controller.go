@@ -27,6 +27,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
 )
@@ -153,7 +154,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	before := vmi.Status.DeepCopy()
 	res, err := r.reconcile(ctx, vmi)
 	if err != nil {
-		r.Recorder.Eventf(vmi, nil, "Warning", "SyncFailed", "Reconcile", "%v", err)
+		r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonSyncFailed), "Reconcile", "%v", err)
 	}
 	if !vmi.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(vmi, Finalizer) {
 		return res, err // finalizer removed: the object may be gone
@@ -176,7 +177,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if !vmi.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, vmi)
 	}
-	if isFinal(vmi.Status.Phase) {
+	if vmistatus.IsFinal(vmi.Status.Phase) {
 		return ctrl.Result{}, r.teardown(ctx, vmi)
 	}
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
@@ -226,8 +227,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
 	})
 	if err != nil {
-		setPhase(vmi, vmletv1.Scheduled)
-		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "LauncherFailed", err.Error())
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
 	}
 	if st.Exited != nil {
@@ -235,8 +236,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{}, nil
 	}
 	if !st.Ready {
-		setPhase(vmi, vmletv1.Scheduled)
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "LauncherStarting", "waiting for the launcher to be ready")
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonLauncherStarting, "waiting for the launcher to be ready")
 		if r.ready == nil || r.ready.add(id, runDir) != nil {
 			return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
 		}
@@ -270,7 +271,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	// not a different domain.
 	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
 	if err := l.Sync(ctx, spec, netns); err != nil {
-		setCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "SyncFailed", err.Error())
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
 	}
 	if dom.State == DomainNone {
@@ -309,14 +310,14 @@ func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.Virtual
 		if err != nil {
 			return dom, fmt.Errorf("pause: %w", err)
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "Paused", "Pause", "guest vCPUs stopped (spec.paused)")
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
 		return d, nil
 	case !vmi.Spec.Paused && dom.State == DomainPaused:
 		d, err := l.Unpause(ctx)
 		if err != nil {
 			return dom, fmt.Errorf("unpause: %w", err)
 		}
-		r.Recorder.Eventf(vmi, nil, "Normal", "Resumed", "Unpause", "guest vCPUs resumed (spec.paused=false)")
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
 		return d, nil
 	}
 	return dom, nil
@@ -391,7 +392,7 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 		if err := r.Runtime.Stop(id); err != nil {
 			return ctrl.Result{}, err
 		}
-		setCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, "ShuttingDown", "deleting: guest shutdown requested")
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonShuttingDown, "deleting: guest shutdown requested")
 		return ctrl.Result{RequeueAfter: gracePeriod(vmi) + 5*time.Second}, nil
 	default:
 		// The launcher stopped for the deletion: say how the guest went (a guest that ignored
@@ -399,11 +400,11 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 		// outlives the VMI). Once: a final phase is not recorded again. With a grace period of
 		// 0 the immediate stop is what was asked for: said, but not as a warning.
 		switch {
-		case isFinal(vmi.Status.Phase):
+		case vmistatus.IsFinal(vmi.Status.Phase):
 		case gracePeriod(vmi) == 0 && st.Exited.Known && st.Exited.Code == launcher.ExitForced:
-			r.Recorder.Eventf(vmi, nil, "Normal", "Stopped", "Delete", "terminationGracePeriodSeconds is 0: QEMU was stopped at once, without asking the guest")
-			setPhase(vmi, vmletv1.Failed)
-			vmi.Status.Reason = "Stopped"
+			r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonStopped), "Delete", "terminationGracePeriodSeconds is 0: QEMU was stopped at once, without asking the guest")
+			vmistatus.SetPhase(vmi, vmletv1.Failed)
+			vmi.Status.Reason = string(vmistatus.ReasonStopped)
 		default:
 			r.launcherExited(vmi, st.Exited)
 		}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // demoDeleteTimeout bounds the wait for a final demo VMI's deletion (the node agent removes its
@@ -44,7 +44,7 @@ func (s *Stack) ApplyDemo(ctx context.Context) (Demo, error) {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return d, fmt.Errorf("get demo VMI: %w", err)
-	case !controllers.IsFinal(old.Status.Phase) && old.DeletionTimestamp.IsZero():
+	case !vmistatus.IsFinal(old.Status.Phase) && old.DeletionTimestamp.IsZero():
 		d.Existing = true
 		return d, nil
 	default:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/nodeagent"
 )
 
@@ -23,7 +24,7 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 	}
 	errs = append(errs, s.stopManager())
 	if s.Agent != nil {
-		errs = append(errs, s.Agent.Heartbeat.SetNotReady(ctx, controllers.ReasonNodeShutdown,
+		errs = append(errs, s.Agent.Heartbeat.SetNotReady(ctx, string(vmistatus.ReasonNodeShutdown),
 			"vmlet local shut the node down: its VMIs ended Failed (NodeShutdown)"))
 		errs = append(errs, nodeagent.CloseNetwork(s.Agent.Reconciler.Network))
 	}

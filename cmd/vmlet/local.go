@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/local"
 )
 
@@ -136,7 +136,7 @@ func demo(ctx context.Context, s *local.Stack, cfg local.Config, o localOptions)
 	wctx, cancel := context.WithTimeout(ctx, o.bootTimeout)
 	defer cancel()
 	vmi, err := s.Wait(wctx, d.Key, func(v *vmletv1.VirtualMachineInstance) bool {
-		return v.Status.Phase == vmletv1.Running || controllers.IsFinal(v.Status.Phase)
+		return v.Status.Phase == vmletv1.Running || vmistatus.IsFinal(v.Status.Phase)
 	})
 	if err != nil {
 		return err
@@ -170,7 +170,7 @@ Try (kubectl from %[4]s, built with the control plane):
 }
 
 func hasAddress(v *vmletv1.VirtualMachineInstance) bool {
-	if controllers.IsFinal(v.Status.Phase) {
+	if vmistatus.IsFinal(v.Status.Phase) {
 		return true
 	}
 	for _, i := range v.Status.Interfaces {

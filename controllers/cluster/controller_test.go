@@ -16,8 +16,8 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
-	"github.com/vmlet/vmlet/controllers/cluster"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // TestLauncherPodCreated: a pending VMI gets one launcher pod as the contract says, and the
@@ -196,10 +196,10 @@ func TestFailedPodFailsVMI(t *testing.T) {
 	if waited := time.Since(ended); waited < agentGrace-time.Second {
 		t.Errorf("failed %s after the container ended, before the node agent's grace (%s)", waited, agentGrace)
 	}
-	if got.Status.Reason != cluster.ReasonPodFailed {
+	if got.Status.Reason != string(vmistatus.ReasonLauncherPodFailed) {
 		t.Errorf("reason %q", got.Status.Reason)
 	}
-	note := waitEvent(t, vmi, "Warning", cluster.ReasonPodFailed)
+	note := waitEvent(t, vmi, "Warning", string(vmistatus.ReasonLauncherPodFailed))
 	for _, want := range []string{"exited with code 4", "QEMU ended unexpectedly", "reason Error", "terminating on signal 9"} {
 		if !strings.Contains(note, want) {
 			t.Errorf("event note %q lacks %q", note, want)
@@ -217,10 +217,10 @@ func TestDeletedPodFailsVMI(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitVMI(t, vmi, "Failed", func(v *vmletv1.VirtualMachineInstance) bool { return v.Status.Phase == vmletv1.Failed })
-	if got.Status.Reason != cluster.ReasonPodDeleted {
+	if got.Status.Reason != string(vmistatus.ReasonLauncherPodDeleted) {
 		t.Errorf("reason %q", got.Status.Reason)
 	}
-	waitEvent(t, vmi, "Warning", cluster.ReasonPodDeleted)
+	waitEvent(t, vmi, "Warning", string(vmistatus.ReasonLauncherPodDeleted))
 	if n := len(podsOf(t, vmi)); n != 0 {
 		t.Errorf("%d pods after the VMI failed: a failed VMI must not get a new one", n)
 	}
@@ -243,7 +243,7 @@ func TestUnschedulablePod(t *testing.T) {
 	}
 	waitVMI(t, vmi, "Unschedulable", func(v *vmletv1.VirtualMachineInstance) bool {
 		for _, c := range v.Status.Conditions {
-			if c.Type == vmletv1.VirtualMachineInstanceReady && c.Reason == cluster.ReasonUnschedulable && strings.Contains(c.Message, "0/3 nodes") {
+			if c.Type == vmletv1.VirtualMachineInstanceReady && c.Reason == string(vmistatus.ReasonUnschedulable) && strings.Contains(c.Message, "0/3 nodes") {
 				return v.Status.Phase == vmletv1.Scheduling
 			}
 		}
@@ -259,7 +259,7 @@ func TestFinalVMIDeletesPod(t *testing.T) {
 	pod := waitPod(t, vmi)
 	bind(t, pod, "node-1")
 	v := waitVMI(t, vmi, "Scheduled", func(v *vmletv1.VirtualMachineInstance) bool { return v.Status.Phase == vmletv1.Scheduled })
-	controllers.SetPhase(v, vmletv1.Succeeded)
+	vmistatus.SetPhase(v, vmletv1.Succeeded)
 	v.Status.Reason = "GuestShutdown"
 	if err := env.Client.Status().Update(context.Background(), v); err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstances,verbs=get;list;watch
@@ -78,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := vmi.Status.DeepCopy()
 	requeue, err := r.reconcile(ctx, vmi)
 	if err != nil {
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, "SyncFailed", "Reconcile", "%v", err)
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, string(vmistatus.ReasonSyncFailed), "Reconcile", "%v", err)
 	}
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
 		uerr := r.Client.Status().Update(ctx, vmi)
@@ -106,7 +106,7 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 	switch {
 	case !vmi.DeletionTimestamp.IsZero():
 		return 0, r.deletePods(ctx, vmi, pods, "the VMI is being deleted")
-	case controllers.IsFinal(vmi.Status.Phase):
+	case vmistatus.IsFinal(vmi.Status.Phase):
 		return 0, r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
 	}
 	pod, extra := pick(vmi, pods)
@@ -120,7 +120,7 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 			if name != "" {
 				what += " " + name
 			}
-			r.fail(vmi, ReasonPodDeleted, what+" was deleted")
+			r.fail(vmi, vmistatus.ReasonLauncherPodDeleted, what+" was deleted")
 			return 0, nil
 		}
 		return 0, r.create(ctx, vmi)
@@ -178,17 +178,17 @@ func (r *Reconciler) create(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		return err
 	}
 	if err != nil {
-		r.fail(vmi, ReasonInvalidSpec, err.Error())
+		r.fail(vmi, vmistatus.ReasonInvalidSpec, err.Error())
 		return nil
 	}
 	if err := r.Client.Create(ctx, pod); err != nil {
-		controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, "FailedCreate", err.Error())
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonFailedCreate, err.Error())
 		return fmt.Errorf("create launcher pod: %w", err)
 	}
-	r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "created launcher pod %s", pod.Name)
+	r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, string(vmistatus.ReasonSuccessfulCreate), "CreatePod", "created launcher pod %s", pod.Name)
 	setPodName(vmi, pod.Name)
-	controllers.SetPhase(vmi, vmletv1.Scheduling)
-	controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonScheduling,
+	vmistatus.SetPhase(vmi, vmletv1.Scheduling)
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonScheduling,
 		fmt.Sprintf("waiting for launcher pod %s to be scheduled", pod.Name))
 	return nil
 }
@@ -205,7 +205,7 @@ func (r *Reconciler) deletePods(ctx context.Context, vmi *vmletv1.VirtualMachine
 			errs = append(errs, err)
 			continue
 		}
-		r.Recorder.Eventf(vmi, p, corev1.EventTypeNormal, "SuccessfulDelete", "DeletePod", "deleted launcher pod %s: %s", p.Name, why)
+		r.Recorder.Eventf(vmi, p, corev1.EventTypeNormal, string(vmistatus.ReasonSuccessfulDelete), "DeletePod", "deleted launcher pod %s: %s", p.Name, why)
 	}
 	return errors.Join(errs...)
 }

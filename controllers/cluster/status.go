@@ -9,20 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
-	"github.com/vmlet/vmlet/qemu/launcher"
-)
-
-// Reasons this controller gives the VMI (status.reason and conditions).
-const (
-	ReasonScheduling    = "Scheduling"
-	ReasonUnschedulable = "Unschedulable"
-	ReasonScheduled     = "Scheduled"
-	ReasonPodFailed     = "LauncherPodFailed"
-	ReasonPodDeleted    = "LauncherPodDeleted"
-	ReasonInvalidSpec   = "InvalidSpec"
-	ReasonGuestShutdown = "GuestShutdown"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
 // maxTermMessage bounds the container's termination message quoted in the VMI's status.
@@ -33,19 +21,16 @@ const maxTermMessage = 512
 func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod) {
 	switch {
 	case pod.Status.Phase == corev1.PodFailed:
-		r.fail(vmi, ReasonPodFailed, podFailure(pod))
+		r.fail(vmi, vmistatus.ReasonLauncherPodFailed, podFailure(pod))
 		return
 	case !pod.DeletionTimestamp.IsZero():
-		r.fail(vmi, ReasonPodDeleted, fmt.Sprintf("the launcher pod %s is being deleted (evicted or deleted while the VMI ran)", pod.Name))
+		r.fail(vmi, vmistatus.ReasonLauncherPodDeleted, fmt.Sprintf("the launcher pod %s is being deleted (evicted or deleted while the VMI ran)", pod.Name))
 		return
 	case pod.Status.Phase == corev1.PodSucceeded:
 		// vmlet-launcher exits 0 when the guest powered off by itself.
-		if vmi.Status.Phase != vmletv1.Succeeded {
-			r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, ReasonGuestShutdown, "Stop", "the launcher pod %s completed: the guest powered off", pod.Name)
+		if vmistatus.Succeed(vmi) {
+			r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, string(vmistatus.ReasonGuestShutdown), "Stop", "the launcher pod %s completed: the guest powered off", pod.Name)
 		}
-		controllers.SetPhase(vmi, vmletv1.Succeeded)
-		vmi.Status.Reason = ReasonGuestShutdown
-		controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonGuestShutdown, "the guest powered off")
 		return
 	case vmi.Status.NodeName != "":
 		return // the node agent's from here on
@@ -53,38 +38,31 @@ func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Po
 	setPodName(vmi, pod.Name)
 	if pod.Spec.NodeName != "" {
 		vmi.Status.NodeName = pod.Spec.NodeName
-		controllers.SetPhase(vmi, vmletv1.Scheduled)
-		controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonScheduled,
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonScheduled,
 			fmt.Sprintf("launcher pod %s scheduled to node %s; waiting for its node agent", pod.Name, pod.Spec.NodeName))
-		r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, ReasonScheduled, "Schedule", "launcher pod %s scheduled to node %s", pod.Name, pod.Spec.NodeName)
+		r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, string(vmistatus.ReasonScheduled), "Schedule", "launcher pod %s scheduled to node %s", pod.Name, pod.Spec.NodeName)
 		return
 	}
-	controllers.SetPhase(vmi, vmletv1.Scheduling)
+	vmistatus.SetPhase(vmi, vmletv1.Scheduling)
 	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		msg := fmt.Sprintf("launcher pod %s cannot be scheduled: %s", pod.Name, c.Message)
-		if old := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceReady); old == nil || old.Reason != ReasonUnschedulable || old.Message != msg {
-			r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, "FailedScheduling", "Schedule", "%s", msg)
+		if old := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceReady); old == nil || old.Reason != string(vmistatus.ReasonUnschedulable) || old.Message != msg {
+			r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, string(vmistatus.ReasonFailedScheduling), "Schedule", "%s", msg)
 		}
-		controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonUnschedulable, msg)
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnschedulable, msg)
 		return
 	}
-	controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, ReasonScheduling,
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonScheduling,
 		fmt.Sprintf("waiting for launcher pod %s to be scheduled", pod.Name))
 }
 
-// fail ends the VMI with a reason: Failed phase, Synchronized=False, Ready=False, and a Warning
-// Event on the transition.
-func (r *Reconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason, msg string) {
-	if vmi.Status.Phase != vmletv1.Failed {
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, reason, "Fail", "%s", msg)
+// fail ends the VMI with a reason (vmistatus.Fail: Failed phase, Synchronized=False,
+// Ready=False) and a Warning Event when it becomes Failed.
+func (r *Reconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason vmistatus.Reason, msg string) {
+	if vmistatus.Fail(vmi, reason, msg) {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
 	}
-	controllers.SetPhase(vmi, vmletv1.Failed)
-	if vmi.Status.Phase != vmletv1.Failed {
-		return // it had already Succeeded
-	}
-	vmi.Status.Reason = reason
-	controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceSynchronized, false, reason, msg)
-	controllers.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, msg)
 }
 
 // podFailure says why a failed launcher pod failed: the pod's reason (Evicted, ...) and the
@@ -106,7 +84,7 @@ func podFailure(pod *corev1.Pod) string {
 			continue
 		}
 		s := fmt.Sprintf("the launcher exited with code %d", t.ExitCode)
-		if m := exitMeaning(t.ExitCode); m != "" {
+		if m := vmistatus.ExitMeaning(t.ExitCode); m != "" {
 			s += " (" + m + ")"
 		}
 		if t.Signal != 0 {
@@ -124,23 +102,6 @@ func podFailure(pod *corev1.Pod) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// exitMeaning explains vmlet-launcher's exit statuses (qemu/launcher Exit*).
-func exitMeaning(code int32) string {
-	switch code {
-	case launcher.ExitError:
-		return "the launcher failed"
-	case launcher.ExitUsage:
-		return "bad launcher command line"
-	case launcher.ExitForced:
-		return "the guest did not power off within its grace period and was stopped by force"
-	case launcher.ExitQEMUDied:
-		return "QEMU ended unexpectedly"
-	case 137:
-		return "killed, e.g. out of memory"
-	}
-	return ""
 }
 
 // pick chooses the VMI's pod among pods (normally one): the one on the VMI's node, else the one

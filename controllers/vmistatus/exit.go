@@ -1,0 +1,55 @@
+package vmistatus
+
+import (
+	"fmt"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu/launcher"
+)
+
+// Outcome is how a VMI ends: its final phase, reason and message.
+type Outcome struct {
+	Phase   vmletv1.VirtualMachineInstancePhase
+	Reason  Reason
+	Message string
+}
+
+// Exited is what the end of a VMI's launcher means (qemu/launcher's Exit* codes): code 0 is a
+// guest that powered off by itself (Succeeded); everything else fails the VMI. signal is the
+// signal that killed the launcher ("" for none); known is false when the launcher vanished
+// while no agent watched it (its code is unknown).
+func Exited(code int, signal string, known bool) Outcome {
+	fail := func(r Reason, msg string) Outcome { return Outcome{vmletv1.Failed, r, msg} }
+	switch {
+	case signal != "":
+		return fail(ReasonLauncherKilled, fmt.Sprintf("the launcher was killed by %s", signal))
+	case !known:
+		return fail(ReasonLauncherGone, "the launcher exited while no agent watched it")
+	case code == launcher.ExitOK:
+		return Outcome{vmletv1.Succeeded, ReasonGuestShutdown, "the guest powered off"}
+	case code == launcher.ExitForced:
+		return fail(ReasonForcedShutdown, ExitMeaning(launcher.ExitForced))
+	case code == launcher.ExitQEMUDied:
+		return fail(ReasonQEMUDied, "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log")
+	}
+	return fail(ReasonLauncherFailed, fmt.Sprintf("the launcher exited with status %d; see its launcher.log", code))
+}
+
+// ExitMeaning explains a vmlet-launcher exit status in a few words ("" when it has no
+// particular meaning), for messages that quote the status: a launcher container's exit code
+// in the cluster controller's LauncherPodFailed message.
+func ExitMeaning(code int32) string {
+	switch code {
+	case launcher.ExitError:
+		return "the launcher failed"
+	case launcher.ExitUsage:
+		return "bad launcher command line"
+	case launcher.ExitForced:
+		return "the guest did not power off within its grace period and was stopped by force"
+	case launcher.ExitQEMUDied:
+		return "QEMU ended unexpectedly"
+	case 128 + 9: // SIGKILL, as a container runtime reports it
+		return "killed, e.g. out of memory"
+	}
+	return ""
+}

@@ -1,0 +1,64 @@
+package vmistatus_test
+
+import (
+	"testing"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/qemu/launcher"
+)
+
+func TestExited(t *testing.T) {
+	tests := []struct {
+		name   string
+		code   int
+		signal string
+		known  bool
+		want   vmistatus.Outcome
+	}{
+		{"guest powered off", launcher.ExitOK, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Succeeded, Reason: "GuestShutdown", Message: "the guest powered off"}},
+		{"forced", launcher.ExitForced, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "ForcedShutdown", Message: "the guest did not power off within its grace period and was stopped by force"}},
+		{"qemu died", launcher.ExitQEMUDied, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "QEMUDied", Message: "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log"}},
+		{"launcher error", launcher.ExitError, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherFailed", Message: "the launcher exited with status 1; see its launcher.log"}},
+		{"usage", launcher.ExitUsage, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherFailed", Message: "the launcher exited with status 2; see its launcher.log"}},
+		// A signal wins over the code (-1 then) and over a vanished launcher.
+		{"killed", -1, "killed", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherKilled", Message: "the launcher was killed by killed"}},
+		{"killed, unwatched", -1, "terminated", false,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherKilled", Message: "the launcher was killed by terminated"}},
+		// An unwatched exit's code means nothing, even 0.
+		{"gone", 0, "", false,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherGone", Message: "the launcher exited while no agent watched it"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := vmistatus.Exited(tt.code, tt.signal, tt.known); got != tt.want {
+				t.Errorf("Exited(%d, %q, %v) = %+v\nwant %+v", tt.code, tt.signal, tt.known, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExitMeaning(t *testing.T) {
+	for _, tt := range []struct {
+		code int32
+		want string
+	}{
+		{launcher.ExitOK, ""},
+		{launcher.ExitError, "the launcher failed"},
+		{launcher.ExitUsage, "bad launcher command line"},
+		{launcher.ExitForced, "the guest did not power off within its grace period and was stopped by force"},
+		{launcher.ExitQEMUDied, "QEMU ended unexpectedly"},
+		{137, "killed, e.g. out of memory"},
+		{5, ""},
+	} {
+		if got := vmistatus.ExitMeaning(tt.code); got != tt.want {
+			t.Errorf("ExitMeaning(%d) = %q, want %q", tt.code, got, tt.want)
+		}
+	}
+}

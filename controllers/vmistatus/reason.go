@@ -1,0 +1,110 @@
+package vmistatus
+
+// Reason is a short CamelCase cause, as Kubernetes writes them: the VMI's status.reason, a
+// condition's reason or an Event's reason. The strings are API: users and tests match on them.
+type Reason string
+
+// Reasons of a VMI's end (status.reason, Ready and Synchronized False).
+const (
+	// ReasonGuestShutdown: the guest powered off by itself (phase Succeeded).
+	ReasonGuestShutdown Reason = "GuestShutdown"
+	// ReasonForcedShutdown: the guest ignored ACPI for its grace period and was stopped by force.
+	ReasonForcedShutdown Reason = "ForcedShutdown"
+	// ReasonStopped: a VMI deleted with terminationGracePeriodSeconds 0 was stopped at once, as
+	// asked (a Normal event, no warning).
+	ReasonStopped Reason = "Stopped"
+	// ReasonQEMUDied: QEMU ended while the launcher ran it (crashed or killed).
+	ReasonQEMUDied Reason = "QEMUDied"
+	// ReasonDomainCrashed: the launcher reports the domain crashed.
+	ReasonDomainCrashed Reason = "DomainCrashed"
+	// ReasonLauncherKilled: a signal killed the launcher.
+	ReasonLauncherKilled Reason = "LauncherKilled"
+	// ReasonLauncherGone: the launcher exited while no agent watched it.
+	ReasonLauncherGone Reason = "LauncherGone"
+	// ReasonLauncherFailed: the launcher exited with an error status, or could not be started
+	// (then Synchronized=False only, retried).
+	ReasonLauncherFailed Reason = "LauncherFailed"
+	// ReasonNodeShutdown: the node shut down gracefully (also the local Node's Ready reason). As
+	// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run
+	// is a new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).
+	ReasonNodeShutdown Reason = "NodeShutdown"
+	// ReasonInvalidSpec: the spec does not translate into a domain.
+	ReasonInvalidSpec Reason = "InvalidSpec"
+	// ReasonUnsupported: the spec asks for something vmlet does not do yet.
+	ReasonUnsupported Reason = "Unsupported"
+	// ReasonNoPodNetwork: the VMI wants interfaces on an agent that has no pod network.
+	ReasonNoPodNetwork Reason = "NoPodNetwork"
+	// ReasonLauncherPodFailed: the VMI's launcher pod failed (cluster controller).
+	ReasonLauncherPodFailed Reason = "LauncherPodFailed"
+	// ReasonLauncherPodDeleted: the VMI's launcher pod was deleted or is being deleted
+	// (cluster controller).
+	ReasonLauncherPodDeleted Reason = "LauncherPodDeleted"
+)
+
+// Reasons of the Ready condition on the way to Running and back.
+const (
+	ReasonScheduling       Reason = "Scheduling"    // waiting for the launcher pod to be scheduled
+	ReasonUnschedulable    Reason = "Unschedulable" // no node fits the VMI (or its pod)
+	ReasonScheduled        Reason = "Scheduled"     // on a node, waiting for its agent
+	ReasonLauncherStarting Reason = "LauncherStarting"
+	ReasonStarting         Reason = "Starting" // the launcher has no running domain yet
+	ReasonRunning          Reason = "Running"
+	ReasonPaused           Reason = "Paused" // Ready=False; also the pause Event's reason
+	ReasonShuttingDown     Reason = "ShuttingDown"
+)
+
+// Reasons of the Synchronized condition: Synced when the domain matches the spec; otherwise
+// why the agent could not get there (storage and image failures carry package storage's
+// reasons: Reason(storage.Reason(err))).
+const (
+	ReasonSynced           Reason = "Synced"
+	ReasonSyncFailed       Reason = "SyncFailed" // also the Warning Event of a failed reconcile
+	ReasonSecretReadFailed Reason = "SecretReadFailed"
+	// ReasonSecretNotFound: a cloud-init Secret the VMI names does not exist (yet).
+	ReasonSecretNotFound Reason = "SecretNotFound"
+	ReasonNetworkFailed  Reason = "NetworkFailed"
+	// ReasonUnknownNetwork: a multus network this node does not offer.
+	ReasonUnknownNetwork Reason = "UnknownNetwork"
+	// ReasonInterfaceHotplugFailed: wiring or plugging an interface failed (retried).
+	ReasonInterfaceHotplugFailed Reason = "InterfaceHotplugFailed"
+	// ReasonInterfaceUnplugFailed: the guest did not release the NIC, or unwiring failed.
+	ReasonInterfaceUnplugFailed Reason = "InterfaceUnplugFailed"
+	// ReasonImagePullBackOff is the kubelet's reason for a container waiting out the back-off
+	// of its image's pull; the try that failed has the failure's own reason (ErrImagePull for
+	// most).
+	ReasonImagePullBackOff Reason = "ImagePullBackOff"
+	// ReasonFailedCreate: the cluster controller could not create the launcher pod.
+	ReasonFailedCreate Reason = "FailedCreate"
+)
+
+// Reasons of the other conditions.
+const (
+	// ReasonMigrationControllerMissing: LiveMigratable=False, no controller drives migrations.
+	ReasonMigrationControllerMissing Reason = "MigrationControllerMissing"
+	ReasonAgentConnected             Reason = "AgentConnected"
+	ReasonNotPaused                  Reason = "NotPaused"
+	ReasonPausedByUser               Reason = "PausedByUser"
+	ReasonPausedForMigration         Reason = "PausedForMigration"
+	ReasonPausedIOError              Reason = "PausedIOError"
+)
+
+// Reasons of hotplugged volumes' status (status.volumeStatus[].reason).
+const (
+	ReasonHotplugUnsupported Reason = "HotplugUnsupported"
+	ReasonHotplugFailed      Reason = "HotplugFailed"
+)
+
+// Reasons of Events only.
+const (
+	ReasonResumed           Reason = "Resumed"
+	ReasonVolumeAttached    Reason = "VolumeAttached"
+	ReasonVolumeDetached    Reason = "VolumeDetached"
+	ReasonInterfaceAttached Reason = "InterfaceAttached"
+	ReasonInterfaceDetached Reason = "InterfaceDetached"
+	ReasonAddressChanged    Reason = "AddressChanged"
+	ReasonPulled            Reason = "Pulled"
+	// The cluster controller's, named as the kube-controller-manager's for pods.
+	ReasonFailedScheduling Reason = "FailedScheduling"
+	ReasonSuccessfulCreate Reason = "SuccessfulCreate"
+	ReasonSuccessfulDelete Reason = "SuccessfulDelete"
+)

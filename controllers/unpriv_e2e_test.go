@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,15 +130,6 @@ func TestVMIUnprivileged(t *testing.T) {
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "VMI deleted", func() (bool, string) {
-		v, err := getVMI(t, key)
-		if apierrors.IsNotFound(err) {
-			return true, ""
-		}
-		if err != nil {
-			return false, err.Error()
-		}
-		return false, summary(v)
-	})
+	waitDeleted(t, key)
 	assertNothingLeft(t, uid, launcherPid, qemuPid)
 }

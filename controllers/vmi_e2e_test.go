@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -171,16 +170,7 @@ func TestVMILifecycle(t *testing.T) {
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "VMI deleted", func() (bool, string) {
-		v, err := getVMI(t, key)
-		if apierrors.IsNotFound(err) {
-			return true, ""
-		}
-		if err != nil {
-			return false, err.Error()
-		}
-		return false, summary(v)
-	})
+	waitDeleted(t, key)
 	assertNothingLeft(t, uid, launcherPid, qemuPid)
 }
 

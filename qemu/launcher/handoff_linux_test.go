@@ -2,13 +2,10 @@ package launcher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -23,19 +20,7 @@ import (
 // of the named tap, or a wrong count, is refused and nothing is pooled.
 func TestHandOverTap(t *testing.T) {
 	prereq.Root(t)
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "vmlet-ho-" + hex.EncodeToString(b)
-	ip := func(args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { ip("netns", "del", ns) })
+	ns, ip := testNetns(t, "vmlet-ho")
 	ip("-n", ns, "tuntap", "add", "dev", "mq0", "mode", "tap", "vnet_hdr", "multi_queue")
 	nsPath := "/var/run/netns/" + ns
 

@@ -1,12 +1,7 @@
 package launcher
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/vmlet/vmlet/test/prereq"
 )
@@ -15,19 +10,7 @@ import (
 // tap (package network makes every tap multiqueue, even for one queue).
 func TestOpenTapQueueModes(t *testing.T) {
 	prereq.Root(t)
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "vmlet-tq-" + hex.EncodeToString(b)
-	ip := func(args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { ip("netns", "del", ns) })
+	ns, ip := testNetns(t, "vmlet-tq")
 	ip("-n", ns, "tuntap", "add", "dev", "plain0", "mode", "tap", "vnet_hdr")
 	ip("-n", ns, "tuntap", "add", "dev", "mq0", "mode", "tap", "vnet_hdr", "multi_queue")
 	for _, tt := range []struct {

@@ -183,11 +183,15 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	// A launcher that exited ends the VMI whatever its spec and volumes look like now.
-	if st, err := r.Runtime.State(id); err == nil && st.Exited != nil {
-		r.launcherExited(vmi, st.Exited)
+	// Read once: one VMI is never reconciled twice at a time, so nothing else starts its
+	// launcher before Ensure below. A launcher that exited ends the VMI whatever its spec and
+	// volumes look like now.
+	found, stateErr := r.Runtime.State(id)
+	if stateErr == nil && found.Exited != nil {
+		r.launcherExited(vmi, found.Exited)
 		return ctrl.Result{}, nil
 	}
+	notStarted := errors.Is(stateErr, process.ErrNotFound)
 	runDir := r.Runtime.Dir(id)
 	env := r.Env(runDir)
 	env.VolumeDir = r.volumeDir(vmi.UID)
@@ -197,7 +201,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	}
 	want, err := DomainSpec(vmi, env, refs)
 	if err != nil {
-		if _, serr := r.Runtime.State(id); serr == nil {
+		if stateErr == nil {
 			// Started from an earlier translation (a Secret or the node's storage changed
 			// since): the domain keeps running; say why the spec no longer translates, retry.
 			r.degraded(vmi, specReason(err), "Translate", err)
@@ -206,7 +210,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		r.fail(vmi, specReason(err), err.Error())
 		return ctrl.Result{}, nil
 	}
-	if _, err := r.Runtime.State(id); errors.Is(err, process.ErrNotFound) {
+	if notStarted {
 		if res, ok := r.waitForNetworks(vmi); !ok {
 			return res, nil
 		}
@@ -215,10 +219,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI,
 	// unless an image pull is backing off.
 	spec, storageErr := r.applyStorage(ctx, vmi, want)
-	if storageErr != nil {
-		if _, err := r.Runtime.State(id); errors.Is(err, process.ErrNotFound) {
-			return r.storageFailed(vmi, storageErr)
-		}
+	if storageErr != nil && notStarted {
+		return r.storageFailed(vmi, storageErr)
 	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,

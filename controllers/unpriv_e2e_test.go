@@ -49,11 +49,7 @@ func TestVMIUnprivileged(t *testing.T) {
 	key := client.ObjectKeyFromObject(vmi)
 	uid := string(vmi.UID)
 	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 3*time.Minute)
-	serial := filepath.Join(runRoot, uid, "logs", "serial.log")
-	eventually(t, 3*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
-		b, err := os.ReadFile(serial)
-		return err == nil && strings.Contains(string(b), testguest.MarkerReady), tail(b)
-	})
+	waitSerial(t, consoleLog(running), testguest.MarkerReady)
 	st, err := a.runtime.State(uid)
 	if err != nil {
 		t.Fatal(err)

@@ -147,11 +147,7 @@ func TestVMILifecycle(t *testing.T) {
 		t.Fatalf("launcher status incomplete: %+v", l)
 	}
 	t.Logf("running: qemu pid %d, %s (%s), QEMU %s", l.PID, l.Accelerator, l.AccelerationReason, l.QEMUVersion)
-	serial := filepath.Join(runRoot, uid, "logs", "serial.log")
-	eventually(t, 2*time.Minute, "guest boot marker in "+serial, func() (bool, string) {
-		b, err := os.ReadFile(serial)
-		return err == nil && strings.Contains(string(b), testguest.MarkerReady), tail(b)
-	})
+	waitSerial(t, consoleLog(running), testguest.MarkerReady)
 	st, err := a.runtime.State(uid)
 	if err != nil {
 		t.Fatal(err)

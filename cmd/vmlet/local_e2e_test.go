@@ -97,11 +97,8 @@ func TestLocalNodeShutdown(t *testing.T) {
 	if !found[demo.uid] || !found[other.uid] {
 		t.Errorf("Warning NodeShutdown events for demo %v, extra %v; want both", found[demo.uid], found[other.uid])
 	}
-	assertNodeReady(t, c)
 	// Ready went False at the shutdown (NodeShutdown) and True again at this start.
-	if r := nodeReady(t, c); r != nil && r.LastTransitionTime.Time.Before(stopped) {
-		t.Errorf("node Ready last changed at %s, before the shutdown (%s): the shutdown did not mark the node not ready", r.LastTransitionTime, stopped)
-	}
+	assertReadyAgainSince(t, c, stopped)
 	p.interrupt(t)
 	s.assertGone(t, again)
 }
@@ -127,11 +124,8 @@ func TestLocalKeepVMs(t *testing.T) {
 	p.waitOutput(t, runningMsg, 2*time.Minute)
 	c = s.client(t)
 	s.assertAdopted(t, c, vm)
-	assertNodeReady(t, c)
 	// Ready went False (VmletStopped) when vmlet left and True again at this start.
-	if r := nodeReady(t, c); r != nil && r.LastTransitionTime.Time.Before(stopped) {
-		t.Errorf("node Ready last changed at %s, before vmlet stopped (%s)", r.LastTransitionTime, stopped)
-	}
+	assertReadyAgainSince(t, c, stopped)
 	p.interrupt(t)
 	s.assertGone(t, vm)
 }
@@ -194,4 +188,14 @@ func TestLocalKill9(t *testing.T) {
 	s.assertGone(t, vm)
 	p.interrupt(t)
 	s.assertControlPlaneGone(t, 10*time.Second)
+}
+
+// assertReadyAgainSince checks the Node is Ready and that Ready last changed after stopped: the
+// stop marked the node not ready and this start ready again.
+func assertReadyAgainSince(t *testing.T, c client.Client, stopped time.Time) {
+	t.Helper()
+	assertNodeReady(t, c)
+	if r := nodeReady(t, c); r != nil && r.LastTransitionTime.Time.Before(stopped) {
+		t.Errorf("node Ready last changed at %s, before vmlet stopped (%s): the stop did not mark the node not ready", r.LastTransitionTime, stopped)
+	}
 }

@@ -21,10 +21,14 @@ guest=$(bash test/assets/guest/build.sh | tail -n1)
 say "bootable disk of the test guest (test/assets/bootdisk)..."
 disk=$(bash test/assets/bootdisk/build.sh | tail -n1)/boot.qcow2
 
-kernel=$(go run ./hack/guestimage --guest "$guest" --out "$cache/testguest")
-alpine=$(go run ./hack/guestimage --guest "$guest" --out "$cache/alpine-kernel-boot" \
+# Built once, run three times (three `go run`s would link it three times).
+tool=$(mktemp -d)
+trap 'rm -rf "$tool"' EXIT
+go build -o "$tool/guestimage" ./hack/guestimage
+kernel=$("$tool/guestimage" --guest "$guest" --out "$cache/testguest")
+alpine=$("$tool/guestimage" --guest "$guest" --out "$cache/alpine-kernel-boot" \
   --kernel-path /boot/vmlinuz-virt --initrd-path /boot/initramfs-virt)
-bootable=$(go run ./hack/guestimage --disk "$disk" --out "$cache/testguest-disk")
+bootable=$("$tool/guestimage" --disk "$disk" --out "$cache/testguest-disk")
 
 echo "--image=vmlet.dev/testguest:latest=$kernel"
 echo "--image=vmlet.dev/testguest-disk:latest=$bootable"

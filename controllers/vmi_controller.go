@@ -153,6 +153,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	r.mu.Unlock()
 	before := vmi.Status.DeepCopy()
 	res, err := r.reconcile(ctx, vmi)
+	if apierrors.IsConflict(err) {
+		// A write raced another writer of the VMI (e.g. the finalizer patch, guarded by the
+		// resourceVersion): not a failure to report; read everything again. The status in hand
+		// is of the stale object, so it is not written.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
 	if err != nil {
 		r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonSyncFailed), "Reconcile", "%v", err)
 	}

@@ -421,7 +421,14 @@ func addClient(name string) (string, func() error, error) {
 	if err := createNetns(path); err != nil {
 		return "", nil, err
 	}
-	remove := func() error { return removeNetns(path) } // the veth goes with the namespace
+	// The veth would go with the namespace, but the kernel destroys an unmounted namespace
+	// asynchronously: delete it first so that the next test finds the node as it was.
+	remove := func() error {
+		if err := deleteNodeLink("up-" + name); err != nil {
+			return err
+		}
+		return removeNetns(path)
+	}
 	nodeAddr := netip.PrefixFrom(clientNet.Addr().Next(), clientNet.Bits())
 	clientAddr := netip.PrefixFrom(nodeAddr.Addr().Next(), clientNet.Bits())
 	nodeAddr6 := netip.PrefixFrom(clientNet6.Addr().Next(), clientNet6.Bits())
@@ -520,4 +527,26 @@ func nodeState() (links, tables []string, err error) {
 		tables = append(tables, t.Name)
 	}
 	return links, tables, nil
+}
+
+// deleteNodeLink deletes the link name from the node netns; a missing link is not an error.
+func deleteNodeLink(name string) error {
+	node, err := netns.GetFromPath(testNet.node)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	h, err := netlink.NewHandleAt(node)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
+			return nil
+		}
+		return err
+	}
+	return h.LinkDel(l)
 }

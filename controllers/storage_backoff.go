@@ -13,6 +13,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
@@ -77,14 +78,14 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 // away (registry down, image not there yet) starts or extends the VMI's back-off for that
 // image, and while it runs no pull of it is tried, however often the VMI is reconciled: both
 // come back as a *PullBackOffError.
-func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, dom *Domain) (*qemu.Spec, error) {
+func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, error) {
 	b := r.pullBackOff()
-	for _, image := range dom.Storage.Pulls() {
+	for _, image := range want.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
 			return nil, &PullBackOffError{Image: image, Entry: e}
 		}
 	}
-	res, err := r.apply(ctx, dom.Storage)
+	res, err := r.apply(ctx, want.Storage)
 	if err != nil {
 		// A reconcile cut short (the agent stopping) is no failure of the image.
 		if image, retry := storage.PullFailed(err); retry && ctx.Err() == nil {
@@ -96,7 +97,7 @@ func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMa
 	if n := r.forgetPulls(vmi.UID); n > 0 {
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPulled), "PullImage", "images pulled after back-off")
 	}
-	return dom.Resolve(res), nil
+	return want.Resolve(res), nil
 }
 
 // forgetPulls drops the VMI's back-off entries (its images pulled, or the VMI is gone) and

@@ -27,6 +27,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -56,7 +57,7 @@ type VMIReconciler struct {
 	Dial     Dialer
 	Args     LauncherArgs
 	// Env returns the node facts the translation needs for a VMI's run folder.
-	Env func(runDir string) NodeEnv
+	Env func(runDir string) translate.NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
 	KVM bool
 	// Storage makes each VMI's disks and kernel before its launcher starts the domain.
@@ -205,7 +206,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err != nil {
 		return r.refsFailed(vmi, err)
 	}
-	want, err := DomainSpec(vmi, env, refs)
+	want, err := translate.Translate(vmi, env, refs)
 	if err != nil {
 		if stateErr == nil {
 			// Started from an earlier translation (a Secret or the node's storage changed
@@ -217,7 +218,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{}, nil
 	}
 	if notStarted {
-		if res, ok := r.waitForNetworks(vmi); !ok {
+		if res, ok := r.waitForNetworks(vmi, want); !ok {
 			return res, nil
 		}
 	}
@@ -270,7 +271,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		// The domain runs with the disks it opened: report, keep observing, retry.
 		return r.storageDegraded(vmi, dom, storageErr)
 	}
-	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
+	nics, netns, err := r.ensureNetwork(ctx, vmi, want, spec.NICs)
 	if err != nil {
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
 	}
@@ -297,7 +298,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	r.observe(vmi, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
-		nicErr = r.reconcileNICs(ctx, vmi, l, synced)
+		nicErr = r.reconcileNICs(ctx, vmi, l, want, synced)
 	}
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState

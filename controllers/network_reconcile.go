@@ -84,7 +84,7 @@ func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, onLease func(), 
 	}
 	s := *spec
 	s.ResolvConf = n.ResolvConf
-	att, err := network.Attach(pod.NetnsPath, &s, network.AttachOptions{OnLease: func(network.Lease) { onLease() }, Logger: logger})
+	att, err := network.Attach(pod.NetnsPath, &s, network.AttachOptions{ServeDHCP: true, OnLease: func(network.Lease) { onLease() }, Logger: logger})
 	if err != nil {
 		return nil, err // the pod network goes with the VMI (release)
 	}

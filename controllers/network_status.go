@@ -71,7 +71,7 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	if a == nil {
 		return
 	}
-	sts := a.Status()
+	sts := a.Status(a.Leases())
 	out, needAgent := interfaceStatuses(vmi.Status.Interfaces, sts, nil)
 	if needAgent && dom.AgentConnected {
 		if guest := r.guestInterfaces(ctx, l); guest != nil {

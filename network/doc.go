@@ -37,11 +37,16 @@
 // links' "vmlet-binding NAME" alias); Node.RemoveInterface then deletes the veth. Names never
 // depend on an interface's position, so adding or removing one leaves the others alone.
 //
-// DHCP (ServeDHCP, in-process): one server per binding, its socket created inside the
-// launcher's netns and bound to the bridge; it offers exactly one address to exactly one MAC,
-// with router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU
-// and classless routes for off-link gateways. Leases are reported through a callback and
-// WaitLease, which is how callers learn the guest's address (Attachment.Status).
+// DHCP: one server per binding, its socket created inside the launcher's netns and bound to
+// the bridge; it offers exactly one address to exactly one MAC, with router, DNS and search
+// domains (from the pod's resolv.conf or the spec), hostname, MTU and classless routes for
+// off-link gateways. Binding the ports and the raw ICMPv6 socket takes root (ListenDHCP);
+// serving them does not (ServeLeasePlan, given the interface's LeasePlan, a plain value): the
+// node agent binds them and hands them with the plan to the VM's unprivileged launcher, which
+// serves them for as long as the VM runs, whatever happens to the agent
+// (AttachOptions.ServeDHCP serves them in the calling process instead: tests, tools). Leases
+// are reported through a callback and WaitLease; Attachment.Status and InterfaceStatuses turn
+// them into the addresses the guest is reachable at.
 //
 // QEMU gets the tap through OpenTap, which attaches one queue file per vCPU on a thread inside
 // the launcher's netns; the files go to QEMU over SCM_RIGHTS (qemu.NIC.TapFDs). vhost is used

@@ -114,7 +114,7 @@ func TestVMINetworkDualStack(t *testing.T) {
 	// guest renews them, the two families one after the other, through the new DHCP servers.
 	a.stop(t)
 	a = startAgent(t, agentOptions{Subnet6: network.DefaultNodeSubnet6})
-	waitRenewal(t, a, got)
+	waitRenewal(t, a, got, renewCmd)
 	assertStatusIPs(t, vmi, ifc.IPs)
 	waitRenewal6(t, a, got)
 	assertStatusIPs(t, vmi, ifc.IPs)

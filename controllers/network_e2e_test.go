@@ -140,6 +140,21 @@ func TestVMINetwork(t *testing.T) {
 		}
 	}
 	waitReply(t, clientNS, netip.AddrPortFrom(addrs[masq.Name], 80), "VMLET-HELLO-MASQ\n")
+	// Only the launcher holds a pod's DHCP socket: not the agent (it closed its copies after
+	// the hand-overs), not QEMU.
+	for _, v := range []*vmletv1.VirtualMachineInstance{masq, bridge} {
+		st, err := a.runtime.State(string(v.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders, err := dhcpSocketHolders(filepath.Join(testNet.cfg.NetnsDir, "vmlet-"+string(v.UID)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(holders) != 1 || holders[st.Pid] != 1 {
+			t.Errorf("%s: DHCP sockets held by %v (pid: sockets), want only the launcher %d, once", v.Name, holders, st.Pid)
+		}
+	}
 
 	for _, v := range []*vmletv1.VirtualMachineInstance{masq, bridge} {
 		if err := env.Client.Delete(ctx, v); err != nil {
@@ -371,9 +386,29 @@ func waitRenewal(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance, cmd 
 const renewCmd = "kill -USR1 $(cat /run/udhcpc.eth0.pid)"
 
 // leaseLines counts the guest's lines saying udhcpc configured a lease on eth0.
-func leaseLines(v *vmletv1.VirtualMachineInstance) int {
+func leaseLines(v *vmletv1.VirtualMachineInstance) int { return leaseLinesOn(v, "eth0") }
+
+// leaseLinesOn counts the guest's lines saying udhcpc configured a lease on iface.
+func leaseLinesOn(v *vmletv1.VirtualMachineInstance, iface string) int {
 	b, _ := os.ReadFile(consoleLog(v))
-	return strings.Count(string(b), testguest.MarkerIP+" eth0 ")
+	return strings.Count(string(b), testguest.MarkerIP+" "+iface+" ")
+}
+
+// launcherDHCP lists the interfaces whose DHCP the VMI's launcher serves (GetDomain).
+func launcherDHCP(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, a.runtime.Socket(string(v.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.GetDhcpInterfaces()
 }
 
 // waitRequest makes the guest's udhcpc release its lease and ask for a new one (SIGUSR2, then

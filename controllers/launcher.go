@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
 )
 
@@ -61,7 +62,7 @@ type Launcher interface {
 type DHCPHost interface {
 	// ServeDHCP hands over an interface's sockets (the caller closes its copies) and plan;
 	// the same interface again replaces its service.
-	ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *network.DHCPSockets) error
+	ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *dhcp.DHCPSockets) error
 	// StopDHCP ends an interface's service (idempotent).
 	StopDHCP(ctx context.Context, name string) error
 }

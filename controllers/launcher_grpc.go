@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
@@ -157,7 +158,7 @@ func leases(ls []*pb.Lease) []network.Lease {
 	return out
 }
 
-func (g *grpcLauncher) ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *network.DHCPSockets) error {
+func (g *grpcLauncher) ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *dhcp.DHCPSockets) error {
 	return launcher.HandOverDHCP(ctx, g.paths.TapSocket(), plan, socks)
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/vmlet/vmlet/internal/revert"
+	"github.com/vmlet/vmlet/network/dhcp"
 )
 
 // AttachOptions configure Attach.
@@ -41,7 +42,7 @@ type Attachment struct {
 // boundInterface is one wired interface.
 type boundInterface struct {
 	plan InterfacePlan
-	svc  *DHCPService // nil without AttachOptions.ServeDHCP
+	svc  *dhcp.DHCPService // nil without AttachOptions.ServeDHCP
 }
 
 // Attach wires spec's interfaces in the launcher's network namespace at netnsPath: Discover,
@@ -83,11 +84,11 @@ func (a *Attachment) serve(ip InterfacePlan) (*boundInterface, error) {
 		return b, nil
 	}
 	lp := ip.LeasePlan()
-	socks, err := ListenDHCP(a.netns, &lp)
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
 	if err != nil {
 		return nil, err
 	}
-	b.svc, err = ServeLeasePlan(lp, socks, ServerOptions{OnLease: a.opts.OnLease, Logger: a.opts.Logger})
+	b.svc, err = dhcp.ServeLeasePlan(lp, socks, dhcp.ServerOptions{OnLease: a.opts.OnLease, Logger: a.opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +224,10 @@ func (a *Attachment) OpenTaps(name string) ([]*os.File, error) {
 	return OpenTap(a.netns, b.plan.Tap, b.plan.Queues)
 }
 
-// ListenDHCP creates the bound DHCP sockets of interface name (see the package function) and
+// ListenDHCP creates the bound DHCP sockets of interface name (dhcp.ListenDHCP) and
 // returns them with the interface's lease plan, for a process that serves them
 // (ServeLeasePlan). The caller closes its copies.
-func (a *Attachment) ListenDHCP(name string) (*DHCPSockets, LeasePlan, error) {
+func (a *Attachment) ListenDHCP(name string) (*dhcp.DHCPSockets, LeasePlan, error) {
 	a.mu.Lock()
 	b := a.find(name)
 	a.mu.Unlock()
@@ -234,7 +235,7 @@ func (a *Attachment) ListenDHCP(name string) (*DHCPSockets, LeasePlan, error) {
 		return nil, LeasePlan{}, fmt.Errorf("listen for dhcp of %s: %w", name, ErrUnknownNetwork)
 	}
 	lp := b.plan.LeasePlan()
-	socks, err := ListenDHCP(a.netns, &lp)
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
 	return socks, lp, err
 }
 

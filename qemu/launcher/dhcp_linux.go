@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
@@ -17,15 +17,15 @@ import (
 // their sockets over.
 type dhcpPool struct {
 	mu  sync.Mutex
-	svc map[string]*network.DHCPService
+	svc map[string]*dhcp.DHCPService
 }
 
 // put serves name's plan on socks, replacing (closing) an earlier service of the same name.
-func (p *dhcpPool) put(plan network.LeasePlan, svc *network.DHCPService) {
+func (p *dhcpPool) put(plan dhcp.LeasePlan, svc *dhcp.DHCPService) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.svc == nil {
-		p.svc = map[string]*network.DHCPService{}
+		p.svc = map[string]*dhcp.DHCPService{}
 	}
 	if old := p.svc[plan.Name]; old != nil {
 		_ = old.Close()
@@ -84,7 +84,7 @@ func (p *dhcpPool) closeAll() {
 	p.svc = nil
 }
 
-func leaseToProto(l network.Lease) *pb.Lease {
+func leaseToProto(l dhcp.Lease) *pb.Lease {
 	return &pb.Lease{
 		Interface: l.Interface, Mac: l.MAC.String(), Address: l.Addr.String(), Hostname: l.Hostname,
 		AckedUnixNano: l.Acked.UnixNano(), ExpiresUnixNano: l.Expires.UnixNano(),
@@ -93,17 +93,17 @@ func leaseToProto(l network.Lease) *pb.Lease {
 
 // acceptDHCP serves a handed-over lease plan on its sockets (files, in LeasePlan order: DHCPv4,
 // then DHCPv6 and router advertisements). Every acknowledged lease is an event.
-func (l *Launcher) acceptDHCP(plan *network.LeasePlan, files []*os.File) error {
+func (l *Launcher) acceptDHCP(plan *dhcp.LeasePlan, files []*os.File) error {
 	if plan.Name == "" {
 		return fmt.Errorf("hand over dhcp: %w: no interface name", ErrInvalidRequest)
 	}
-	socks, err := network.SocketsFromFiles(plan, files)
+	socks, err := dhcp.SocketsFromFiles(plan, files)
 	if err != nil {
 		return fmt.Errorf("hand over dhcp: %w: %w", ErrInvalidRequest, err)
 	}
-	svc, err := network.ServeLeasePlan(*plan, socks, network.ServerOptions{
+	svc, err := dhcp.ServeLeasePlan(*plan, socks, dhcp.ServerOptions{
 		Logger:  l.log,
-		OnLease: func(lease network.Lease) { l.events.lease(leaseToProto(lease)) },
+		OnLease: func(lease dhcp.Lease) { l.events.lease(leaseToProto(lease)) },
 	})
 	if err != nil {
 		return fmt.Errorf("hand over dhcp: %w", err)
@@ -117,7 +117,7 @@ func (l *Launcher) acceptDHCP(plan *network.LeasePlan, files []*os.File) error {
 // one interface's DHCP service and its lease plan; the launcher serves them until it exits
 // or StopDHCP (a second hand-over of the same interface replaces the first). The caller keeps
 // its copies (close them after). Equivalent to sendmsg(SCM_RIGHTS) of the fds.
-func HandOverDHCP(ctx context.Context, socket string, plan network.LeasePlan, socks *network.DHCPSockets) error {
+func HandOverDHCP(ctx context.Context, socket string, plan dhcp.LeasePlan, socks *dhcp.DHCPSockets) error {
 	if err := handOver(ctx, socket, handoffRequest{DHCP: &plan}, socks.Files()); err != nil {
 		return fmt.Errorf("hand over dhcp of %s: %w", plan.Name, err)
 	}

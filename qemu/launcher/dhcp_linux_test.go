@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -41,15 +41,15 @@ func TestHandOverDHCP(t *testing.T) {
 	fdsBefore := openFDs(t)
 
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
-	plan := network.LeasePlan{
+	plan := dhcp.LeasePlan{
 		Name: "default",
-		DHCP: network.DHCPConfig{Interface: "br0", ServerAddr: netip.MustParseAddr("10.0.2.1"), ClientMAC: mac,
+		DHCP: dhcp.DHCPConfig{Interface: "br0", ServerAddr: netip.MustParseAddr("10.0.2.1"), ClientMAC: mac,
 			ClientAddr: netip.MustParsePrefix("10.0.2.2/24"), LeaseTime: time.Hour},
-		DHCP6: &network.DHCPv6Config{Interface: "br0", ServerMAC: mac, ClientMAC: mac,
+		DHCP6: &dhcp.DHCPv6Config{Interface: "br0", ServerMAC: mac, ClientMAC: mac,
 			ClientAddr: netip.MustParsePrefix("fd10:0:2::2/120"), LeaseTime: time.Hour},
-		RA: &network.RAConfig{Interface: "br0", Source: netip.MustParseAddr("fe80::1"), Prefix: netip.MustParsePrefix("fd10:0:2::/120"), RouterLifetime: time.Hour},
+		RA: &dhcp.RAConfig{Interface: "br0", Source: netip.MustParseAddr("fe80::1"), Prefix: netip.MustParsePrefix("fd10:0:2::/120"), RouterLifetime: time.Hour},
 	}
-	socks, err := network.ListenDHCP(nsPath, &plan)
+	socks, err := dhcp.ListenDHCP(nsPath, &plan)
 	if err != nil {
 		t.Fatal(err)
 	}

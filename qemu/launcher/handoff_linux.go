@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 )
 
 // maxHandedFiles bounds the files of one hand-over message: the queues of a tap and its
@@ -27,14 +27,14 @@ const maxHandedFiles = 65
 //     the namespace it was opened in, so an unprivileged launcher can read the tap's counters
 //     without entering it);
 //   - DHCP: an interface's lease plan; its SCM_RIGHTS carry the sockets the agent bound for it
-//     in the pod's netns (network.ListenDHCP), which the launcher serves;
+//     in the pod's netns (dhcp.ListenDHCP), which the launcher serves;
 //   - StopDHCP: the interface whose DHCP service to stop; no files.
 type handoffRequest struct {
-	Tap      string             `json:"tap,omitempty"`
-	Queues   int                `json:"queues,omitempty"`
-	Counters bool               `json:"counters,omitempty"`
-	DHCP     *network.LeasePlan `json:"dhcp,omitempty"`
-	StopDHCP string             `json:"stopDhcp,omitempty"`
+	Tap      string          `json:"tap,omitempty"`
+	Queues   int             `json:"queues,omitempty"`
+	Counters bool            `json:"counters,omitempty"`
+	DHCP     *dhcp.LeasePlan `json:"dhcp,omitempty"`
+	StopDHCP string          `json:"stopDhcp,omitempty"`
 }
 
 type handoffReply struct {

@@ -1,4 +1,4 @@
-package network
+package dhcp
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func (s *DHCPSockets) Close() error {
 // the files on error).
 func SocketsFromFiles(p *LeasePlan, files []*os.File) (*DHCPSockets, error) {
 	if len(files) != p.sockets() {
-		return nil, fmt.Errorf("dhcp sockets of %s: %w: %d files, want %d", p.Name, ErrInvalidSpec, len(files), p.sockets())
+		return nil, fmt.Errorf("dhcp sockets of %s: %w: %d files, want %d", p.Name, ErrInvalidSockets, len(files), p.sockets())
 	}
 	s := &DHCPSockets{DHCP: files[0]}
 	if p.DHCP6 != nil {
@@ -121,7 +121,7 @@ func ServeLeasePlan(p LeasePlan, socks *DHCPSockets, opts ServerOptions) (_ *DHC
 	files := socks.Files()
 	defer closeAll(files) // net.FilePacketConn dups: the service holds its own
 	if len(files) != p.sockets() {
-		return nil, fmt.Errorf("serve dhcp of %s: %w: %d sockets, want %d", p.Name, ErrInvalidSpec, len(files), p.sockets())
+		return nil, fmt.Errorf("serve dhcp of %s: %w: %d sockets, want %d", p.Name, ErrInvalidSockets, len(files), p.sockets())
 	}
 	conns := make([]net.PacketConn, 0, len(files))
 	for _, f := range files {
@@ -141,13 +141,13 @@ func ServeLeasePlan(p LeasePlan, socks *DHCPSockets, opts ServerOptions) (_ *DHC
 	}
 	c4, ok := conns[0].(*net.UDPConn)
 	if !ok {
-		return nil, fmt.Errorf("serve dhcp of %s: %w: the DHCPv4 socket is a %T", p.Name, ErrInvalidSpec, conns[0])
+		return nil, fmt.Errorf("serve dhcp of %s: %w: the DHCPv4 socket is a %T", p.Name, ErrInvalidSockets, conns[0])
 	}
 	svc := &DHCPService{plan: p}
 	if p.DHCP6 != nil {
 		c6, ok := conns[1].(*net.UDPConn)
 		if !ok {
-			return nil, fmt.Errorf("serve dhcp of %s: %w: the DHCPv6 socket is a %T", p.Name, ErrInvalidSpec, conns[1])
+			return nil, fmt.Errorf("serve dhcp of %s: %w: the DHCPv6 socket is a %T", p.Name, ErrInvalidSockets, conns[1])
 		}
 		if svc.ra, err = serveRAConn(conns[2], *p.RA, opts.Logger); err != nil {
 			return nil, err
@@ -187,10 +187,10 @@ func (s *DHCPService) WaitLease(ctx context.Context) (Lease, error) {
 	return s.dhcp.WaitLease(ctx)
 }
 
-// WaitLease6 waits until the guest holds its DHCPv6 lease; ErrUnknownNetwork without IPv6.
+// WaitLease6 waits until the guest holds its DHCPv6 lease; ErrNoIPv6 without IPv6.
 func (s *DHCPService) WaitLease6(ctx context.Context) (Lease, error) {
 	if s.dhcp6 == nil {
-		return Lease{}, fmt.Errorf("wait for ipv6 lease of %s: %w", s.plan.Name, ErrUnknownNetwork)
+		return Lease{}, fmt.Errorf("wait for ipv6 lease of %s: %w", s.plan.Name, ErrNoIPv6)
 	}
 	return s.dhcp6.WaitLease(ctx)
 }

@@ -130,14 +130,12 @@ func (l *api) Reset(ctx context.Context, _ *pb.ResetRequest) (*pb.ResetResponse,
 // GetDomain implements the GetDomain RPC. Without a domain it answers STATE_NO_DOMAIN.
 func (l *api) GetDomain(ctx context.Context, _ *pb.GetDomainRequest) (*pb.Domain, error) {
 	d := l.domain()
-	var out *pb.Domain
 	if d == nil {
-		out = &pb.Domain{State: pb.State_STATE_NO_DOMAIN, Name: l.cfg.Name, LastEventSeq: l.events.last()}
-	} else {
-		out = d.snapshot()
+		out := &pb.Domain{State: pb.State_STATE_NO_DOMAIN, Name: l.cfg.Name, LastEventSeq: l.events.last()}
+		out.DhcpInterfaces, out.Leases = l.dhcp.snapshot()
+		return out, nil
 	}
-	out.DhcpInterfaces, out.Leases = l.dhcp.snapshot()
-	return out, nil
+	return d.snapshot(), nil
 }
 
 // WatchEvents implements the WatchEvents RPC: retained events after after_seq, then new ones,

@@ -19,8 +19,10 @@ type DomainState struct {
 	QEMUVersion    string
 	Pid            int
 	AgentConnected bool
-	// DHCPServed are the interfaces whose DHCP the launcher serves; Leases the guest's
-	// current leases on them.
+	// ServesDHCP: the launcher takes DHCP hand-overs (DHCPHost); one from before that is
+	// served by the agent itself. DHCPServed are the interfaces whose DHCP the launcher
+	// serves; Leases the guest's current leases on them.
+	ServesDHCP bool
 	DHCPServed []string
 	Leases     []network.Lease
 }

@@ -136,6 +136,7 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		QEMUVersion:    d.GetQemuVersion(),
 		Pid:            int(d.GetPid()),
 		AgentConnected: d.GetAgentConnected(),
+		ServesDHCP:     d.GetServesDhcp(),
 		DHCPServed:     d.GetDhcpInterfaces(),
 		Leases:         leases(d.GetLeases()),
 	}, nil

@@ -188,7 +188,7 @@ func resolveNIC(n qemu.NIC, ip network.InterfacePlan) qemu.NIC {
 // only when the reason changes. served are the interfaces whose DHCP the launcher serves: a
 // plugged interface's service is handed over before its NIC is plugged (the guest asks at
 // once), a removed one's stopped once its binding is gone.
-func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, synced *metav1.Condition, served []string) error {
+func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, synced *metav1.Condition, served launcherDHCP) error {
 	if r.Network == nil || r.Network.Pods == nil || r.Network.attachment(vmi.UID) == nil {
 		return nil
 	}

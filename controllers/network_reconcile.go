@@ -72,8 +72,9 @@ type vmiAttachment struct {
 }
 
 // attach returns the VMI's attachment, creating its pod network and wiring spec on first use
-// (and again in a new agent process: both steps are idempotent).
-func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, logger *slog.Logger) (*vmiAttachment, error) {
+// (and again in a new agent process: both steps are idempotent). onLease runs whenever a DHCP
+// server in this process (for a launcher that cannot serve DHCP) acknowledges an address.
+func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, onLease func(), logger *slog.Logger) (*vmiAttachment, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if a := n.attached[uid]; a != nil {
@@ -85,7 +86,7 @@ func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, logger *slog.Log
 	}
 	s := *spec
 	s.ResolvConf = n.ResolvConf
-	att, err := network.Attach(pod.NetnsPath, &s, network.AttachOptions{Logger: logger})
+	att, err := network.Attach(pod.NetnsPath, &s, network.AttachOptions{OnLease: func(network.Lease) { onLease() }, Logger: logger})
 	if err != nil {
 		return nil, err // the pod network goes with the VMI (release)
 	}
@@ -156,7 +157,7 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 	ns, name := vmi.Namespace, vmi.Name
 	logger := slog.New(logr.ToSlogHandler(log.FromContext(ctx).WithValues("vmi", ns+"/"+name)))
 	boot := vn.BootSpec()
-	a, err := r.Network.attach(vmi.UID, boot, logger)
+	a, err := r.Network.attach(vmi.UID, boot, func() { r.Wake(ns, name) }, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,23 +168,38 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 	return ResolveNICs(planned, plan, a.netns)
 }
 
+// launcherDHCP is what a launcher reported of its DHCP services (DomainState).
+type launcherDHCP struct {
+	supported bool     // it takes hand-overs
+	served    []string // the interfaces it serves
+}
+
 // ensureDHCP makes the launcher serve DHCP on the VMI's attached interfaces: it binds the
-// sockets of each interface the launcher does not serve yet (served, as the launcher reported
-// it) in the pod's netns and hands them over with the interface's lease plan; with prune it
-// also stops the services of interfaces not attached (only once every wanted interface is:
-// an agent restarted since a NIC was hotplugged attaches it again in reconcileNICs). It
-// returns what the launcher serves afterwards. Level-based: after an agent restart the
-// launcher's services are found and kept.
-func (r *VMIReconciler) ensureDHCP(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, served []string, prune bool) ([]string, error) {
+// sockets of each interface the launcher does not serve yet (st.served) in the pod's netns and
+// hands them over with the interface's lease plan; with prune it also stops the services of
+// interfaces not attached (only once every wanted interface is: an agent restarted since a NIC
+// was hotplugged attaches it again in reconcileNICs). It returns what the launcher serves
+// afterwards. Level-based: after an agent restart the launcher's services are found and kept.
+// A launcher that takes no hand-overs (one started before launchers served DHCP) has its
+// VM's DHCP served in this process instead, as it was then.
+func (r *VMIReconciler) ensureDHCP(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, st launcherDHCP, prune bool) (launcherDHCP, error) {
 	a := r.Network.attachment(vmi.UID)
-	host, ok := l.(DHCPHost)
-	if a == nil || !ok {
-		return served, nil
+	if a == nil {
+		return st, nil
 	}
 	var want []string
 	for _, ip := range a.Plan().Interfaces {
 		want = append(want, ip.Name)
 	}
+	host, ok := l.(DHCPHost)
+	if !ok || !st.supported {
+		var errs []error
+		for _, name := range want {
+			errs = append(errs, a.ServeInProcess(name))
+		}
+		return st, errors.Join(errs...)
+	}
+	served := st.served
 	var errs []error
 	out := slices.Clone(served)
 	for _, name := range want {
@@ -206,7 +222,7 @@ func (r *VMIReconciler) ensureDHCP(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		out = slices.DeleteFunc(out, func(s string) bool { return s == name })
 	}
-	return out, errors.Join(errs...)
+	return launcherDHCP{supported: true, served: out}, errors.Join(errs...)
 }
 
 // serveDHCP binds interface name's DHCP sockets and hands them to the launcher.

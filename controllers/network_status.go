@@ -72,7 +72,7 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	if a == nil {
 		return
 	}
-	sts := a.Status(dom.Leases)
+	sts := a.Status(append(a.Leases(), dom.Leases...)) // a.Leases: for an older launcher
 	out, needAgent := interfaceStatuses(vmi.Status.Interfaces, sts, nil)
 	if needAgent && dom.AgentConnected {
 		if guest := r.guestInterfaces(ctx, l); guest != nil {

@@ -276,7 +276,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	}
 	spec.NICs = nics
 	// DHCP before the domain starts: the guest asks as soon as it boots.
-	served, err := r.ensureDHCP(ctx, vmi, l, dom.DHCPServed, false)
+	served, err := r.ensureDHCP(ctx, vmi, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false)
 	if err != nil {
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
 	}

@@ -95,6 +95,28 @@ func (a *Attachment) serve(ip InterfacePlan) (*boundInterface, error) {
 	return b, nil
 }
 
+// ServeInProcess serves interface name's DHCP in this process, as AttachOptions.ServeDHCP
+// does for every interface, unless it does already: for a VM whose launcher cannot take the
+// sockets.
+func (a *Attachment) ServeInProcess(name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.find(name)
+	if b == nil {
+		return fmt.Errorf("serve dhcp of %s: %w", name, ErrUnknownNetwork)
+	}
+	if b.svc != nil {
+		return nil
+	}
+	lp := b.plan.LeasePlan()
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
+	if err != nil {
+		return err
+	}
+	b.svc, err = dhcp.ServeLeasePlan(lp, socks, dhcp.ServerOptions{OnLease: a.opts.OnLease, Logger: a.opts.Logger})
+	return err
+}
+
 // close stops the interface's DHCP service, if it runs here.
 func (b *boundInterface) close() error {
 	if b.svc == nil {

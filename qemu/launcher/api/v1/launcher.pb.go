@@ -1291,7 +1291,10 @@ type Domain struct {
 	// sockets and lease plans over the tap hand-over socket), with or without a domain.
 	DhcpInterfaces []string `protobuf:"bytes,17,rep,name=dhcp_interfaces,json=dhcpInterfaces,proto3" json:"dhcp_interfaces,omitempty"`
 	// leases are the guests' current DHCP leases on them (DHCPv4 and DHCPv6).
-	Leases        []*Lease `protobuf:"bytes,18,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases []*Lease `protobuf:"bytes,18,rep,name=leases,proto3" json:"leases,omitempty"`
+	// serves_dhcp is true on launchers that take DHCP hand-overs (an agent serves the DHCP of an
+	// older launcher's VM itself).
+	ServesDhcp    bool `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1450,6 +1453,13 @@ func (x *Domain) GetLeases() []*Lease {
 		return x.Leases
 	}
 	return nil
+}
+
+func (x *Domain) GetServesDhcp() bool {
+	if x != nil {
+		return x.ServesDhcp
+	}
+	return false
 }
 
 // Lease is an address the launcher's DHCP server acknowledged to the guest.
@@ -4295,7 +4305,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\x87\x05\n" +
+	"\x10GetDomainRequest\"\xa8\x05\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -4315,7 +4325,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\tlive_spec\x18\x0f \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bliveSpec\x12@\n" +
 	"\tmigration\x18\x10 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\tmigration\x12'\n" +
 	"\x0fdhcp_interfaces\x18\x11 \x03(\tR\x0edhcpInterfaces\x120\n" +
-	"\x06leases\x18\x12 \x03(\v2\x18.vmlet.launcher.v1.LeaseR\x06leases\"\xc1\x01\n" +
+	"\x06leases\x18\x12 \x03(\v2\x18.vmlet.launcher.v1.LeaseR\x06leases\x12\x1f\n" +
+	"\vserves_dhcp\x18\x13 \x01(\bR\n" +
+	"servesDhcp\"\xc1\x01\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x18\n" +

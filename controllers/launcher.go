@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
 )
 
@@ -17,6 +19,12 @@ type DomainState struct {
 	QEMUVersion    string
 	Pid            int
 	AgentConnected bool
+	// ServesDHCP: the launcher takes DHCP hand-overs (DHCPHost); one from before that is
+	// served by the agent itself. DHCPServed are the interfaces whose DHCP the launcher
+	// serves; Leases the guest's current leases on them.
+	ServesDHCP bool
+	DHCPServed []string
+	Leases     []network.Lease
 }
 
 // DomainPhase is the launcher's coarse VM state.
@@ -48,6 +56,17 @@ type Launcher interface {
 	// returns why it stopped.
 	Watch(ctx context.Context, notify func()) error
 	Close() error
+}
+
+// DHCPHost serves a VM's DHCP: the launcher, given each interface's bound sockets and lease
+// plan, serves them as long as the VM runs (an agent restart never interrupts them). Leases
+// come back in DomainState. A Launcher without it leaves the VM's guests without DHCP.
+type DHCPHost interface {
+	// ServeDHCP hands over an interface's sockets (the caller closes its copies) and plan;
+	// the same interface again replaces its service.
+	ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *dhcp.DHCPSockets) error
+	// StopDHCP ends an interface's service (idempotent).
+	StopDHCP(ctx context.Context, name string) error
 }
 
 // Dialer connects to the launcher listening on a ready socket.

@@ -3,10 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"time"
 
 	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
@@ -18,7 +21,10 @@ type grpcLauncher struct {
 	paths launcher.Paths // of the launcher's run folder: its tap hand-over socket
 }
 
-var _ Launcher = (*grpcLauncher)(nil)
+var (
+	_ Launcher = (*grpcLauncher)(nil)
+	_ DHCPHost = (*grpcLauncher)(nil)
+)
 
 // DialLauncher connects to a launcher's ready socket.
 func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
@@ -130,7 +136,35 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		QEMUVersion:    d.GetQemuVersion(),
 		Pid:            int(d.GetPid()),
 		AgentConnected: d.GetAgentConnected(),
+		ServesDHCP:     d.GetServesDhcp(),
+		DHCPServed:     d.GetDhcpInterfaces(),
+		Leases:         leases(d.GetLeases()),
 	}, nil
+}
+
+// leases converts the launcher's leases; malformed ones are skipped.
+func leases(ls []*pb.Lease) []network.Lease {
+	var out []network.Lease
+	for _, l := range ls {
+		addr, err := netip.ParsePrefix(l.GetAddress())
+		if err != nil {
+			continue
+		}
+		mac, _ := net.ParseMAC(l.GetMac())
+		out = append(out, network.Lease{
+			Interface: l.GetInterface(), MAC: mac, Addr: addr, Hostname: l.GetHostname(),
+			Acked: time.Unix(0, l.GetAckedUnixNano()), Expires: time.Unix(0, l.GetExpiresUnixNano()),
+		})
+	}
+	return out
+}
+
+func (g *grpcLauncher) ServeDHCP(ctx context.Context, plan network.LeasePlan, socks *dhcp.DHCPSockets) error {
+	return launcher.HandOverDHCP(ctx, g.paths.TapSocket(), plan, socks)
+}
+
+func (g *grpcLauncher) StopDHCP(ctx context.Context, name string) error {
+	return launcher.StopDHCP(ctx, g.paths.TapSocket(), name)
 }
 
 func (g *grpcLauncher) Watch(ctx context.Context, notify func()) error {

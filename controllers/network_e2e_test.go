@@ -50,8 +50,10 @@ func masqueradeVMI(name string) *vmletv1.VirtualMachineInstance {
 // auto-attaches a bridge interface on the pod network) each get their address by DHCP inside
 // the guest; status.interfaces reports where they are reachable, confirmed by the guest agent;
 // a TCP service in each guest answers a client namespace through the pod IP (masquerade: the
-// declared port only); after an agent restart the new agent's DHCP server answers the guests'
-// renewals; deletion leaves no netns, veth, tap, bridge or nftables table on the node.
+// declared port only); with the agent stopped the launchers' DHCP servers answer a renewal
+// (masquerade) and a release and new request (bridge), and the restarted agent reports the
+// addresses and keeps the services; deletion leaves no netns, veth, tap, bridge or nftables
+// table on the node.
 func TestVMINetwork(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -122,16 +124,37 @@ func TestVMINetwork(t *testing.T) {
 		t.Errorf("undeclared port 81 of the masquerade VMI: err = %v, want connection refused (not forwarded)", err)
 	}
 
-	// A restarted agent attaches the running VMIs again: its DHCP servers answer renewals.
+	// DHCP lives with the VM: with no agent running the launchers answer a renewal and a
+	// whole new request (DISCOVER after a RELEASE).
 	a.stop(t)
+	t0 := time.Now()
+	waitRenewal(t, a, masq, renewCmd)
+	waitRequest(t, a, bridge)
+	t.Logf("leases renewed and requested again with no agent running: %s", time.Since(t0).Round(time.Millisecond))
+	// A restarted agent attaches the running VMIs again and finds their DHCP served.
 	a = startAgent(t, agentOptions{})
 	for _, v := range []*vmletv1.VirtualMachineInstance{masq, bridge} {
-		waitRenewal(t, a, v)
+		waitRenewal(t, a, v, renewCmd)
 		if got := mustGetVMI(t, v); len(got.Status.Interfaces) != 1 || got.Status.Interfaces[0].IP != addrs[v.Name].String() {
 			t.Errorf("%s after the agent restart: status interfaces %+v, want address %s", v.Name, got.Status.Interfaces, addrs[v.Name])
 		}
 	}
 	waitReply(t, clientNS, netip.AddrPortFrom(addrs[masq.Name], 80), "VMLET-HELLO-MASQ\n")
+	// Only the launcher holds a pod's DHCP socket: not the agent (it closed its copies after
+	// the hand-overs), not QEMU.
+	for _, v := range []*vmletv1.VirtualMachineInstance{masq, bridge} {
+		st, err := a.runtime.State(string(v.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders, err := dhcpSocketHolders(filepath.Join(testNet.cfg.NetnsDir, "vmlet-"+string(v.UID)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(holders) != 1 || holders[st.Pid] != 1 {
+			t.Errorf("%s: DHCP sockets held by %v (pid: sockets), want only the launcher %d, once", v.Name, holders, st.Pid)
+		}
+	}
 
 	for _, v := range []*vmletv1.VirtualMachineInstance{masq, bridge} {
 		if err := env.Client.Delete(ctx, v); err != nil {
@@ -346,19 +369,57 @@ func waitReply(t *testing.T, ns string, addr netip.AddrPort, want string) {
 
 // waitRenewal makes the guest's udhcpc renew its lease (SIGUSR1) until it prints its address
 // again: only a DHCP server that answers makes it do so.
-func waitRenewal(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) {
+func waitRenewal(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance, cmd string) {
 	t.Helper()
-	count := func() int {
-		b, _ := os.ReadFile(consoleLog(v))
-		return strings.Count(string(b), testguest.MarkerIP+" eth0 ")
-	}
+	count := func() int { return leaseLines(v) }
 	before := count()
-	eventually(t, time.Minute, v.Name+" lease renewed through the new agent", func() (bool, string) {
+	eventually(t, time.Minute, v.Name+" lease renewed", func() (bool, string) {
 		if count() > before {
 			return true, ""
 		}
-		guestShell(t, a, v, "kill -USR1 $(cat /run/udhcpc.eth0.pid)")
+		guestShell(t, a, v, cmd)
 		return false, fmt.Sprintf("%d address lines", count())
+	})
+}
+
+// renewCmd makes the test guest's udhcpc renew its lease on eth0 (busybox: SIGUSR1).
+const renewCmd = "kill -USR1 $(cat /run/udhcpc.eth0.pid)"
+
+// leaseLines counts the guest's lines saying udhcpc configured a lease on eth0.
+func leaseLines(v *vmletv1.VirtualMachineInstance) int { return leaseLinesOn(v, "eth0") }
+
+// leaseLinesOn counts the guest's lines saying udhcpc configured a lease on iface.
+func leaseLinesOn(v *vmletv1.VirtualMachineInstance, iface string) int {
+	b, _ := os.ReadFile(consoleLog(v))
+	return strings.Count(string(b), testguest.MarkerIP+" "+iface+" ")
+}
+
+// launcherDHCP lists the interfaces whose DHCP the VMI's launcher serves (GetDomain).
+func launcherDHCP(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, a.runtime.Socket(string(v.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.GetDhcpInterfaces()
+}
+
+// waitRequest makes the guest's udhcpc release its lease and ask for a new one (SIGUSR2, then
+// SIGUSR1: DISCOVER, OFFER, REQUEST, ACK) once, and waits until it configured it.
+func waitRequest(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) {
+	t.Helper()
+	before := leaseLines(v)
+	guestShell(t, a, v, "kill -USR2 $(cat /run/udhcpc.eth0.pid); sleep 1; kill -USR1 $(cat /run/udhcpc.eth0.pid)")
+	eventually(t, time.Minute, v.Name+" lease released and requested again", func() (bool, string) {
+		n := leaseLines(v)
+		return n > before, fmt.Sprintf("%d address lines", n)
 	})
 }
 

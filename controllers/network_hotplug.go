@@ -186,8 +186,10 @@ func resolveNIC(n qemu.NIC, ip network.InterfacePlan) qemu.NIC {
 // others; nothing of it stays half-created.
 //
 // synced is the Synchronized condition as the reconcile found it: a Warning event is recorded
-// only when the reason changes.
-func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, synced *metav1.Condition) error {
+// only when the reason changes. served are the interfaces whose DHCP the launcher serves: a
+// plugged interface's service is handed over before its NIC is plugged (the guest asks at
+// once), a removed one's stopped once its binding is gone.
+func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, synced *metav1.Condition, served launcherDHCP) error {
 	if r.Network == nil || r.Network.Pods == nil || r.Network.attachment(vmi.UID) == nil {
 		return nil
 	}
@@ -203,9 +205,11 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		return fmt.Errorf("list nics: %w", err)
 	}
 	var problems []nicProblem
+	plugFailed := false
 	for _, hot := range want.HotplugNICs {
 		nic, netns, err := r.Network.plugSecondary(vmi.UID, want.Network, hot)
 		if err != nil {
+			plugFailed = true
 			reason := vmistatus.ReasonInterfaceHotplugFailed
 			if errors.Is(err, errUnknownSecondary) || errors.Is(err, network.ErrInvalidSpec) {
 				reason = vmistatus.ReasonUnknownNetwork
@@ -214,6 +218,10 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 			continue
 		}
 		if slices.Contains(attached, nic.ID) {
+			continue
+		}
+		if served, err = r.ensureDHCP(ctx, vmi, l, served, false); err != nil {
+			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceHotplugFailed, fmt.Errorf("hotplug interface %s: %w", hot.Name, err)})
 			continue
 		}
 		if err := hp.HotplugNIC(ctx, nic, netns); err != nil {
@@ -245,6 +253,11 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		if err := r.Network.pruneSecondaries(vmi.UID, want.BootInterfaces(), want.HotplugNICs, busy); err != nil {
 			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("remove unplugged interfaces: %w", err)})
 		}
+	}
+	// An interface that failed to plug may still have its binding and its guest a lease from
+	// an earlier agent: its DHCP stays until it plugs or goes.
+	if _, err := r.ensureDHCP(ctx, vmi, l, served, !plugFailed); err != nil {
+		problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("stop dhcp of unplugged interfaces: %w", err)})
 	}
 	if len(problems) > 0 {
 		errs := make([]error, len(problems))

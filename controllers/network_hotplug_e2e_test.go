@@ -179,10 +179,23 @@ func TestVMINICHotplug(t *testing.T) {
 	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, time.Minute)
 	guestServe(t, a, got, 80, "VMLET-HELLO-SECONDARY")
 	waitReply(t, testNet.node, netip.AddrPortFrom(addr, 80), "VMLET-HELLO-SECONDARY\n")
+	if served := launcherDHCP(t, a, got); !slices.Equal(served, []string{"blue", "testmasquerade"}) {
+		t.Errorf("the launcher serves DHCP on %v, want [blue testmasquerade]", served)
+	}
+
+	// The hotplugged interface's DHCP lives with the VM too: with no agent running the guest
+	// renews its lease on eth1.
+	a.stop(t)
+	renewed := leaseLinesOn(got, "eth1")
+	guestShell(t, a, got, "kill -USR1 $(cat /run/udhcpc.eth1.pid)")
+	eventually(t, time.Minute, "eth1 lease renewed with no agent running", func() (bool, string) {
+		n := leaseLinesOn(got, "eth1")
+		return n > renewed, fmt.Sprintf("%d eth1 address lines", n)
+	})
 
 	// Hot-unplug (state: absent) while no agent runs: the next agent finds the NIC in the
-	// domain and the binding in the pod only in the kernel, and removes both.
-	a.stop(t)
+	// domain and the binding in the pod only in the kernel, and removes both, and the
+	// launcher's DHCP service of it.
 	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
 		s.Domain.Devices.Interfaces[1].State = vmletv1.InterfaceStateAbsent
 	}); err != nil {
@@ -206,6 +219,10 @@ func TestVMINICHotplug(t *testing.T) {
 		t.Errorf("the guest still has eth1: %s", out)
 	}
 	assertHostObjects(t, "after the unplug", podNS, before)
+	eventually(t, 10*time.Second, "the unplugged interface's DHCP stopped", func() (bool, string) {
+		served := launcherDHCP(t, a, got)
+		return slices.Equal(served, []string{"testmasquerade"}), fmt.Sprintf("served %v", served)
+	})
 	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
 		s.Domain.Devices.Interfaces = s.Domain.Devices.Interfaces[:1]
 		s.Networks = s.Networks[:1]

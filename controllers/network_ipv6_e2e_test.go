@@ -32,9 +32,9 @@ import (
 // ipAddress stays the IPv4 one), exactly those eth0 has in the pod's netns. A TCP service in
 // the guest answers a client namespace through the pod's IPv6 address on the declared port
 // (undeclared: refused), and the guest reaches a listener in the client namespace over IPv6
-// (seen from the node's uplink address: pod and node masquerade). After an agent restart the
-// status keeps both addresses and the new agent's DHCP servers answer the guest's renewals of
-// both leases. Deletion leaves nothing.
+// (seen from the node's uplink address: pod and node masquerade). With the agent stopped the
+// launcher's DHCPv4 and DHCPv6 servers answer the guest's renewals of both leases; after the
+// agent restart the status keeps both addresses. Deletion leaves nothing.
 func TestVMINetworkDualStack(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -110,11 +110,14 @@ func TestVMINetworkDualStack(t *testing.T) {
 		t.Errorf("undeclared port 81 over IPv6: err = %v, want connection refused (not forwarded)", err)
 	}
 
-	// A restarted agent has seen neither lease: the status keeps both addresses while the
-	// guest renews them, the two families one after the other, through the new DHCP servers.
+	// The launcher serves DHCPv4, DHCPv6 and router advertisements: with no agent running the
+	// guest renews both leases. The restarted agent reads them from the launcher: the status
+	// keeps both addresses while the guest renews them again, one family after the other.
 	a.stop(t)
+	waitRenewal(t, a, got, renewCmd)
+	waitRenewal6(t, a, got)
 	a = startAgent(t, agentOptions{Subnet6: network.DefaultNodeSubnet6})
-	waitRenewal(t, a, got)
+	waitRenewal(t, a, got, renewCmd)
 	assertStatusIPs(t, vmi, ifc.IPs)
 	waitRenewal6(t, a, got)
 	assertStatusIPs(t, vmi, ifc.IPs)
@@ -146,7 +149,7 @@ func waitRenewal6(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) {
 		return strings.Count(string(b), testguest.MarkerIP6+" eth0 ")
 	}
 	before := count()
-	eventually(t, time.Minute, v.Name+" IPv6 lease renewed through the new agent", func() (bool, string) {
+	eventually(t, time.Minute, v.Name+" IPv6 lease renewed", func() (bool, string) {
 		if count() > before {
 			return true, ""
 		}

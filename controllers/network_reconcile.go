@@ -46,9 +46,11 @@ var DefaultSecondaryNetworks = []string{"vmlet-node"}
 var errNoPodNetwork = errors.New("this node has no pod network")
 
 // NodeNetwork is the node agent's network side: pod networks and, per VMI, the bindings in
-// its pod's netns. The bindings' DHCP servers run in the agent's process, so the attachments
-// live here, by VMI UID; after an agent restart the reconciler attaches running VMIs again
-// (the kernel state is found and kept, DHCP serves again). Use one per agent process.
+// its pod's netns, by VMI UID; after an agent restart the reconciler attaches running VMIs
+// again (the kernel state is found and kept). DHCP does not run here: the agent binds each
+// interface's DHCP sockets in the pod's netns and hands them with the lease plan to the VM's
+// launcher (ensureDHCP), which serves them while the agent restarts. Use one per agent
+// process.
 type NodeNetwork struct {
 	// Pods creates and deletes the launchers' pod networks.
 	Pods PodNetworks
@@ -71,8 +73,8 @@ type vmiAttachment struct {
 }
 
 // attach returns the VMI's attachment, creating its pod network and wiring spec on first use
-// (and again in a new agent process: both steps are idempotent). onLease runs whenever the
-// guest is acknowledged an address.
+// (and again in a new agent process: both steps are idempotent). onLease runs whenever a DHCP
+// server in this process (for a launcher that cannot serve DHCP) acknowledges an address.
 func (n *NodeNetwork) attach(uid types.UID, spec *network.Spec, onLease func(), logger *slog.Logger) (*vmiAttachment, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -104,7 +106,7 @@ func (n *NodeNetwork) attachment(uid types.UID) *vmiAttachment {
 	return n.attached[uid]
 }
 
-// release detaches the VMI's bindings (DHCP servers stop, taps, bridges and tables go) and
+// release detaches the VMI's bindings (taps, bridges and tables go) and
 // deletes its pod network; when it was the last pod, the node bridge and NAT go too. It is
 // idempotent and works without an attachment in this process (after an agent restart): the
 // pod's netns takes what is left in it along.
@@ -125,8 +127,8 @@ func (n *NodeNetwork) release(uid types.UID) error {
 	return errors.Join(errs...)
 }
 
-// Close stops the DHCP servers of every attachment and forgets them; the kernel state stays
-// (guests keep their addresses). The agent calls it when it stops.
+// Close forgets every attachment; the kernel state and the launchers' DHCP services stay.
+// The agent calls it when it stops.
 func (n *NodeNetwork) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -161,6 +163,76 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 		return !slices.ContainsFunc(boot.Interfaces, func(i network.Interface) bool { return i.Name == ip.Name })
 	})
 	return translate.ResolveNICs(planned, plan, a.netns)
+}
+
+// launcherDHCP is what a launcher reported of its DHCP services (DomainState).
+type launcherDHCP struct {
+	supported bool     // it takes hand-overs
+	served    []string // the interfaces it serves
+}
+
+// ensureDHCP makes the launcher serve DHCP on the VMI's attached interfaces: it binds the
+// sockets of each interface the launcher does not serve yet (st.served) in the pod's netns and
+// hands them over with the interface's lease plan; with prune it also stops the services of
+// interfaces not attached (only once every wanted interface is: an agent restarted since a NIC
+// was hotplugged attaches it again in reconcileNICs). It returns what the launcher serves
+// afterwards. Level-based: after an agent restart the launcher's services are found and kept.
+// A launcher that takes no hand-overs (one started before launchers served DHCP) has its
+// VM's DHCP served in this process instead, as it was then.
+func (r *VMIReconciler) ensureDHCP(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, st launcherDHCP, prune bool) (launcherDHCP, error) {
+	a := r.Network.attachment(vmi.UID)
+	if a == nil {
+		return st, nil
+	}
+	var want []string
+	for _, ip := range a.Plan().Interfaces {
+		want = append(want, ip.Name)
+	}
+	host, ok := l.(DHCPHost)
+	if !ok || !st.supported {
+		var errs []error
+		for _, name := range want {
+			errs = append(errs, a.ServeInProcess(name))
+		}
+		return st, errors.Join(errs...)
+	}
+	served := st.served
+	var errs []error
+	out := slices.Clone(served)
+	for _, name := range want {
+		if slices.Contains(served, name) {
+			continue
+		}
+		if err := serveDHCP(ctx, host, a, name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, name)
+	}
+	for _, name := range served {
+		if !prune || slices.Contains(want, name) {
+			continue
+		}
+		if err := host.StopDHCP(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("stop dhcp of %s: %w", name, err))
+			continue
+		}
+		out = slices.DeleteFunc(out, func(s string) bool { return s == name })
+	}
+	return launcherDHCP{supported: true, served: out}, errors.Join(errs...)
+}
+
+// serveDHCP binds interface name's DHCP sockets and hands them to the launcher.
+func serveDHCP(ctx context.Context, host DHCPHost, a *vmiAttachment, name string) error {
+	socks, plan, err := a.ListenDHCP(name)
+	if err != nil {
+		return err
+	}
+	defer socks.Close()
+	if err := host.ServeDHCP(ctx, plan, socks); err != nil {
+		return fmt.Errorf("serve dhcp of %s: %w", name, err)
+	}
+	return nil
 }
 
 // networkFailed reports a network that could not be wired. Before the domain exists, a node

@@ -60,7 +60,8 @@ func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, e
 	return out, nil
 }
 
-// observeInterfaces writes status.interfaces from the VMI's attachment (interfaceStatuses),
+// observeInterfaces writes status.interfaces from the VMI's attachment and the leases its
+// launcher's DHCP services report (interfaceStatuses),
 // asking the guest agent only while some leased address is not yet confirmed by it, and
 // records an Event for each change of an interface's addresses.
 func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) {
@@ -71,7 +72,7 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	if a == nil {
 		return
 	}
-	sts := a.Status()
+	sts := a.Status(append(a.Leases(), dom.Leases...)) // a.Leases: for an older launcher
 	out, needAgent := interfaceStatuses(vmi.Status.Interfaces, sts, nil)
 	if needAgent && dom.AgentConnected {
 		if guest := r.guestInterfaces(ctx, l); guest != nil {

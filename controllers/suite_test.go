@@ -304,7 +304,7 @@ func (a *agent) stop(t testing.TB) {
 	case <-time.After(30 * time.Second):
 		t.Error("manager did not stop")
 	}
-	// Its DHCP servers end with it, as with an agent process that exits.
+	// As with an agent process that exits (the launchers keep serving DHCP).
 	if err := a.net.Close(); err != nil {
 		t.Errorf("close agent network: %v", err)
 	}

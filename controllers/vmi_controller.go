@@ -276,6 +276,11 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
 	}
 	spec.NICs = nics
+	// DHCP before the domain starts: the guest asks as soon as it boots.
+	served, err := r.ensureDHCP(ctx, vmi, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false)
+	if err != nil {
+		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
+	}
 	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
 	// not a different domain.
 	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
@@ -298,7 +303,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	r.observe(vmi, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
-		nicErr = r.reconcileNICs(ctx, vmi, l, want, synced)
+		nicErr = r.reconcileNICs(ctx, vmi, l, want, synced, served)
 	}
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState

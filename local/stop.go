@@ -44,7 +44,7 @@ func (s *Stack) Leave(ctx context.Context) error {
 	if s.Agent != nil {
 		errs = append(errs, s.Agent.Heartbeat.SetNotReady(ctx, controllers.ReasonVmletStopped,
 			"vmlet local stopped and left its VMs running; the next start manages them again"))
-		errs = append(errs, s.Agent.Close()) // the guests' DHCP servers; the next start restarts them
+		errs = append(errs, s.Agent.Close()) // the launchers keep serving their guests' DHCP
 	}
 	errs = append(errs, s.CP.Stop())
 	return errors.Join(errs...)

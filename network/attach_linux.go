@@ -11,19 +11,26 @@ import (
 	"sync"
 
 	"github.com/vmlet/vmlet/internal/revert"
+	"github.com/vmlet/vmlet/network/dhcp"
 )
 
 // AttachOptions configure Attach.
 type AttachOptions struct {
+	// ServeDHCP runs each interface's DHCP (and IPv6) servers in this process. Without it
+	// nothing serves DHCP until the caller hands ListenDHCP's sockets and the interface's
+	// LeasePlan to a process that serves them (the node agent: to the VM's launcher, so an
+	// agent restart never leaves a guest without its DHCP server).
+	ServeDHCP bool
 	// OnLease is called (from a DHCP server goroutine) whenever a guest NIC is acknowledged an
-	// address: the moment the guest's address is known.
+	// address: the moment the guest's address is known. With ServeDHCP only.
 	OnLease func(Lease)
 	Logger  *slog.Logger
 }
 
 // Attachment is the network of one VM in its launcher's netns: per interface the applied
-// plan and its DHCP (and IPv6) servers. Interfaces can be added and removed while the VM runs
-// (AddInterface, RemoveInterface). Methods are safe for concurrent use.
+// plan and, with AttachOptions.ServeDHCP, its DHCP (and IPv6) servers. Interfaces can be added
+// and removed while the VM runs (AddInterface, RemoveInterface). Methods are safe for
+// concurrent use.
 type Attachment struct {
 	netns string
 	opts  AttachOptions
@@ -34,15 +41,14 @@ type Attachment struct {
 
 // boundInterface is one wired interface.
 type boundInterface struct {
-	plan  InterfacePlan
-	dhcp  *DHCPServer
-	dhcp6 *DHCPServer // nil without IPv6
-	ra    *RAServer   // nil without IPv6
+	plan InterfacePlan
+	svc  *dhcp.DHCPService // nil without AttachOptions.ServeDHCP
 }
 
 // Attach wires spec's interfaces in the launcher's network namespace at netnsPath: Discover,
-// PlanBindings, ApplyPlan, then a DHCP server per interface. On failure everything it did is
-// undone. Open the taps for QEMU with OpenTaps.
+// PlanBindings, ApplyPlan, then (AttachOptions.ServeDHCP) a DHCP service per interface. On
+// failure everything it did is undone. Open the taps for QEMU with OpenTaps, the DHCP sockets
+// for another process with ListenDHCP.
 func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, err error) {
 	st, err := Discover(netnsPath, spec)
 	if err != nil {
@@ -71,39 +77,52 @@ func Attach(netnsPath string, spec *Spec, opts AttachOptions) (_ *Attachment, er
 	return a, nil
 }
 
-// serve starts the DHCP (and IPv6) servers of an applied interface plan.
-func (a *Attachment) serve(ip InterfacePlan) (_ *boundInterface, err error) {
-	r := revert.New()
-	defer r.FailErr(&err)
-	sopts := ServerOptions{Name: ip.Name, OnLease: a.opts.OnLease, Logger: a.opts.Logger}
+// serve starts the DHCP service of an applied interface plan (AttachOptions.ServeDHCP).
+func (a *Attachment) serve(ip InterfacePlan) (*boundInterface, error) {
 	b := &boundInterface{plan: ip}
-	if b.dhcp, err = ServeDHCP(a.netns, ip.DHCP, sopts); err != nil {
+	if !a.opts.ServeDHCP {
+		return b, nil
+	}
+	lp := ip.LeasePlan()
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
+	if err != nil {
 		return nil, err
 	}
-	r.AddErr(b.dhcp.Close)
-	if ip.DHCP6 != nil {
-		if b.dhcp6, err = ServeDHCPv6(a.netns, *ip.DHCP6, sopts); err != nil {
-			return nil, err
-		}
-		r.AddErr(b.dhcp6.Close)
-		if b.ra, err = ServeRA(a.netns, *ip.RA, a.opts.Logger); err != nil {
-			return nil, err
-		}
+	b.svc, err = dhcp.ServeLeasePlan(lp, socks, dhcp.ServerOptions{OnLease: a.opts.OnLease, Logger: a.opts.Logger})
+	if err != nil {
+		return nil, err
 	}
-	r.Success()
 	return b, nil
 }
 
-// close stops the interface's servers.
+// ServeInProcess serves interface name's DHCP in this process, as AttachOptions.ServeDHCP
+// does for every interface, unless it does already: for a VM whose launcher cannot take the
+// sockets.
+func (a *Attachment) ServeInProcess(name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.find(name)
+	if b == nil {
+		return fmt.Errorf("serve dhcp of %s: %w", name, ErrUnknownNetwork)
+	}
+	if b.svc != nil {
+		return nil
+	}
+	lp := b.plan.LeasePlan()
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
+	if err != nil {
+		return err
+	}
+	b.svc, err = dhcp.ServeLeasePlan(lp, socks, dhcp.ServerOptions{OnLease: a.opts.OnLease, Logger: a.opts.Logger})
+	return err
+}
+
+// close stops the interface's DHCP service, if it runs here.
 func (b *boundInterface) close() error {
-	errs := []error{b.dhcp.Close()}
-	if b.dhcp6 != nil {
-		errs = append(errs, b.dhcp6.Close())
+	if b.svc == nil {
+		return nil
 	}
-	if b.ra != nil {
-		errs = append(errs, b.ra.Close())
-	}
-	return errors.Join(errs...)
+	return b.svc.Close()
 }
 
 // AddInterface wires interface name of spec (a spec that also lists the interfaces already
@@ -227,15 +246,44 @@ func (a *Attachment) OpenTaps(name string) ([]*os.File, error) {
 	return OpenTap(a.netns, b.plan.Tap, b.plan.Queues)
 }
 
-// WaitLease waits until the guest NIC name holds a DHCP lease.
-func (a *Attachment) WaitLease(ctx context.Context, name string) (Lease, error) {
+// ListenDHCP creates the bound DHCP sockets of interface name (dhcp.ListenDHCP) and
+// returns them with the interface's lease plan, for a process that serves them
+// (ServeLeasePlan). The caller closes its copies.
+func (a *Attachment) ListenDHCP(name string) (*dhcp.DHCPSockets, LeasePlan, error) {
 	a.mu.Lock()
 	b := a.find(name)
 	a.mu.Unlock()
 	if b == nil {
+		return nil, LeasePlan{}, fmt.Errorf("listen for dhcp of %s: %w", name, ErrUnknownNetwork)
+	}
+	lp := b.plan.LeasePlan()
+	socks, err := dhcp.ListenDHCP(a.netns, &lp)
+	return socks, lp, err
+}
+
+// WaitLease waits until the guest NIC name holds a DHCP lease (AttachOptions.ServeDHCP).
+func (a *Attachment) WaitLease(ctx context.Context, name string) (Lease, error) {
+	a.mu.Lock()
+	b := a.find(name)
+	a.mu.Unlock()
+	if b == nil || b.svc == nil {
 		return Lease{}, fmt.Errorf("wait for lease of %s: %w", name, ErrUnknownNetwork)
 	}
-	return b.dhcp.WaitLease(ctx)
+	return b.svc.WaitLease(ctx)
+}
+
+// Leases are the current leases of the DHCP services running in this process
+// (AttachOptions.ServeDHCP), for Status.
+func (a *Attachment) Leases() []Lease {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Lease
+	for _, b := range a.ifaces {
+		if b.svc != nil {
+			out = append(out, b.svc.Leases()...)
+		}
+	}
+	return out
 }
 
 // InterfaceStatus is what status.interfaces needs to know about one guest NIC.
@@ -251,15 +299,20 @@ type InterfaceStatus struct {
 	GuestIPs []netip.Addr
 }
 
-// Status reports every interface, with addresses once the guest holds its lease.
-func (a *Attachment) Status() []InterfaceStatus {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// Status reports every interface, with addresses once the guest holds its lease: leases are
+// the guest's current leases, from Leases or from the process serving DHCP.
+func (a *Attachment) Status(leases []Lease) []InterfaceStatus {
+	return InterfaceStatuses(a.Plan(), leases)
+}
+
+// InterfaceStatuses reports every interface of plan, with addresses where leases (matched by
+// interface name and family, and by the address the plan offers) say the guest holds its
+// lease. Pure.
+func InterfaceStatuses(plan *Plan, leases []Lease) []InterfaceStatus {
 	var out []InterfaceStatus
-	for _, b := range a.ifaces {
-		ip := b.plan
+	for _, ip := range plan.Interfaces {
 		st := InterfaceStatus{Name: ip.Name, MAC: ip.MAC.String(), PodInterface: ip.Pod.Name, Queues: ip.Queues}
-		if l, ok := b.dhcp.Lease(); ok {
+		if l, ok := findLease(leases, ip.Name, ip.DHCP.ClientAddr); ok {
 			st.GuestIPs = append(st.GuestIPs, l.Addr.Addr())
 			if ip.Binding == BindingMasquerade {
 				st.IPs = append(st.IPs, ip.Pod.Addr.Addr())
@@ -267,8 +320,8 @@ func (a *Attachment) Status() []InterfaceStatus {
 				st.IPs = append(st.IPs, l.Addr.Addr())
 			}
 		}
-		if b.dhcp6 != nil {
-			if l, ok := b.dhcp6.Lease(); ok {
+		if ip.DHCP6 != nil {
+			if l, ok := findLease(leases, ip.Name, ip.DHCP6.ClientAddr); ok {
 				st.GuestIPs = append(st.GuestIPs, l.Addr.Addr())
 				st.IPs = append(st.IPs, ip.Pod.Addr6.Addr())
 			}
@@ -278,7 +331,16 @@ func (a *Attachment) Status() []InterfaceStatus {
 	return out
 }
 
-// Close stops the DHCP and router advertisement servers; the kernel state stays (a guest keeps
+func findLease(leases []Lease, name string, addr netip.Prefix) (Lease, bool) {
+	for _, l := range leases {
+		if l.Interface == name && l.Addr == addr {
+			return l, true
+		}
+	}
+	return Lease{}, false
+}
+
+// Close stops the DHCP and router advertisement servers running here; the kernel state stays (a guest keeps
 // its address until the lease expires). When the pod goes away, Close and then
 // Node.DeletePod is the fast teardown: once nothing refers to the netns any more (QEMU exited,
 // servers closed) the kernel destroys it with its taps, bridges and tables. Use Detach to
@@ -298,10 +360,10 @@ func (a *Attachment) WaitLease6(ctx context.Context, name string) (Lease, error)
 	a.mu.Lock()
 	b := a.find(name)
 	a.mu.Unlock()
-	if b == nil || b.dhcp6 == nil {
+	if b == nil || b.svc == nil {
 		return Lease{}, fmt.Errorf("wait for ipv6 lease of %s: %w", name, ErrUnknownNetwork)
 	}
-	return b.dhcp6.WaitLease(ctx)
+	return b.svc.WaitLease6(ctx)
 }
 
 // Detach stops the DHCP servers and removes the plan from the netns (RemovePlan).

@@ -34,7 +34,7 @@ func BenchmarkPodNetworkSetup(b *testing.B) {
 				if binding == BindingBridge {
 					spec = bridgeSpec(id)
 				}
-				a, err := Attach(p.NetnsPath, spec, AttachOptions{})
+				a, err := Attach(p.NetnsPath, spec, AttachOptions{ServeDHCP: true})
 				must(b, err)
 				t2 := time.Now()
 				if i%2 == 0 {
@@ -69,7 +69,7 @@ func BenchmarkStartToGuestAddress(b *testing.B) {
 	must(b, err)
 	b.Cleanup(func() { must(b, tn.DeletePod("bench-vm")) })
 	leases := make(chan Lease, 1)
-	a, err := Attach(pod.NetnsPath, masqSpec("bench-vm"), AttachOptions{OnLease: func(l Lease) {
+	a, err := Attach(pod.NetnsPath, masqSpec("bench-vm"), AttachOptions{ServeDHCP: true, OnLease: func(l Lease) {
 		select {
 		case leases <- l:
 		default:

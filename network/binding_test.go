@@ -28,7 +28,7 @@ func masqSpec(uid string, ports ...Port) *Spec {
 // attach runs Attach for spec in pod's netns, detached by t.Cleanup.
 func attach(t testing.TB, pod PodNetwork, spec *Spec) *Attachment {
 	t.Helper()
-	a, err := Attach(pod.NetnsPath, spec, AttachOptions{})
+	a, err := Attach(pod.NetnsPath, spec, AttachOptions{ServeDHCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestMasqueradeBinding(t *testing.T) {
 	if err != nil || l.Addr != netip.MustParsePrefix("10.0.2.2/24") || l.Hostname != "guest-says-hi" || !slices.Equal(l.MAC, ip.MAC) {
 		t.Errorf("WaitLease = %+v, %v", l, err)
 	}
-	st := a.Status()
+	st := a.Status(a.Leases())
 	if len(st) != 1 || !slices.Equal(st[0].IPs, []netip.Addr{pod.Addr.Addr()}) || !slices.Equal(st[0].GuestIPs, []netip.Addr{netip.MustParseAddr("10.0.2.2")}) || st[0].PodInterface != "eth0" {
 		t.Errorf("Status = %+v", st)
 	}
@@ -189,7 +189,7 @@ func TestAttachReverts(t *testing.T) {
 	must(t, h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tap0"}, PeerName: "tap0-peer"}))
 	links, tables := linkNames(t, pod.NetnsPath), tableNames(t, pod.NetnsPath)
 	for _, spec := range []*Spec{masqSpec("vm-r"), bridgeSpec("vm-r")} {
-		_, err := Attach(pod.NetnsPath, spec, AttachOptions{})
+		_, err := Attach(pod.NetnsPath, spec, AttachOptions{ServeDHCP: true})
 		if !errors.Is(err, ErrNameCollision) {
 			t.Fatalf("Attach %s = %v, want ErrNameCollision", spec.Interfaces[0].Binding, err)
 		}

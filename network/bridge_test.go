@@ -42,7 +42,7 @@ func TestBridgeBinding(t *testing.T) {
 	t.Cleanup(func() { deleteLink(t, pod.NetnsPath, "fg0") })
 	lease := dhcpLease(t, guestNS, "")
 	checkOptions(t, lease.ACK, pod.Addr.Addr().String(), pod.Gateway.String(), pod.Addr.Bits())
-	if st := a.Status(); len(st) != 1 || !slices.Equal(st[0].IPs, []netip.Addr{pod.Addr.Addr()}) {
+	if st := a.Status(a.Leases()); len(st) != 1 || !slices.Equal(st[0].IPs, []netip.Addr{pod.Addr.Addr()}) {
 		t.Errorf("Status = %+v", st)
 	}
 
@@ -107,7 +107,7 @@ func TestReattach(t *testing.T) {
 			pod, err := tn.CreatePod("vm-re")
 			must(t, err)
 			defer func() { must(t, tn.DeletePod("vm-re")) }()
-			a, err := Attach(pod.NetnsPath, spec, AttachOptions{})
+			a, err := Attach(pod.NetnsPath, spec, AttachOptions{ServeDHCP: true})
 			must(t, err)
 			must(t, a.Close())
 			links := linkNames(t, pod.NetnsPath)

@@ -37,11 +37,16 @@
 // links' "vmlet-binding NAME" alias); Node.RemoveInterface then deletes the veth. Names never
 // depend on an interface's position, so adding or removing one leaves the others alone.
 //
-// DHCP (ServeDHCP, in-process): one server per binding, its socket created inside the
-// launcher's netns and bound to the bridge; it offers exactly one address to exactly one MAC,
-// with router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU
-// and classless routes for off-link gateways. Leases are reported through a callback and
-// WaitLease, which is how callers learn the guest's address (Attachment.Status).
+// DHCP (package dhcp): one server per binding, its socket created inside the launcher's
+// netns and bound to the bridge; it offers exactly one address to exactly one MAC, with
+// router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU and
+// classless routes for off-link gateways. The plan of it is the interface's LeasePlan.
+// Binding the ports and the raw ICMPv6 socket takes root (Attachment.ListenDHCP); serving
+// them does not (dhcp.ServeLeasePlan): the node agent binds them and hands them with the plan
+// to the VM's unprivileged launcher, which serves them for as long as the VM runs, whatever
+// happens to the agent (AttachOptions.ServeDHCP serves them in the calling process instead:
+// tests, tools). Attachment.Status and InterfaceStatuses turn the guest's leases into the
+// addresses it is reachable at.
 //
 // QEMU gets the tap through OpenTap, which attaches one queue file per vCPU on a thread inside
 // the launcher's netns; the files go to QEMU over SCM_RIGHTS (qemu.NIC.TapFDs). vhost is used
@@ -57,7 +62,7 @@
 // /64; pods get the IPv6 address with the same host part as their IPv4 one, and the node
 // masquerades IPv6 too). On a pod with a global IPv6 address the masquerade binding adds
 // fd10:0:2::/120 (gateway ::1, guest ::2) and fe80::1 on the bridge, router advertisements
-// from fe80::1 (ServeRA: default route, managed flag, on-link prefix, MTU), a stateful DHCPv6
-// server for the guest's address (ServeDHCPv6) and IPv6 DNAT/masquerade. The bridge binding is
-// IPv4 only: a pod's IPv6 address stays on the pod interface, unused.
+// from fe80::1 (dhcp.ServeRA: default route, managed flag, on-link prefix, MTU), a stateful
+// DHCPv6 server for the guest's address (dhcp.ServeDHCPv6) and IPv6 DNAT/masquerade. The
+// bridge binding is IPv4 only: a pod's IPv6 address stays on the pod interface, unused.
 package network

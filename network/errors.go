@@ -3,6 +3,8 @@ package network
 import (
 	"errors"
 	"fmt"
+
+	"github.com/vmlet/vmlet/network/dhcp"
 )
 
 // Sentinel errors. Match them with errors.Is; FieldError wraps the validation ones.
@@ -33,8 +35,8 @@ var (
 	ErrNoPodAddress = errors.New("pod interface has no usable address")
 	// ErrNotTap: OpenTap's link exists but is not a tap.
 	ErrNotTap = errors.New("link is not a tap")
-	// ErrClosed: the DHCP server or attachment was closed.
-	ErrClosed = errors.New("closed")
+	// ErrClosed: the DHCP server or attachment was closed (dhcp.ErrClosed).
+	ErrClosed = dhcp.ErrClosed
 )
 
 // FieldError says which field is wrong and why. It matches ErrInvalidSpec and its Err (one of

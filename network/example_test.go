@@ -34,7 +34,8 @@ func Example() {
 		VCPUs:      2, MultiQueue: true,
 	}
 	att, err := network.Attach(pod.NetnsPath, spec, network.AttachOptions{
-		OnLease: func(l network.Lease) { fmt.Println("guest", l.Interface, "has", l.Addr) },
+		ServeDHCP: true, // the node agent hands the sockets to the launcher instead (ListenDHCP)
+		OnLease:   func(l network.Lease) { fmt.Println("guest", l.Interface, "has", l.Addr) },
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -71,7 +72,7 @@ func Example() {
 	if _, err := att.WaitLease(ctx, "default"); err != nil {
 		log.Fatal(err)
 	}
-	for _, st := range att.Status() { // for status.interfaces
+	for _, st := range att.Status(att.Leases()) { // for status.interfaces
 		fmt.Println(st.Name, st.MAC, st.IPs, st.GuestIPs, st.Queues)
 	}
 }

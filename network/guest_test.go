@@ -36,7 +36,7 @@ func TestGuestMasquerade(t *testing.T) {
 	serveGreeting(listenIn(t, plain.NetnsPath, ":7002"))
 
 	leases := make(chan Lease, 8)
-	a, err := Attach(vmPod.NetnsPath, masqSpec("vm-masq", Port{Port: 8080}), AttachOptions{OnLease: func(l Lease) { leases <- l }})
+	a, err := Attach(vmPod.NetnsPath, masqSpec("vm-masq", Port{Port: 8080}), AttachOptions{ServeDHCP: true, OnLease: func(l Lease) { leases <- l }})
 	must(t, err)
 	t.Cleanup(func() { must(t, a.Detach()) })
 	g := startGuest(t, a, "default")
@@ -54,7 +54,7 @@ func TestGuestMasquerade(t *testing.T) {
 	if got := g.waitIP(t); got != "10.0.2.2" {
 		t.Fatalf("guest configured eth0 with %s, want 10.0.2.2", got)
 	}
-	if st := a.Status(); !slices.Equal(st[0].IPs, []netip.Addr{vmPod.Addr.Addr()}) || st[0].Queues != 1 {
+	if st := a.Status(a.Leases()); !slices.Equal(st[0].IPs, []netip.Addr{vmPod.Addr.Addr()}) || st[0].Queues != 1 {
 		t.Errorf("Status = %+v", st)
 	}
 	if out := g.sh(t, "cat /etc/resolv.conf; hostname"); !strings.Contains(out, "nameserver 198.51.100.53") {
@@ -92,7 +92,7 @@ func TestGuestBridge(t *testing.T) {
 	pod, err := tn.CreatePod("vm-bridge")
 	must(t, err)
 	t.Cleanup(func() { must(t, tn.DeletePod("vm-bridge")) })
-	a, err := Attach(pod.NetnsPath, bridgeSpec("vm-bridge"), AttachOptions{})
+	a, err := Attach(pod.NetnsPath, bridgeSpec("vm-bridge"), AttachOptions{ServeDHCP: true})
 	must(t, err)
 	t.Cleanup(func() { must(t, a.Detach()) })
 	g := startGuest(t, a, "default")
@@ -159,7 +159,7 @@ func TestGuestMasqueradeDualStack(t *testing.T) {
 	pod, err := tn.CreatePod("vm-ds")
 	must(t, err)
 	t.Cleanup(func() { must(t, tn.DeletePod("vm-ds")) })
-	a, err := Attach(pod.NetnsPath, masqSpec("vm-ds", Port{Port: 8080}), AttachOptions{})
+	a, err := Attach(pod.NetnsPath, masqSpec("vm-ds", Port{Port: 8080}), AttachOptions{ServeDHCP: true})
 	must(t, err)
 	t.Cleanup(func() { must(t, a.Detach()) })
 	ip := a.Plan().Interfaces[0]
@@ -179,7 +179,7 @@ func TestGuestMasqueradeDualStack(t *testing.T) {
 	if l, err := a.WaitLease6(ctx, "default"); err != nil || l.Addr != ip.GuestAddr6 {
 		t.Errorf("WaitLease6 = %+v, %v; want %s", l, err, ip.GuestAddr6)
 	}
-	st := a.Status()
+	st := a.Status(a.Leases())
 	if want := []netip.Addr{pod.Addr.Addr(), pod.Addr6.Addr()}; !slices.Equal(st[0].IPs, want) {
 		t.Errorf("Status IPs = %v, want the pod's %v", st[0].IPs, want)
 	}

@@ -90,7 +90,7 @@ func TestMasqueradeDualStack(t *testing.T) {
 	if want := "hello 2001:db8:e::1\n"; err != nil || got != want {
 		t.Errorf("guest -> remote over IPv6 = %q, %v; want %q", got, err, want)
 	}
-	if st := a.Status(); !slices.Contains(st[0].GuestIPs, netip.MustParseAddr("fd10:0:2::2")) {
+	if st := a.Status(a.Leases()); !slices.Contains(st[0].GuestIPs, netip.MustParseAddr("fd10:0:2::2")) {
 		t.Errorf("Status = %+v", st)
 	}
 }

@@ -58,7 +58,7 @@ func TestSecondaryInterface(t *testing.T) {
 	if rs := lease.ACK.Router(); len(rs) != 0 {
 		t.Errorf("a secondary network offered routers %v", rs)
 	}
-	st := a.Status()
+	st := a.Status(a.Leases())
 	if len(st) != 2 || st[1].Name != "blue" || !slices.Equal(st[1].IPs, []netip.Addr{sec.Addr.Addr()}) || st[1].PodInterface != ifname {
 		t.Errorf("Status = %+v", st)
 	}
@@ -76,7 +76,7 @@ func TestSecondaryInterface(t *testing.T) {
 	must(t, err)
 	_, err = a.AddInterface(spec, "blue")
 	must(t, err)
-	b, err := Attach(pod.NetnsPath, bridgeSpec("vm-s"), AttachOptions{})
+	b, err := Attach(pod.NetnsPath, bridgeSpec("vm-s"), AttachOptions{ServeDHCP: true})
 	must(t, err)
 	if names, err := b.Interfaces(); err != nil || !slices.Contains(names, "blue") {
 		t.Errorf("restarted attachment's Interfaces = %v, %v", names, err)

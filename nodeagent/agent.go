@@ -122,8 +122,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	return &Agent{Reconciler: r, Facts: facts, Heartbeat: hb}, nil
 }
 
-// Close stops what the agent runs in its own process (the guests' DHCP servers); the kernel
-// state stays, as do the launchers: a new agent picks them up. Call after the manager stopped.
+// Close forgets the agent's in-process network state; the kernel state stays, as do the
+// launchers and the guests' DHCP servers in them: a new agent picks them up. Call after the
+// manager stopped.
 func (a *Agent) Close() error {
 	if a.Reconciler.Network == nil {
 		return nil

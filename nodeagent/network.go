@@ -43,8 +43,8 @@ func openNetwork(cfg NetworkConfig) (*controllers.NodeNetwork, error) {
 	return &controllers.NodeNetwork{Pods: node, ResolvConf: cfg.ResolvConf}, nil
 }
 
-// CloseNetwork ends the node network with the stack, once its launchers are gone: the agent's
-// DHCP servers stop and every pod network goes, the last one taking the node bridge and NAT
+// CloseNetwork ends the node network with the stack, once its launchers are gone (their DHCP
+// servers with them): every pod network goes, the last one taking the node bridge and NAT
 // table along. The next start creates them again for the VMIs that run again.
 func CloseNetwork(nn *controllers.NodeNetwork) error {
 	if nn == nil {

@@ -2,12 +2,18 @@ package launcher_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmlet/vmlet/network/dhcp"
+	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/qemu/qmp"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -20,8 +26,18 @@ import (
 // (/proc/<pid>/smaps_rollup) while it runs a booted guest with the agent connected, after a
 // round of RPCs (the goal is ≤ 15 MiB), its anonymous memory, QEMU's for scale, and the PSS
 // when three launchers with guests run (binary pages shared). QEMU is not in the launcher's.
-func BenchmarkLauncherMemory(b *testing.B) {
+func BenchmarkLauncherMemory(b *testing.B) { launcherMemory(b, false) }
+
+// BenchmarkLauncherMemoryDHCP is BenchmarkLauncherMemory with a dual-stack interface's DHCP
+// served by the launcher (DHCPv4, DHCPv6 and router advertisements on sockets bound in a test
+// netns and handed over, as the node agent does), which every VM with a network has.
+func BenchmarkLauncherMemoryDHCP(b *testing.B) { launcherMemory(b, true) }
+
+func launcherMemory(b *testing.B, withDHCP bool) {
 	p := startLauncher(b, launchOpts{env: strings.Fields(os.Getenv("BENCH_LAUNCHER_ENV"))})
+	if withDHCP {
+		handOverTestDHCP(b, p)
+	}
 	rec := watch(b, p.client, 0)
 	_, con := syncGuest(b, p, guestSpec(b, "bench-mem"))
 	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
@@ -66,6 +82,40 @@ func BenchmarkLauncherMemory(b *testing.B) {
 	}
 	_, pss3, _ := smapsRollup(b, p.cmd.Process.Pid)
 	b.ReportMetric(pss3/(1<<20), "pss-of-3-MiB")
+}
+
+// handOverTestDHCP binds a dual-stack lease plan's sockets on a bridge in a fresh netns and
+// hands them to p. Equivalent to: ip netns add NS; ip -n NS link add br0 type bridge; ...
+func handOverTestDHCP(b *testing.B, p *proc) {
+	ns := fmt.Sprintf("vmlet-bench-%d", os.Getpid())
+	run := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			b.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("netns", "add", ns)
+	b.Cleanup(func() { run("netns", "del", ns) })
+	run("-n", ns, "link", "add", "br0", "type", "bridge")
+	run("-n", ns, "link", "set", "br0", "up")
+	mac, _ := net.ParseMAC("02:00:00:00:00:01")
+	plan := dhcp.LeasePlan{
+		Name: "default",
+		DHCP: dhcp.DHCPConfig{Interface: "br0", ServerAddr: netip.MustParseAddr("10.0.2.1"), ClientMAC: mac,
+			ClientAddr: netip.MustParsePrefix("10.0.2.2/24"), Router: netip.MustParseAddr("10.0.2.1"), LeaseTime: time.Hour},
+		DHCP6: &dhcp.DHCPv6Config{Interface: "br0", ServerMAC: mac, ClientMAC: mac,
+			ClientAddr: netip.MustParsePrefix("fd10:0:2::2/120"), LeaseTime: time.Hour},
+		RA: &dhcp.RAConfig{Interface: "br0", Source: netip.MustParseAddr("fe80::1"), Prefix: netip.MustParsePrefix("fd10:0:2::/120"), RouterLifetime: time.Hour},
+	}
+	socks, err := dhcp.ListenDHCP("/var/run/netns/"+ns, &plan)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer socks.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := launcher.HandOverDHCP(ctx, p.paths.TapSocket(), plan, socks); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // smapsRollup reads Rss, Pss and Anonymous (bytes) of pid.

@@ -69,6 +69,18 @@
 // with getfd, so QEMU never needs CAP_NET_ADMIN or /dev/net/tun. A missing tap is
 // ErrTapNotFound (the launcher never creates one).
 //
+// # DHCP: the VM's servers live here
+//
+// The guest's DHCP (DHCPv4; with IPv6 DHCPv6 and router advertisements) is served by its
+// launcher, not by the node agent, so an agent restart or upgrade never leaves a guest
+// without its DHCP server (KubeVirt's virt-launcher serves its guest's DHCP too). An
+// unprivileged launcher can neither bind ports 67/547 nor open a raw ICMPv6 socket, so the
+// agent binds them as root in the pod's netns (package network/dhcp) and hands them over on
+// sockets/taps.sock with the interface's lease plan, a plain struct (HandOverDHCP; StopDHCP
+// when the NIC is removed). The launcher serves them until it exits; the leases the guest is
+// acknowledged are LeaseEvents and part of GetDomain (leases, dhcp_interfaces), so an agent
+// that restarted learns them, and what it still has to hand over, from the launcher.
+//
 // # Privileges
 //
 // The launcher needs no privilege: it runs as the node's launcher user (controllers/process

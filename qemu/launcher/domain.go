@@ -187,6 +187,8 @@ func (d *domain) snapshot() *pb.Domain {
 		out.Nics = append(out.Nics, n.ID)
 	}
 	out.LiveSpec = d.liveSpec()
+	out.DhcpInterfaces, out.Leases = d.l.dhcp.snapshot()
+	out.ServesDhcp = true
 	d.mu.Lock()
 	out.State, out.Reason, out.AgentConnected = d.state, d.reason, d.agentUp
 	if d.mig != nil {

@@ -57,6 +57,10 @@ func (l *eventLog) agent(connected bool) *pb.Event {
 	return l.emit(func(e *pb.Event) { e.Kind = &pb.Event_Agent{Agent: &pb.AgentEvent{Connected: connected}} })
 }
 
+func (l *eventLog) lease(lease *pb.Lease) *pb.Event {
+	return l.emit(func(e *pb.Event) { e.Kind = &pb.Event_Lease{Lease: &pb.LeaseEvent{Lease: lease}} })
+}
+
 func (l *eventLog) last() uint64 { return l.f.last() }
 
 func (l *eventLog) close() { l.f.close() }

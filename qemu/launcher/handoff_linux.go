@@ -8,24 +8,33 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/network/dhcp"
 )
 
 // maxHandedFiles bounds the files of one hand-over message: the queues of a tap and its
-// counters file.
+// counters file (or the three sockets of a DHCP service).
 const maxHandedFiles = 65
 
-// handoffRequest is one hand-over message; its SCM_RIGHTS carry Queues tap queue files, then,
-// with Counters, a file of /proc/net/dev opened inside the tap's network namespace (a
-// /proc/net file keeps showing the namespace it was opened in, so an unprivileged launcher can
-// read the tap's counters without entering it).
+// handoffRequest is one hand-over message, of one of three kinds:
+//   - Tap: its SCM_RIGHTS carry Queues tap queue files, then, with Counters, a file of
+//     /proc/net/dev opened inside the tap's network namespace (a /proc/net file keeps showing
+//     the namespace it was opened in, so an unprivileged launcher can read the tap's counters
+//     without entering it);
+//   - DHCP: an interface's lease plan; its SCM_RIGHTS carry the sockets the agent bound for it
+//     in the pod's netns (dhcp.ListenDHCP), which the launcher serves;
+//   - StopDHCP: the interface whose DHCP service to stop; no files.
 type handoffRequest struct {
-	Tap      string `json:"tap"`
-	Queues   int    `json:"queues"`
-	Counters bool   `json:"counters"`
+	Tap      string          `json:"tap,omitempty"`
+	Queues   int             `json:"queues,omitempty"`
+	Counters bool            `json:"counters,omitempty"`
+	DHCP     *dhcp.LeasePlan `json:"dhcp,omitempty"`
+	StopDHCP string          `json:"stopDhcp,omitempty"`
 }
 
 type handoffReply struct {
@@ -148,7 +157,7 @@ func (l *Launcher) serveTapConn(c *net.UnixConn) {
 		}
 		files, ferr := parseRights(oob[:oobn])
 		reply := handoffReply{}
-		if err := l.acceptTap(buf[:n], files, ferr); err != nil {
+		if err := l.accept(buf[:n], files, ferr); err != nil {
 			reply.Error = err.Error()
 			closeFiles(files)
 		}
@@ -159,16 +168,30 @@ func (l *Launcher) serveTapConn(c *net.UnixConn) {
 	}
 }
 
-// acceptTap checks one hand-over (each queue file is a tap attached to the named device) and
-// pools it.
-func (l *Launcher) acceptTap(msg []byte, files []*os.File, ferr error) error {
+// accept takes one hand-over message; on error the caller closes files.
+func (l *Launcher) accept(msg []byte, files []*os.File, ferr error) error {
 	if ferr != nil {
 		return ferr
 	}
 	var req handoffRequest
 	if err := json.Unmarshal(msg, &req); err != nil {
-		return fmt.Errorf("hand over tap: %w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("hand over: %w: %w", ErrInvalidRequest, err)
 	}
+	switch {
+	case req.DHCP != nil:
+		return l.acceptDHCP(req.DHCP, files)
+	case req.StopDHCP != "":
+		if len(files) > 0 {
+			return fmt.Errorf("stop dhcp of %s: %w: %d files", req.StopDHCP, ErrInvalidRequest, len(files))
+		}
+		return l.dhcp.stop(req.StopDHCP)
+	}
+	return l.acceptTap(req, files)
+}
+
+// acceptTap checks one tap hand-over (each queue file is a tap attached to the named device)
+// and pools it.
+func (l *Launcher) acceptTap(req handoffRequest, files []*os.File) error {
 	want := req.Queues
 	if req.Counters {
 		want++
@@ -249,44 +272,57 @@ func parseRights(oob []byte) ([]*os.File, error) {
 // NIC hotplug using that tap takes them instead of opening /dev/net/tun itself. The caller
 // keeps its copies (close them after). Equivalent to sendmsg(SCM_RIGHTS) of the fds.
 func HandOverTap(ctx context.Context, socket, name string, queues []*os.File, counters *os.File) error {
+	files := slices.Clone(queues)
+	if counters != nil {
+		files = append(files, counters)
+	}
+	req := handoffRequest{Tap: name, Queues: len(queues), Counters: counters != nil}
+	if err := handOver(ctx, socket, req, files); err != nil {
+		return fmt.Errorf("hand over tap %s: %w", name, err)
+	}
+	return nil
+}
+
+// handOver sends one hand-over message with files and waits for the launcher's answer.
+func handOver(ctx context.Context, socket string, req handoffRequest, files []*os.File) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixpacket", socket)
 	if err != nil {
-		return fmt.Errorf("hand over tap %s: %w", name, err)
+		return err
 	}
 	defer c.Close()
 	uc := c.(*net.UnixConn)
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(10 * time.Second)
+		deadline = time.Now().Add(handOverTimeout)
 	}
 	_ = uc.SetDeadline(deadline)
-	req := handoffRequest{Tap: name, Queues: len(queues), Counters: counters != nil}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return fmt.Errorf("hand over tap %s: %w", name, err)
+		return err
 	}
-	fds := make([]int, 0, len(queues)+1)
-	for _, f := range queues {
+	fds := make([]int, 0, len(files))
+	for _, f := range files {
 		fds = append(fds, int(f.Fd()))
 	}
-	if counters != nil {
-		fds = append(fds, int(counters.Fd()))
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
-	if _, _, err := uc.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
-		return fmt.Errorf("hand over tap %s: %w", name, err)
+	if _, _, err := uc.WriteMsgUnix(b, oob, nil); err != nil {
+		return err
 	}
 	buf := make([]byte, 4096)
 	n, err := uc.Read(buf)
 	if err != nil {
-		return fmt.Errorf("hand over tap %s: %w", name, err)
+		return err
 	}
 	var rep handoffReply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {
-		return fmt.Errorf("hand over tap %s: %w", name, err)
+		return err
 	}
 	if rep.Error != "" {
-		return fmt.Errorf("hand over tap %s: %w: %s", name, ErrInvalidRequest, rep.Error)
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, rep.Error)
 	}
 	return nil
 }

@@ -56,6 +56,7 @@ type Launcher struct {
 	lis      net.Listener
 	tapLis   *net.UnixListener // the agent hands tap files over here
 	taps     tapPool
+	dhcp     dhcpPool // the VM's DHCP services, handed over with the taps
 	srv      *grpc.Server
 	serveErr chan error // grpc.Serve's result
 

@@ -23,7 +23,7 @@ const (
 //	sockets/console.sock       the serial console (QEMU serves it, one client at a time)
 //	sockets/qga.sock           the guest agent channel; only the launcher connects
 //	sockets/migration.sock     default incoming migration socket of a target
-//	sockets/taps.sock          the agent hands tap fds over here (SOCK_SEQPACKET, SCM_RIGHTS)
+//	sockets/taps.sock          the agent hands tap fds and DHCP sockets over here (SOCK_SEQPACKET, SCM_RIGHTS)
 //	logs/qmp.log[.1..]         every QMP line with a timestamp, size-capped and rotated
 //	logs/serial.log            the serial console output
 //	logs/qemu.log              QEMU's standard error
@@ -63,7 +63,8 @@ func (p Paths) StartingSocket() string { return filepath.Join(p.Root, StartingSo
 func (p Paths) QMPSocket() string { return filepath.Join(p.Sockets(), "qmp.sock") }
 
 // TapSocket is where the node agent hands the launcher tap queue files it opened (SCM_RIGHTS;
-// see HandOverTap): a launcher without CAP_NET_ADMIN cannot open /dev/net/tun itself.
+// see HandOverTap): a launcher without CAP_NET_ADMIN cannot open /dev/net/tun itself. Bound
+// DHCP sockets come the same way (HandOverDHCP).
 func (p Paths) TapSocket() string { return filepath.Join(p.Sockets(), "taps.sock") }
 
 // DebugSocket is the QMP socket for humans, proxied through the launcher.

@@ -131,7 +131,9 @@ func (l *api) Reset(ctx context.Context, _ *pb.ResetRequest) (*pb.ResetResponse,
 func (l *api) GetDomain(ctx context.Context, _ *pb.GetDomainRequest) (*pb.Domain, error) {
 	d := l.domain()
 	if d == nil {
-		return &pb.Domain{State: pb.State_STATE_NO_DOMAIN, Name: l.cfg.Name, LastEventSeq: l.events.last()}, nil
+		out := &pb.Domain{State: pb.State_STATE_NO_DOMAIN, Name: l.cfg.Name, LastEventSeq: l.events.last(), ServesDhcp: true}
+		out.DhcpInterfaces, out.Leases = l.dhcp.snapshot()
+		return out, nil
 	}
 	return d.snapshot(), nil
 }

@@ -106,7 +106,7 @@ func (l *Launcher) listenTaps(r *revert.Reverter) error {
 	}
 	l.tapLis = lis
 	go l.serveTaps(lis)
-	r.Add(func() { lis.Close(); l.taps.closeAll() })
+	r.Add(func() { lis.Close(); l.taps.closeAll(); l.dhcp.closeAll() })
 	return nil
 }
 
@@ -129,6 +129,7 @@ func (l *Launcher) teardown() {
 		l.tapLis.Close()
 	}
 	l.taps.closeAll()
+	l.dhcp.closeAll()
 	l.events.close()
 	l.qlog.feed.close()
 	done := make(chan struct{})

@@ -147,7 +147,7 @@ func (x DeviceEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Kind.Descriptor instead.
 func (DeviceEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22, 0}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type DeviceEvent_Action int32
@@ -196,7 +196,7 @@ func (x DeviceEvent_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Action.Descriptor instead.
 func (DeviceEvent_Action) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22, 1}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23, 1}
 }
 
 type DomainSpec struct {
@@ -1285,8 +1285,16 @@ type Domain struct {
 	LastEventSeq uint64 `protobuf:"varint,14,opt,name=last_event_seq,json=lastEventSeq,proto3" json:"last_event_seq,omitempty"`
 	// live_spec is the domain as it runs now: hotplugged devices included, every slot, the
 	// machine type and CPU model pinned. It is what PrepareMigrationTarget needs.
-	LiveSpec      *DomainSpec      `protobuf:"bytes,15,opt,name=live_spec,json=liveSpec,proto3" json:"live_spec,omitempty"`
-	Migration     *MigrationStatus `protobuf:"bytes,16,opt,name=migration,proto3" json:"migration,omitempty"` // the last known migration status (role "" if none)
+	LiveSpec  *DomainSpec      `protobuf:"bytes,15,opt,name=live_spec,json=liveSpec,proto3" json:"live_spec,omitempty"`
+	Migration *MigrationStatus `protobuf:"bytes,16,opt,name=migration,proto3" json:"migration,omitempty"` // the last known migration status (role "" if none)
+	// dhcp_interfaces are the interfaces whose DHCP the launcher serves (the agent hands their
+	// sockets and lease plans over the tap hand-over socket), with or without a domain.
+	DhcpInterfaces []string `protobuf:"bytes,17,rep,name=dhcp_interfaces,json=dhcpInterfaces,proto3" json:"dhcp_interfaces,omitempty"`
+	// leases are the guests' current DHCP leases on them (DHCPv4 and DHCPv6).
+	Leases []*Lease `protobuf:"bytes,18,rep,name=leases,proto3" json:"leases,omitempty"`
+	// serves_dhcp is true on launchers that take DHCP hand-overs (an agent serves the DHCP of an
+	// older launcher's VM itself).
+	ServesDhcp    bool `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1433,6 +1441,112 @@ func (x *Domain) GetMigration() *MigrationStatus {
 	return nil
 }
 
+func (x *Domain) GetDhcpInterfaces() []string {
+	if x != nil {
+		return x.DhcpInterfaces
+	}
+	return nil
+}
+
+func (x *Domain) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *Domain) GetServesDhcp() bool {
+	if x != nil {
+		return x.ServesDhcp
+	}
+	return false
+}
+
+// Lease is an address the launcher's DHCP server acknowledged to the guest.
+type Lease struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Interface       string                 `protobuf:"bytes,1,opt,name=interface,proto3" json:"interface,omitempty"` // the interface's logical name
+	Mac             string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Address         string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`   // address/prefix, IPv4 or IPv6
+	Hostname        string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"` // the hostname the client sent, if any
+	AckedUnixNano   int64                  `protobuf:"varint,5,opt,name=acked_unix_nano,json=ackedUnixNano,proto3" json:"acked_unix_nano,omitempty"`
+	ExpiresUnixNano int64                  `protobuf:"varint,6,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Lease) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *Lease) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *Lease) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Lease) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *Lease) GetAckedUnixNano() int64 {
+	if x != nil {
+		return x.AckedUnixNano
+	}
+	return 0
+}
+
+func (x *Lease) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
 type WatchEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// after_seq: replay retained events with seq > after_seq first (0: all retained).
@@ -1443,7 +1557,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1569,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1582,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchEventsRequest) GetAfterSeq() uint64 {
@@ -1488,6 +1602,7 @@ type Event struct {
 	//	*Event_Device
 	//	*Event_Migration
 	//	*Event_Agent
+	//	*Event_Lease
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1495,7 +1610,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1622,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1635,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1580,6 +1695,15 @@ func (x *Event) GetAgent() *AgentEvent {
 	return nil
 }
 
+func (x *Event) GetLease() *LeaseEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -1600,6 +1724,10 @@ type Event_Agent struct {
 	Agent *AgentEvent `protobuf:"bytes,6,opt,name=agent,proto3,oneof"`
 }
 
+type Event_Lease struct {
+	Lease *LeaseEvent `protobuf:"bytes,7,opt,name=lease,proto3,oneof"`
+}
+
 func (*Event_Lifecycle) isEvent_Kind() {}
 
 func (*Event_Device) isEvent_Kind() {}
@@ -1607,6 +1735,8 @@ func (*Event_Device) isEvent_Kind() {}
 func (*Event_Migration) isEvent_Kind() {}
 
 func (*Event_Agent) isEvent_Kind() {}
+
+func (*Event_Lease) isEvent_Kind() {}
 
 type LifecycleEvent struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1622,7 +1752,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1764,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1777,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LifecycleEvent) GetState() State {
@@ -1689,7 +1819,7 @@ type DeviceEvent struct {
 
 func (x *DeviceEvent) Reset() {
 	*x = DeviceEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1831,7 @@ func (x *DeviceEvent) String() string {
 func (*DeviceEvent) ProtoMessage() {}
 
 func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1844,7 @@ func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceEvent.ProtoReflect.Descriptor instead.
 func (*DeviceEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeviceEvent) GetKind() DeviceEvent_Kind {
@@ -1748,7 +1878,7 @@ type MigrationEvent struct {
 
 func (x *MigrationEvent) Reset() {
 	*x = MigrationEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1890,7 @@ func (x *MigrationEvent) String() string {
 func (*MigrationEvent) ProtoMessage() {}
 
 func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1903,7 @@ func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationEvent.ProtoReflect.Descriptor instead.
 func (*MigrationEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MigrationEvent) GetRole() string {
@@ -1799,7 +1929,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1941,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1954,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AgentEvent) GetConnected() bool {
@@ -1832,6 +1962,51 @@ func (x *AgentEvent) GetConnected() bool {
 		return x.Connected
 	}
 	return false
+}
+
+// LeaseEvent: the guest was acknowledged (or renewed) a DHCP lease.
+type LeaseEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseEvent) Reset() {
+	*x = LeaseEvent{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseEvent) ProtoMessage() {}
+
+func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
+func (*LeaseEvent) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LeaseEvent) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
 }
 
 type HotplugDiskRequest struct {
@@ -1843,7 +2018,7 @@ type HotplugDiskRequest struct {
 
 func (x *HotplugDiskRequest) Reset() {
 	*x = HotplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2030,7 @@ func (x *HotplugDiskRequest) String() string {
 func (*HotplugDiskRequest) ProtoMessage() {}
 
 func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2043,7 @@ func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*HotplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HotplugDiskRequest) GetDisk() *Disk {
@@ -1886,7 +2061,7 @@ type HotplugDiskResponse struct {
 
 func (x *HotplugDiskResponse) Reset() {
 	*x = HotplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2073,7 @@ func (x *HotplugDiskResponse) String() string {
 func (*HotplugDiskResponse) ProtoMessage() {}
 
 func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2086,7 @@ func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*HotplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 type UnplugDiskRequest struct {
@@ -1923,7 +2098,7 @@ type UnplugDiskRequest struct {
 
 func (x *UnplugDiskRequest) Reset() {
 	*x = UnplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2110,7 @@ func (x *UnplugDiskRequest) String() string {
 func (*UnplugDiskRequest) ProtoMessage() {}
 
 func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2123,7 @@ func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*UnplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UnplugDiskRequest) GetId() string {
@@ -1966,7 +2141,7 @@ type UnplugDiskResponse struct {
 
 func (x *UnplugDiskResponse) Reset() {
 	*x = UnplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2153,7 @@ func (x *UnplugDiskResponse) String() string {
 func (*UnplugDiskResponse) ProtoMessage() {}
 
 func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2166,7 @@ func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*UnplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 type HotplugNICRequest struct {
@@ -2003,7 +2178,7 @@ type HotplugNICRequest struct {
 
 func (x *HotplugNICRequest) Reset() {
 	*x = HotplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2190,7 @@ func (x *HotplugNICRequest) String() string {
 func (*HotplugNICRequest) ProtoMessage() {}
 
 func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2203,7 @@ func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICRequest.ProtoReflect.Descriptor instead.
 func (*HotplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HotplugNICRequest) GetNic() *NIC {
@@ -2046,7 +2221,7 @@ type HotplugNICResponse struct {
 
 func (x *HotplugNICResponse) Reset() {
 	*x = HotplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2233,7 @@ func (x *HotplugNICResponse) String() string {
 func (*HotplugNICResponse) ProtoMessage() {}
 
 func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2246,7 @@ func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICResponse.ProtoReflect.Descriptor instead.
 func (*HotplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 type UnplugNICRequest struct {
@@ -2083,7 +2258,7 @@ type UnplugNICRequest struct {
 
 func (x *UnplugNICRequest) Reset() {
 	*x = UnplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2270,7 @@ func (x *UnplugNICRequest) String() string {
 func (*UnplugNICRequest) ProtoMessage() {}
 
 func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2283,7 @@ func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICRequest.ProtoReflect.Descriptor instead.
 func (*UnplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UnplugNICRequest) GetId() string {
@@ -2126,7 +2301,7 @@ type UnplugNICResponse struct {
 
 func (x *UnplugNICResponse) Reset() {
 	*x = UnplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2313,7 @@ func (x *UnplugNICResponse) String() string {
 func (*UnplugNICResponse) ProtoMessage() {}
 
 func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2326,7 @@ func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICResponse.ProtoReflect.Descriptor instead.
 func (*UnplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 type PrepareMigrationTargetRequest struct {
@@ -2170,7 +2345,7 @@ type PrepareMigrationTargetRequest struct {
 
 func (x *PrepareMigrationTargetRequest) Reset() {
 	*x = PrepareMigrationTargetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2357,7 @@ func (x *PrepareMigrationTargetRequest) String() string {
 func (*PrepareMigrationTargetRequest) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2370,7 @@ func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetRequest.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PrepareMigrationTargetRequest) GetSpec() *DomainSpec {
@@ -2228,7 +2403,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2415,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2428,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PrepareMigrationTargetResponse) GetUri() string {
@@ -2276,7 +2451,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2463,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2476,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MigrationOptions) GetPostcopy() bool {
@@ -2349,7 +2524,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2536,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2549,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MigrateRequest) GetUri() string {
@@ -2399,7 +2574,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2586,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2599,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
 }
 
 type CancelMigrationRequest struct {
@@ -2435,7 +2610,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2622,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2635,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 type CancelMigrationResponse struct {
@@ -2471,7 +2646,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2658,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2671,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
 }
 
 type FinalizeMigrationRequest struct {
@@ -2511,7 +2686,7 @@ type FinalizeMigrationRequest struct {
 
 func (x *FinalizeMigrationRequest) Reset() {
 	*x = FinalizeMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2698,7 @@ func (x *FinalizeMigrationRequest) String() string {
 func (*FinalizeMigrationRequest) ProtoMessage() {}
 
 func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2711,7 @@ func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
@@ -2562,7 +2737,7 @@ type FinalizeMigrationResponse struct {
 
 func (x *FinalizeMigrationResponse) Reset() {
 	*x = FinalizeMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2749,7 @@ func (x *FinalizeMigrationResponse) String() string {
 func (*FinalizeMigrationResponse) ProtoMessage() {}
 
 func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2762,7 @@ func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
@@ -2605,7 +2780,7 @@ type GetMigrationStatusRequest struct {
 
 func (x *GetMigrationStatusRequest) Reset() {
 	*x = GetMigrationStatusRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2792,7 @@ func (x *GetMigrationStatusRequest) String() string {
 func (*GetMigrationStatusRequest) ProtoMessage() {}
 
 func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2805,7 @@ func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
 }
 
 type MigrationStatus struct {
@@ -2652,7 +2827,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2839,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2852,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -2765,7 +2940,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2952,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2965,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
 }
 
 type GuestPingResponse struct {
@@ -2801,7 +2976,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2988,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3001,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
 type GuestInfoRequest struct {
@@ -2837,7 +3012,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3024,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3037,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
 }
 
 type GuestInfoResponse struct {
@@ -2879,7 +3054,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3066,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3079,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -2965,7 +3140,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3152,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3165,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3060,7 +3235,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3247,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3260,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3120,7 +3295,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3307,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3320,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3182,7 +3357,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3369,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3382,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3257,7 +3432,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3444,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3457,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3325,7 +3500,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3512,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3525,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3389,7 +3564,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3576,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3589,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 type DomainStatsResponse struct {
@@ -3433,7 +3608,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3620,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3633,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -3521,7 +3696,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3708,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3721,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -3581,7 +3756,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3768,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3781,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -3646,7 +3821,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3833,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3846,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BlockStats) GetId() string {
@@ -3747,7 +3922,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3759,7 +3934,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3772,7 +3947,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NetStats) GetId() string {
@@ -3842,7 +4017,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +4029,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +4042,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -3894,7 +4069,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3906,7 +4081,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3919,7 +4094,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -3939,7 +4114,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3951,7 +4126,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3964,7 +4139,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -3993,7 +4168,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4180,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4193,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -4130,7 +4305,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\xac\x04\n" +
+	"\x10GetDomainRequest\"\xa8\x05\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -4148,16 +4323,28 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x04nics\x18\r \x03(\tR\x04nics\x12$\n" +
 	"\x0elast_event_seq\x18\x0e \x01(\x04R\flastEventSeq\x12:\n" +
 	"\tlive_spec\x18\x0f \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bliveSpec\x12@\n" +
-	"\tmigration\x18\x10 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\tmigration\"1\n" +
+	"\tmigration\x18\x10 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\tmigration\x12'\n" +
+	"\x0fdhcp_interfaces\x18\x11 \x03(\tR\x0edhcpInterfaces\x120\n" +
+	"\x06leases\x18\x12 \x03(\v2\x18.vmlet.launcher.v1.LeaseR\x06leases\x12\x1f\n" +
+	"\vserves_dhcp\x18\x13 \x01(\bR\n" +
+	"servesDhcp\"\xc1\x01\n" +
+	"\x05Lease\x12\x1c\n" +
+	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\x12&\n" +
+	"\x0facked_unix_nano\x18\x05 \x01(\x03R\rackedUnixNano\x12*\n" +
+	"\x11expires_unix_nano\x18\x06 \x01(\x03R\x0fexpiresUnixNano\"1\n" +
 	"\x12WatchEventsRequest\x12\x1b\n" +
-	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\"\xbe\x02\n" +
+	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\"\xf5\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12A\n" +
 	"\tlifecycle\x18\x03 \x01(\v2!.vmlet.launcher.v1.LifecycleEventH\x00R\tlifecycle\x128\n" +
 	"\x06device\x18\x04 \x01(\v2\x1e.vmlet.launcher.v1.DeviceEventH\x00R\x06device\x12A\n" +
 	"\tmigration\x18\x05 \x01(\v2!.vmlet.launcher.v1.MigrationEventH\x00R\tmigration\x125\n" +
-	"\x05agent\x18\x06 \x01(\v2\x1d.vmlet.launcher.v1.AgentEventH\x00R\x05agentB\x06\n" +
+	"\x05agent\x18\x06 \x01(\v2\x1d.vmlet.launcher.v1.AgentEventH\x00R\x05agent\x125\n" +
+	"\x05lease\x18\a \x01(\v2\x1d.vmlet.launcher.v1.LeaseEventH\x00R\x05leaseB\x06\n" +
 	"\x04kind\"\x91\x01\n" +
 	"\x0eLifecycleEvent\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -4182,7 +4369,10 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"*\n" +
 	"\n" +
 	"AgentEvent\x12\x1c\n" +
-	"\tconnected\x18\x01 \x01(\bR\tconnected\"A\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\"<\n" +
+	"\n" +
+	"LeaseEvent\x12.\n" +
+	"\x05lease\x18\x01 \x01(\v2\x18.vmlet.launcher.v1.LeaseR\x05lease\"A\n" +
 	"\x12HotplugDiskRequest\x12+\n" +
 	"\x04disk\x18\x01 \x01(\v2\x17.vmlet.launcher.v1.DiskR\x04disk\"\x15\n" +
 	"\x13HotplugDiskResponse\"#\n" +
@@ -4396,7 +4586,7 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
@@ -4420,51 +4610,53 @@ var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(*ResetResponse)(nil),                  // 19: vmlet.launcher.v1.ResetResponse
 	(*GetDomainRequest)(nil),               // 20: vmlet.launcher.v1.GetDomainRequest
 	(*Domain)(nil),                         // 21: vmlet.launcher.v1.Domain
-	(*WatchEventsRequest)(nil),             // 22: vmlet.launcher.v1.WatchEventsRequest
-	(*Event)(nil),                          // 23: vmlet.launcher.v1.Event
-	(*LifecycleEvent)(nil),                 // 24: vmlet.launcher.v1.LifecycleEvent
-	(*DeviceEvent)(nil),                    // 25: vmlet.launcher.v1.DeviceEvent
-	(*MigrationEvent)(nil),                 // 26: vmlet.launcher.v1.MigrationEvent
-	(*AgentEvent)(nil),                     // 27: vmlet.launcher.v1.AgentEvent
-	(*HotplugDiskRequest)(nil),             // 28: vmlet.launcher.v1.HotplugDiskRequest
-	(*HotplugDiskResponse)(nil),            // 29: vmlet.launcher.v1.HotplugDiskResponse
-	(*UnplugDiskRequest)(nil),              // 30: vmlet.launcher.v1.UnplugDiskRequest
-	(*UnplugDiskResponse)(nil),             // 31: vmlet.launcher.v1.UnplugDiskResponse
-	(*HotplugNICRequest)(nil),              // 32: vmlet.launcher.v1.HotplugNICRequest
-	(*HotplugNICResponse)(nil),             // 33: vmlet.launcher.v1.HotplugNICResponse
-	(*UnplugNICRequest)(nil),               // 34: vmlet.launcher.v1.UnplugNICRequest
-	(*UnplugNICResponse)(nil),              // 35: vmlet.launcher.v1.UnplugNICResponse
-	(*PrepareMigrationTargetRequest)(nil),  // 36: vmlet.launcher.v1.PrepareMigrationTargetRequest
-	(*PrepareMigrationTargetResponse)(nil), // 37: vmlet.launcher.v1.PrepareMigrationTargetResponse
-	(*MigrationOptions)(nil),               // 38: vmlet.launcher.v1.MigrationOptions
-	(*MigrateRequest)(nil),                 // 39: vmlet.launcher.v1.MigrateRequest
-	(*MigrateResponse)(nil),                // 40: vmlet.launcher.v1.MigrateResponse
-	(*CancelMigrationRequest)(nil),         // 41: vmlet.launcher.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil),        // 42: vmlet.launcher.v1.CancelMigrationResponse
-	(*FinalizeMigrationRequest)(nil),       // 43: vmlet.launcher.v1.FinalizeMigrationRequest
-	(*FinalizeMigrationResponse)(nil),      // 44: vmlet.launcher.v1.FinalizeMigrationResponse
-	(*GetMigrationStatusRequest)(nil),      // 45: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*MigrationStatus)(nil),                // 46: vmlet.launcher.v1.MigrationStatus
-	(*GuestPingRequest)(nil),               // 47: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 48: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 49: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 50: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 51: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 52: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 53: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 54: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 55: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 56: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 57: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 58: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 59: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 60: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 61: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 62: vmlet.launcher.v1.NetStats
-	(*QMPRequest)(nil),                     // 63: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 64: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 65: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 66: vmlet.launcher.v1.QMPLogEntry
+	(*Lease)(nil),                          // 22: vmlet.launcher.v1.Lease
+	(*WatchEventsRequest)(nil),             // 23: vmlet.launcher.v1.WatchEventsRequest
+	(*Event)(nil),                          // 24: vmlet.launcher.v1.Event
+	(*LifecycleEvent)(nil),                 // 25: vmlet.launcher.v1.LifecycleEvent
+	(*DeviceEvent)(nil),                    // 26: vmlet.launcher.v1.DeviceEvent
+	(*MigrationEvent)(nil),                 // 27: vmlet.launcher.v1.MigrationEvent
+	(*AgentEvent)(nil),                     // 28: vmlet.launcher.v1.AgentEvent
+	(*LeaseEvent)(nil),                     // 29: vmlet.launcher.v1.LeaseEvent
+	(*HotplugDiskRequest)(nil),             // 30: vmlet.launcher.v1.HotplugDiskRequest
+	(*HotplugDiskResponse)(nil),            // 31: vmlet.launcher.v1.HotplugDiskResponse
+	(*UnplugDiskRequest)(nil),              // 32: vmlet.launcher.v1.UnplugDiskRequest
+	(*UnplugDiskResponse)(nil),             // 33: vmlet.launcher.v1.UnplugDiskResponse
+	(*HotplugNICRequest)(nil),              // 34: vmlet.launcher.v1.HotplugNICRequest
+	(*HotplugNICResponse)(nil),             // 35: vmlet.launcher.v1.HotplugNICResponse
+	(*UnplugNICRequest)(nil),               // 36: vmlet.launcher.v1.UnplugNICRequest
+	(*UnplugNICResponse)(nil),              // 37: vmlet.launcher.v1.UnplugNICResponse
+	(*PrepareMigrationTargetRequest)(nil),  // 38: vmlet.launcher.v1.PrepareMigrationTargetRequest
+	(*PrepareMigrationTargetResponse)(nil), // 39: vmlet.launcher.v1.PrepareMigrationTargetResponse
+	(*MigrationOptions)(nil),               // 40: vmlet.launcher.v1.MigrationOptions
+	(*MigrateRequest)(nil),                 // 41: vmlet.launcher.v1.MigrateRequest
+	(*MigrateResponse)(nil),                // 42: vmlet.launcher.v1.MigrateResponse
+	(*CancelMigrationRequest)(nil),         // 43: vmlet.launcher.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil),        // 44: vmlet.launcher.v1.CancelMigrationResponse
+	(*FinalizeMigrationRequest)(nil),       // 45: vmlet.launcher.v1.FinalizeMigrationRequest
+	(*FinalizeMigrationResponse)(nil),      // 46: vmlet.launcher.v1.FinalizeMigrationResponse
+	(*GetMigrationStatusRequest)(nil),      // 47: vmlet.launcher.v1.GetMigrationStatusRequest
+	(*MigrationStatus)(nil),                // 48: vmlet.launcher.v1.MigrationStatus
+	(*GuestPingRequest)(nil),               // 49: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 50: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 51: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 52: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 53: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 54: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 55: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 56: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 57: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 58: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 59: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 60: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 61: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 62: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 63: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 64: vmlet.launcher.v1.NetStats
+	(*QMPRequest)(nil),                     // 65: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 66: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 67: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 68: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
@@ -4477,79 +4669,82 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
 	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	46, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
-	24, // 11: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
-	25, // 12: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
-	26, // 13: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
-	27, // 14: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
-	0,  // 15: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
-	1,  // 16: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
-	2,  // 17: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
-	6,  // 18: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
-	7,  // 19: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
-	3,  // 20: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	38, // 21: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	38, // 22: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	46, // 23: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	51, // 24: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	52, // 25: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	53, // 26: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	54, // 27: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	59, // 28: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	60, // 29: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	61, // 30: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	62, // 31: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 32: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 33: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 34: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 35: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 36: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 37: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 38: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	22, // 39: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	28, // 40: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	30, // 41: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	32, // 42: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	34, // 43: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	36, // 44: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	39, // 45: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	41, // 46: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	43, // 47: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	45, // 48: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	47, // 49: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	49, // 50: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	55, // 51: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	57, // 52: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	63, // 53: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	65, // 54: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 55: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 56: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 57: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 58: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 59: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 60: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 61: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	23, // 62: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	29, // 63: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	31, // 64: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	33, // 65: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	35, // 66: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	37, // 67: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	40, // 68: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	42, // 69: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	44, // 70: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	46, // 71: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	48, // 72: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	50, // 73: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	56, // 74: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	58, // 75: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	64, // 76: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	66, // 77: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	55, // [55:78] is the sub-list for method output_type
-	32, // [32:55] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	48, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	22, // 11: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
+	25, // 12: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
+	26, // 13: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
+	27, // 14: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
+	28, // 15: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
+	29, // 16: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
+	0,  // 17: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
+	1,  // 18: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
+	2,  // 19: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
+	22, // 20: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
+	6,  // 21: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
+	7,  // 22: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
+	3,  // 23: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	40, // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	40, // 25: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	48, // 26: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	53, // 27: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	54, // 28: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	55, // 29: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	56, // 30: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	61, // 31: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	62, // 32: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	63, // 33: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	64, // 34: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	8,  // 35: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 36: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 37: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 38: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 39: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 40: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 41: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	23, // 42: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	30, // 43: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	32, // 44: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	34, // 45: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	36, // 46: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	38, // 47: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	41, // 48: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	43, // 49: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	45, // 50: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	47, // 51: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	49, // 52: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	51, // 53: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	57, // 54: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	59, // 55: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	65, // 56: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	67, // 57: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 58: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 59: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 60: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 61: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 62: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 63: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 64: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 65: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 66: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 67: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 68: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 69: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 70: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	42, // 71: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	44, // 72: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	46, // 73: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	48, // 74: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	50, // 75: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	52, // 76: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	58, // 77: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	60, // 78: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	66, // 79: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	68, // 80: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	58, // [58:81] is the sub-list for method output_type
+	35, // [35:58] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -4557,11 +4752,12 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 	if File_qemu_launcher_api_v1_launcher_proto != nil {
 		return
 	}
-	file_qemu_launcher_api_v1_launcher_proto_msgTypes[20].OneofWrappers = []any{
+	file_qemu_launcher_api_v1_launcher_proto_msgTypes[21].OneofWrappers = []any{
 		(*Event_Lifecycle)(nil),
 		(*Event_Device)(nil),
 		(*Event_Migration)(nil),
 		(*Event_Agent)(nil),
+		(*Event_Lease)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4569,7 +4765,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

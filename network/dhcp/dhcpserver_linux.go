@@ -1,4 +1,4 @@
-package network
+package dhcp
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 )
 
 // DHCPServer serves one fixed lease on one in-netns bridge, by DHCPv4 (ServeDHCP) or DHCPv6
-// (ServeDHCPv6). It runs in the calling process: its socket is created inside the launcher's
-// netns, bound to the bridge, and keeps working from any goroutine.
+// (ServeDHCPv6; ServeLeasePlan for both on sockets bound by another process). It runs in the
+// calling process: its socket was created inside the pod's netns, bound to the bridge, and
+// keeps working from any goroutine and any namespace.
 type DHCPServer struct {
 	iface   string
 	conn    *net.UDPConn
@@ -57,12 +58,23 @@ type ServerOptions struct {
 func ServeDHCP(netnsPath string, cfg DHCPConfig, opts ServerOptions) (*DHCPServer, error) {
 	var conn *net.UDPConn
 	err := doInNetns(netnsPath, func() (err error) {
-		conn, err = server4.NewIPv4UDPConn(cfg.Interface, &net.UDPAddr{Port: dhcpv4.ServerPort})
+		conn, err = listenDHCP(cfg.Interface)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start dhcp server on %s: %w", cfg.Interface, err)
 	}
+	return serveDHCPConn(conn, cfg, opts), nil
+}
+
+// listenDHCP binds the DHCPv4 server port on iface in the calling thread's namespace (needs
+// CAP_NET_BIND_SERVICE and CAP_NET_RAW for SO_BINDTODEVICE; serving it needs neither).
+func listenDHCP(iface string) (*net.UDPConn, error) {
+	return server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: dhcpv4.ServerPort})
+}
+
+// serveDHCPConn serves cfg on conn, a socket bound by listenDHCP; the server owns it.
+func serveDHCPConn(conn *net.UDPConn, cfg DHCPConfig, opts ServerOptions) *DHCPServer {
 	handle := func(b []byte, peer net.Addr) dhcpResult {
 		req, err := dhcpv4.FromBytes(b)
 		if err != nil {
@@ -83,7 +95,7 @@ func ServeDHCP(netnsPath string, cfg DHCPConfig, opts ServerOptions) (*DHCPServe
 		}
 		return r
 	}
-	return startServer(cfg.Interface, conn, handle, opts), nil
+	return startServer(cfg.Interface, conn, handle, opts)
 }
 
 // ServeDHCPv6 starts a stateful DHCPv6 server for cfg in the network namespace at netnsPath
@@ -93,25 +105,37 @@ func ServeDHCP(netnsPath string, cfg DHCPConfig, opts ServerOptions) (*DHCPServe
 // Equivalent to: `dnsmasq --dhcp-range=ADDR,ADDR` in IPv6 stateful mode on the bridge.
 func ServeDHCPv6(netnsPath string, cfg DHCPv6Config, opts ServerOptions) (*DHCPServer, error) {
 	var conn *net.UDPConn
-	err := doInNetns(netnsPath, func() error {
-		ifi, err := net.InterfaceByName(cfg.Interface)
-		if err != nil {
-			return err
-		}
-		conn, err = server6.NewIPv6UDPConn(cfg.Interface, &net.UDPAddr{IP: net.IPv6unspecified, Port: dhcpv6.DefaultServerPort})
-		if err != nil {
-			return err
-		}
-		group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
-		if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
-			conn.Close()
-			return fmt.Errorf("join %s: %w", group.IP, err)
-		}
-		return nil
+	err := doInNetns(netnsPath, func() (err error) {
+		conn, err = listenDHCPv6(cfg.Interface)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start dhcpv6 server on %s: %w", cfg.Interface, err)
 	}
+	return serveDHCPv6Conn(conn, cfg, opts), nil
+}
+
+// listenDHCPv6 binds the DHCPv6 server port on iface in the calling thread's namespace and
+// joins ff02::1:2 there.
+func listenDHCPv6(iface string) (*net.UDPConn, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := server6.NewIPv6UDPConn(iface, &net.UDPAddr{IP: net.IPv6unspecified, Port: dhcpv6.DefaultServerPort})
+	if err != nil {
+		return nil, err
+	}
+	group := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers}
+	if err := ipv6.NewPacketConn(conn).JoinGroup(ifi, group); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("join %s: %w", group.IP, err)
+	}
+	return conn, nil
+}
+
+// serveDHCPv6Conn serves cfg on conn, a socket bound by listenDHCPv6; the server owns it.
+func serveDHCPv6Conn(conn *net.UDPConn, cfg DHCPv6Config, opts ServerOptions) *DHCPServer {
 	handle := func(b []byte, peer net.Addr) dhcpResult {
 		d, err := dhcpv6.FromBytes(b)
 		if err != nil {
@@ -132,7 +156,7 @@ func ServeDHCPv6(netnsPath string, cfg DHCPv6Config, opts ServerOptions) (*DHCPS
 		}
 		return r
 	}
-	return startServer(cfg.Interface, conn, handle, opts), nil
+	return startServer(cfg.Interface, conn, handle, opts)
 }
 
 // unzoned is a reply's destination without its zone: the socket is bound to the bridge, which

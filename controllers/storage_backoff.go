@@ -72,22 +72,28 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 	return r.pulls
 }
 
-// applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on
-// every reconcile) and returns the spec to start with. A pull that fails in a way that may go
-// away (registry down, image not there yet) starts or extends the VMI's back-off for that
-// image, and while it runs no pull of it is tried, however often the VMI is reconciled: both
-// come back as a *PullBackOffError.
-func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, dom *Domain) (*qemu.Spec, error) {
+// applyStorage returns the spec to start with once the files of the boot-time volumes and the
+// kernel are made, and errStoragePreparing while that runs: storage is prepared by a tracked
+// operation (storage_ops.go), never inside the reconcile, and its end wakes the VMI. It runs
+// once per storage plan (again when the plan changes, e.g. a Secret's cloud-init data, and
+// after a failure). A pull that fails in a way that may go away (registry down, image not
+// there yet) starts or extends the VMI's back-off for that image, and while it runs no pull of
+// it is tried, however often the VMI is reconciled: both come back as a *PullBackOffError.
+func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, dom *Domain) (*qemu.Spec, error) {
 	b := r.pullBackOff()
 	for _, image := range dom.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
 			return nil, &PullBackOffError{Image: image, Entry: e}
 		}
 	}
-	res, err := r.apply(ctx, dom.Storage)
+	res, err := r.prepareStorage(vmi.UID, dom.Storage)
+	if errors.Is(err, errStoragePreparing) {
+		return nil, err
+	}
 	if err != nil {
-		// A reconcile cut short (the agent stopping) is no failure of the image.
-		if image, retry := storage.PullFailed(err); retry && ctx.Err() == nil {
+		// An operation cut short (the agent stopping, the plan replaced) is no failure of
+		// the image.
+		if image, retry := storage.PullFailed(err); retry && !errors.Is(err, context.Canceled) {
 			e := b.Failed(pullKey{vmi.UID, image}, err.Error())
 			return nil, &PullBackOffError{Image: image, Entry: e, Err: err}
 		}

@@ -21,15 +21,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/ops"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // Finalizer keeps a VMI until the node agent has torn down its node-local state.
@@ -75,6 +78,8 @@ type VMIReconciler struct {
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready  *readyWatch // nil: poll starting launchers
 	pulls  *backoff.Backoff[pullKey]
+	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
+	storageOps *ops.Tracker[types.UID, *storage.Result]
 }
 
 type launcherConn struct {
@@ -95,6 +100,13 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.ready = w
 	} else {
 		mgr.GetLogger().Info("polling starting launchers", "reason", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.stopOps()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add storage operations: %w", err)
 	}
 	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
@@ -224,8 +236,15 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
 	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI,
 	// unless an image pull is backing off.
-	spec, storageErr := r.applyStorage(ctx, vmi, want)
-	if storageErr != nil && notStarted {
+	spec, storageErr := r.applyStorage(vmi, want)
+	preparing := errors.Is(storageErr, errStoragePreparing)
+	switch {
+	case preparing && notStarted:
+		// No launcher before its images are there (as no pod starts before its images):
+		// the operation's end wakes the VMI.
+		r.storagePreparing(vmi)
+		return ctrl.Result{}, nil
+	case storageErr != nil && notStarted:
 		return r.storageFailed(vmi, storageErr)
 	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
@@ -262,6 +281,16 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	dom, err := l.Domain(ctx)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+	}
+	if preparing {
+		// The launcher runs (the agent restarted, or the plan changed): a domain that runs is
+		// observed meanwhile, everything else waits for the operation, whose end wakes the VMI.
+		if dom.State == DomainNone {
+			r.storagePreparing(vmi)
+		} else {
+			r.observeKeepingSync(vmi, dom)
+		}
+		return ctrl.Result{}, nil
 	}
 	if storageErr != nil {
 		if dom.State == DomainNone {

@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/ops"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/storage"
+)
+
+// errStoragePreparing says a VMI's storage operation runs; its end wakes the VMI.
+var errStoragePreparing = errors.New("storage is being prepared")
+
+// storageTracker is the node's storage operations, made on first use.
+func (r *VMIReconciler) storageTracker() *ops.Tracker[types.UID, *storage.Result] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.storageOps == nil {
+		r.storageOps = ops.New[types.UID, *storage.Result](0, func(uid types.UID) { r.WakeByID(string(uid)) })
+	}
+	return r.storageOps
+}
+
+// prepareStorage returns the outcome of applying plan for the VMI uid: the result once the
+// operation succeeded, its error once it failed (forgotten, so that the next reconcile tries
+// again) and errStoragePreparing while it runs. A plan that differs from the one in flight
+// replaces it.
+func (r *VMIReconciler) prepareStorage(uid types.UID, plan *storage.VMPlan) (*storage.Result, error) {
+	id, err := planID(plan)
+	if err != nil {
+		return nil, err
+	}
+	t := r.storageTracker()
+	out := t.Ensure(uid, id, func(ctx context.Context) (*storage.Result, error) { return r.apply(ctx, plan) })
+	switch {
+	case out.State == ops.Running:
+		return nil, errStoragePreparing
+	case out.Err != nil:
+		t.Forget(uid)
+		return nil, out.Err
+	}
+	return out.Value, nil
+}
+
+// forgetStorage cancels the VMI's storage operation, waits for it to return and forgets its
+// outcome: its files can be removed next.
+func (r *VMIReconciler) forgetStorage(uid types.UID) { r.storageTracker().Forget(uid) }
+
+// stopOps stops every operation (the agent is stopping).
+func (r *VMIReconciler) stopOps() { r.storageTracker().Stop() }
+
+// planID identifies a storage plan: the same plan prepared twice gives the same files.
+func planID(p *storage.VMPlan) (string, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("hash storage plan: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// storagePreparing reports a VMI whose domain waits for its storage (images pulled, overlays,
+// empty disks and the cloud-init ISO made).
+func (r *VMIReconciler) storagePreparing(vmi *vmletv1.VirtualMachineInstance) {
+	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+	}
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonPreparingStorage, "pulling images and making the disks")
+}
+
+// observeKeepingSync observes a running domain whose storage is being prepared again (the
+// agent restarted, or the plan changed): Synchronized stays as it was until the operation
+// ends, so that a VMI whose storage keeps failing is not flipped to True and back.
+func (r *VMIReconciler) observeKeepingSync(vmi *vmletv1.VirtualMachineInstance, dom DomainState) {
+	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).DeepCopy()
+	r.observe(vmi, dom)
+	if prev != nil {
+		meta.SetStatusCondition(&vmi.Status.Conditions, *prev)
+	}
+}

@@ -7,4 +7,6 @@ func (r *VMIReconciler) PullBackOffEntries() int { return r.pullBackOff().Len() 
 const Workers = workers
 
 // StorageOperations is how many storage operations run.
-func (r *VMIReconciler) StorageOperations() int { return r.storageTracker().Running() }
+func (r *VMIReconciler) StorageOperations() int {
+	return r.storageTracker().Running() + r.hotplugTracker().Running()
+}

@@ -20,7 +20,14 @@ import (
 // errStoragePreparing says a VMI's storage operation runs; its end wakes the VMI.
 var errStoragePreparing = errors.New("storage is being prepared")
 
-// storageTracker is the node's storage operations, made on first use.
+// hotKey is one hotpluggable volume of a VMI.
+type hotKey struct {
+	uid    types.UID
+	volume string
+}
+
+// storageTracker is the node's storage operations of VMIs' boot-time volumes, made on first
+// use.
 func (r *VMIReconciler) storageTracker() *ops.Tracker[types.UID, *storage.Result] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -28,6 +35,35 @@ func (r *VMIReconciler) storageTracker() *ops.Tracker[types.UID, *storage.Result
 		r.storageOps = ops.New[types.UID, *storage.Result](0, func(uid types.UID) { r.WakeByID(string(uid)) })
 	}
 	return r.storageOps
+}
+
+// hotplugTracker is the node's storage operations of hotpluggable volumes, made on first use.
+func (r *VMIReconciler) hotplugTracker() *ops.Tracker[hotKey, *storage.Result] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hotplugOps == nil {
+		r.hotplugOps = ops.New[hotKey, *storage.Result](0, func(k hotKey) { r.WakeByID(string(k.uid)) })
+	}
+	return r.hotplugOps
+}
+
+// prepareHotplugVolume is prepareStorage for one hotpluggable volume of the VMI uid.
+func (r *VMIReconciler) prepareHotplugVolume(uid types.UID, hv HotplugVolume) (*storage.Result, error) {
+	id, err := planID(hv.Plan)
+	if err != nil {
+		return nil, err
+	}
+	t := r.hotplugTracker()
+	k := hotKey{uid, hv.Name}
+	out := t.Ensure(k, id, func(ctx context.Context) (*storage.Result, error) { return r.apply(ctx, hv.Plan) })
+	switch {
+	case out.State == ops.Running:
+		return nil, errStoragePreparing
+	case out.Err != nil:
+		t.Forget(k)
+		return nil, out.Err
+	}
+	return out.Value, nil
 }
 
 // prepareStorage returns the outcome of applying plan for the VMI uid: the result once the
@@ -51,12 +87,18 @@ func (r *VMIReconciler) prepareStorage(uid types.UID, plan *storage.VMPlan) (*st
 	return out.Value, nil
 }
 
-// forgetStorage cancels the VMI's storage operation, waits for it to return and forgets its
-// outcome: its files can be removed next.
-func (r *VMIReconciler) forgetStorage(uid types.UID) { r.storageTracker().Forget(uid) }
+// forgetStorage cancels the VMI's storage operations, waits for them to return and forgets
+// their outcomes: its files can be removed next.
+func (r *VMIReconciler) forgetStorage(uid types.UID) {
+	r.storageTracker().Forget(uid)
+	r.hotplugTracker().ForgetFunc(func(k hotKey) bool { return k.uid == uid })
+}
 
 // stopOps stops every operation (the agent is stopping).
-func (r *VMIReconciler) stopOps() { r.storageTracker().Stop() }
+func (r *VMIReconciler) stopOps() {
+	r.storageTracker().Stop()
+	r.hotplugTracker().Stop()
+}
 
 // planID identifies a storage plan: the same plan prepared twice gives the same files.
 func planID(p *storage.VMPlan) (string, error) {

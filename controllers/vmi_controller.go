@@ -80,6 +80,7 @@ type VMIReconciler struct {
 	pulls  *backoff.Backoff[pullKey]
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
+	hotplugOps *ops.Tracker[hotKey, *storage.Result]
 }
 
 type launcherConn struct {

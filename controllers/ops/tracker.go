@@ -116,6 +116,21 @@ func (t *Tracker[K, V]) Forget(key K) {
 	}
 }
 
+// ForgetFunc is Forget for every key pred accepts.
+func (t *Tracker[K, V]) ForgetFunc(pred func(K) bool) {
+	t.mu.Lock()
+	var keys []K
+	for k := range t.ops {
+		if pred(k) {
+			keys = append(keys, k)
+		}
+	}
+	t.mu.Unlock()
+	for _, k := range keys {
+		t.Forget(k)
+	}
+}
+
 // Running counts the operations that have not ended.
 func (t *Tracker[K, V]) Running() int {
 	t.mu.Lock()

@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +176,18 @@ func TestForgetWaitsForTheOperation(t *testing.T) {
 	}
 	if n := tr.Running(); n != 0 {
 		t.Fatalf("Running() = %d after Forget", n)
+	}
+}
+
+func TestForgetFunc(t *testing.T) {
+	tr := New[string, int](0, nil)
+	defer tr.Stop()
+	block := func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() }
+	for _, k := range []string{"vm1/a", "vm1/b", "vm2/a"} {
+		tr.Ensure(k, "v1", block)
+	}
+	tr.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, "vm1/") })
+	if n := tr.Running(); n != 1 {
+		t.Fatalf("Running() = %d after forgetting vm1's, want 1 (vm2's)", n)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -111,21 +110,18 @@ func planID(p *storage.VMPlan) (string, error) {
 }
 
 // storagePreparing reports a VMI whose domain waits for its storage (images pulled, overlays,
-// empty disks and the cloud-init ISO made).
-func (r *VMIReconciler) storagePreparing(vmi *vmletv1.VirtualMachineInstance) {
+// empty disks and the cloud-init ISO made). A retry after a failed pull leaves the conditions
+// saying why it waits (ErrImagePull, ImagePullBackOff), as the kubelet keeps a container
+// Waiting with its pull reason while it tries again.
+func (r *VMIReconciler) storagePreparing(vmi *vmletv1.VirtualMachineInstance, want *Domain) {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}
-	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonPreparingStorage, "pulling images and making the disks")
-}
-
-// observeKeepingSync observes a running domain whose storage is being prepared again (the
-// agent restarted, or the plan changed): Synchronized stays as it was until the operation
-// ends, so that a VMI whose storage keeps failing is not flipped to True and back.
-func (r *VMIReconciler) observeKeepingSync(vmi *vmletv1.VirtualMachineInstance, dom DomainState) {
-	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).DeepCopy()
-	r.observe(vmi, dom)
-	if prev != nil {
-		meta.SetStatusCondition(&vmi.Status.Conditions, *prev)
+	b := r.pullBackOff()
+	for _, image := range want.Storage.Pulls() {
+		if b.Failing(pullKey{vmi.UID, image}) {
+			return
+		}
 	}
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonPreparingStorage, "pulling images and making the disks")
 }

@@ -9,8 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,10 +25,10 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/ops"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
-	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -178,6 +176,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !vmi.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(vmi, Finalizer) {
 		return res, err // finalizer removed: the object may be gone
 	}
+	vmistatus.KeepTransitionTimes(before, vmi)
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
 		uerr := r.Client.Status().Update(ctx, vmi)
 		switch {
@@ -192,7 +191,6 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 }
 
 func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
-	id := string(vmi.UID)
 	if !vmi.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, vmi)
 	}
@@ -202,163 +200,68 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Read once: one VMI is never reconciled twice at a time, so nothing else starts its
-	// launcher before Ensure below. A launcher that exited ends the VMI whatever its spec and
-	// volumes look like now.
-	found, stateErr := r.Runtime.State(id)
-	if stateErr == nil && found.Exited != nil {
-		r.launcherExited(vmi, found.Exited)
+	// Observe, decide, act.
+	o := r.observe(ctx, vmi)
+	switch step := lifecycle.Next(o.facts); step {
+	case lifecycle.EndFromExit:
+		r.launcherExited(vmi, o.found.Exited)
 		return ctrl.Result{}, nil
-	}
-	notStarted := errors.Is(stateErr, process.ErrNotFound)
-	runDir := r.Runtime.Dir(id)
-	env := r.Env(runDir)
-	env.VolumeDir = r.volumeDir(vmi.UID)
-	refs, err := r.readRefs(ctx, vmi)
-	if err != nil {
-		return r.refsFailed(vmi, err)
-	}
-	want, err := DomainSpec(vmi, env, refs)
-	if err != nil {
-		if stateErr == nil {
-			// Started from an earlier translation (a Secret or the node's storage changed
-			// since): the domain keeps running; say why the spec no longer translates, retry.
-			r.degraded(vmi, specReason(err), "Translate", err)
-			return ctrl.Result{}, err
-		}
-		r.fail(vmi, specReason(err), err.Error())
+	case lifecycle.WaitForSecrets:
+		return r.refsFailed(vmi, o.refsErr)
+	case lifecycle.ReportUntranslatable:
+		// Started from an earlier translation (a Secret or the node's storage changed
+		// since): the domain keeps running; say why the spec no longer translates, retry.
+		r.degraded(vmi, specReason(o.translateErr), "Translate", o.translateErr)
+		return ctrl.Result{}, o.translateErr
+	case lifecycle.FailUntranslatable:
+		r.fail(vmi, specReason(o.translateErr), o.translateErr.Error())
 		return ctrl.Result{}, nil
-	}
-	if notStarted {
-		if res, ok := r.waitForNetworks(vmi); !ok {
-			return res, nil
-		}
-	}
-	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
-	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI,
-	// unless an image pull is backing off.
-	spec, storageErr := r.applyStorage(vmi, want)
-	preparing := errors.Is(storageErr, errStoragePreparing)
-	switch {
-	case preparing && notStarted:
+	case lifecycle.WaitForNetworks:
+		return r.waitForNetworks(vmi), nil
+	case lifecycle.WaitForStorage:
 		// No launcher before its images are there (as no pod starts before its images):
 		// the operation's end wakes the VMI.
-		r.storagePreparing(vmi)
+		r.storagePreparing(vmi, o.want)
 		return ctrl.Result{}, nil
-	case storageErr != nil && notStarted:
-		return r.storageFailed(vmi, storageErr)
-	}
-	st, err := r.Runtime.Ensure(ctx, process.Spec{
-		ID:    id,
-		Name:  vmi.Namespace + "/" + vmi.Name,
-		Args:  r.Args(runDir, want.Spec.Name, gracePeriod(vmi)), // spec is nil when storage failed
-		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
-	})
-	if err != nil {
-		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
-		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
-		return ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
-	}
-	if st.Exited != nil {
-		r.launcherExited(vmi, st.Exited)
+	case lifecycle.BackOffStorage:
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.FailStorage:
+		r.fail(vmi, vmistatus.Reason(storage.Reason(o.storageErr)), o.storageErr.Error())
 		return ctrl.Result{}, nil
+	case lifecycle.EnsureLauncher:
+	default:
+		return ctrl.Result{}, fmt.Errorf("unknown step %s", step)
 	}
-	if !st.Ready {
-		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
-		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonLauncherStarting, "waiting for the launcher to be ready")
-		if r.ready == nil || r.ready.add(id, runDir) != nil {
-			return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
-		}
-		// The socket may have been renamed before the watch existed: look once more.
-		if again, err := r.Runtime.State(id); err == nil && again.Ready {
-			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-		}
-		return ctrl.Result{RequeueAfter: launcherStartFallback}, nil
-	}
-	l, err := r.connect(ctx, vmi)
-	if err != nil {
-		return ctrl.Result{}, err
+	l, res, err := r.ensureLauncher(ctx, vmi, o)
+	if l == nil {
+		return res, err
 	}
 	dom, err := l.Domain(ctx)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
 	}
-	if preparing {
-		// The launcher runs (the agent restarted, or the plan changed): a domain that runs is
-		// observed meanwhile, everything else waits for the operation, whose end wakes the VMI.
-		if dom.State == DomainNone {
-			r.storagePreparing(vmi)
-		} else {
-			r.observeKeepingSync(vmi, dom)
-		}
+	switch step := lifecycle.NextForDomain(o.facts.Storage, dom.State != DomainNone); step {
+	case lifecycle.Run:
+	case lifecycle.WaitForStorageToStart:
+		r.storagePreparing(vmi, o.want)
 		return ctrl.Result{}, nil
+	case lifecycle.ObserveWhileStoragePrepares:
+		r.observeDomain(vmi, dom)
+		return ctrl.Result{}, nil
+	case lifecycle.BackOffBeforeStart:
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.FailBeforeStart:
+		r.fail(vmi, vmistatus.Reason(storage.Reason(o.storageErr)), o.storageErr.Error())
+		return ctrl.Result{}, nil
+	case lifecycle.ObserveBackingOff:
+		r.observeDomain(vmi, dom)
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.ReportStorage:
+		return r.storageDegraded(vmi, dom, o.storageErr)
+	default:
+		return ctrl.Result{}, fmt.Errorf("unknown step %s", step)
 	}
-	if storageErr != nil {
-		if dom.State == DomainNone {
-			return r.storageFailed(vmi, storageErr)
-		}
-		// The domain runs with the disks it opened: report, keep observing, retry.
-		return r.storageDegraded(vmi, dom, storageErr)
-	}
-	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
-	if err != nil {
-		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
-	}
-	spec.NICs = nics
-	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
-	// not a different domain.
-	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
-	if err := l.Sync(ctx, spec, netns); err != nil {
-		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
-		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
-	}
-	if dom.State == DomainNone {
-		if dom, err = l.Domain(ctx); err != nil {
-			return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
-		}
-	}
-	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
-		return ctrl.Result{}, err
-	}
-	var synced *metav1.Condition // as found: observe overwrites it
-	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c != nil {
-		synced = c.DeepCopy()
-	}
-	r.observe(vmi, dom)
-	var nicErr error
-	if dom.State == DomainRunning {
-		nicErr = r.reconcileNICs(ctx, vmi, l, synced)
-	}
-	r.observeInterfaces(ctx, vmi, l, dom)
-	var hot map[string]volumeState
-	var hotErr error
-	if dom.State == DomainRunning {
-		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, want, spec)
-	}
-	hotErr = errors.Join(nicErr, hotErr)
-	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
-	return ctrl.Result{}, hotErr
-}
-
-// reconcilePause makes the domain's run state match spec.paused.
-func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
-	switch {
-	case vmi.Spec.Paused && dom.State == DomainRunning:
-		d, err := l.Pause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("pause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
-		return d, nil
-	case !vmi.Spec.Paused && dom.State == DomainPaused:
-		d, err := l.Unpause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("unpause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
-		return d, nil
-	}
-	return dom, nil
+	return r.run(ctx, vmi, l, dom, o)
 }
 
 // connect returns the open connection to the VMI's launcher, dialing and starting its event

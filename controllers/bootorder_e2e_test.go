@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage/storagetest"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -153,7 +153,7 @@ func TestBootOrderInterface(t *testing.T) {
 	v := createBootVMI(t, c.vmi("boot-nic"))
 	defer deleteBootVMI(t, v)
 	lc := launcherClient(t, a, v)
-	nic := controllers.NICID("default")
+	nic := translate.NICID("default")
 	for id, want := range map[string]int{nic: 1, "boot": 2, "scratch": -1, "ci": -1} {
 		if got := qomBootIndex(t, lc, id); got != want {
 			t.Errorf("QEMU device %s has bootindex %d, want %d", id, got, want)

@@ -6,8 +6,9 @@
 //     woken by readyWatch and launcher events) and writes the observed domain state back into
 //     status once per pass. It refuses unsupported KubeVirt annotations (hook sidecars) and
 //     keeps its finalizer until the node-local state is torn down.
-//   - Translation VMI spec → qemu.Spec is pure and table-tested: domainspec.go, boot order as
-//     libvirt assigns it (bootorder.go), storage_translate.go, network_translate.go.
+//   - Translation is subpackage translate (pure, table-tested): each reconcile pass turns the
+//     VMI into one translate.Desired (domain spec, storage plan, network spec, hotplug sets)
+//     and hands it to the storage, network and hotplug steps.
 //   - Storage: prepares disks with package storage, retries image pulls with the kubelet's
 //     back-off (ImagePullBackOff/ErrImagePull, package backoff) and hotplugs volumes.
 //   - Network: wires each VMI's pod network and secondary networks, makes a VMI wait

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/network"
@@ -77,7 +78,7 @@ func (n *NodeNetwork) offers(name string) bool {
 // done by PodNetworks in local mode) and its bridge binding with DHCP. It returns the NIC to
 // plug, resolved from the binding plan, and the netns of its tap. Idempotent; on failure what
 // this call created is removed again.
-func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot HotNIC) (_ qemu.NIC, _ string, err error) {
+func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot translate.HotNIC) (_ qemu.NIC, _ string, err error) {
 	a := n.attachment(uid)
 	if a == nil {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: the VMI's network is not attached", hot.Name)
@@ -139,7 +140,7 @@ func (n *NodeNetwork) unplugSecondary(uid types.UID, name, podIf string) error {
 // pruneSecondaries removes the bindings and pod interfaces of secondary interfaces that are
 // neither wanted (keep) nor the boot interfaces, except those whose NIC the domain still has
 // (busy: its unplug failed and is retried).
-func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []HotNIC, busy []string) error {
+func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []translate.HotNIC, busy []string) error {
 	a := n.attachment(uid)
 	if a == nil {
 		return nil
@@ -150,7 +151,7 @@ func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []HotN
 	}
 	var errs []error
 	for _, name := range names {
-		if slices.Contains(boot, name) || slices.Contains(busy, name) || slices.ContainsFunc(keep, func(h HotNIC) bool { return h.Name == name }) {
+		if slices.Contains(boot, name) || slices.Contains(busy, name) || slices.ContainsFunc(keep, func(h translate.HotNIC) bool { return h.Name == name }) {
 			continue
 		}
 		errs = append(errs, a.RemoveInterface(name))
@@ -160,7 +161,7 @@ func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []HotN
 		return errors.Join(append(errs, err)...)
 	}
 	for _, podIf := range podIfs {
-		if slices.ContainsFunc(keep, func(h HotNIC) bool { return h.PodInterface == podIf }) ||
+		if slices.ContainsFunc(keep, func(h translate.HotNIC) bool { return h.PodInterface == podIf }) ||
 			slices.ContainsFunc(busy, func(name string) bool { return network.SecondaryInterfaceName(name) == podIf }) {
 			continue
 		}
@@ -178,31 +179,27 @@ func findPlan(p *network.Plan, name string) (network.InterfacePlan, bool) {
 	return network.InterfacePlan{}, false
 }
 
-// resolveNIC is ResolveNICs for one NIC.
+// resolveNIC is translate.ResolveNICs for one NIC.
 func resolveNIC(n qemu.NIC, ip network.InterfacePlan) qemu.NIC {
 	n.MAC, n.TapName, n.Queues = ip.MAC.String(), ip.Tap, ip.Queues
 	return n
 }
 
 // reconcileNICs makes the running domain's secondary NICs match the VMI's interfaces of multus
-// networks: it wires and plugs the missing ones, unplugs NICs whose interface is absent or
+// networks (want.HotplugNICs): it wires and plugs the missing ones, unplugs NICs whose interface is absent or
 // gone, and removes their bindings and pod interfaces. An interface that cannot be plugged is
 // reported (Synchronized=False with its reason, a Warning event) without disturbing the
 // others; nothing of it stays half-created.
 //
 // synced is the Synchronized condition as the reconcile found it: a Warning event is recorded
 // only when the reason changes.
-func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, synced *metav1.Condition) error {
+func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, synced *metav1.Condition) error {
 	if r.Network == nil || r.Network.Pods == nil || r.Network.attachment(vmi.UID) == nil {
 		return nil
 	}
-	vn, err := NetworkSpec(vmi)
-	if err != nil {
-		return nil // reported by the translation
-	}
 	hp, ok := l.(NICHotplugger)
 	if !ok {
-		if len(vn.Hot) > 0 {
+		if len(want.HotplugNICs) > 0 {
 			r.nicsDegraded(vmi, synced, vmistatus.ReasonInterfaceHotplugFailed, errors.New("this node's launchers cannot hotplug interfaces"))
 		}
 		return nil
@@ -212,8 +209,8 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		return fmt.Errorf("list nics: %w", err)
 	}
 	var problems []nicProblem
-	for _, hot := range vn.Hot {
-		nic, netns, err := r.Network.plugSecondary(vmi.UID, vn.Spec, hot)
+	for _, hot := range want.HotplugNICs {
+		nic, netns, err := r.Network.plugSecondary(vmi.UID, want.Network, hot)
 		if err != nil {
 			reason := vmistatus.ReasonInterfaceHotplugFailed
 			if errors.Is(err, errUnknownSecondary) || errors.Is(err, network.ErrInvalidSpec) {
@@ -234,7 +231,7 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 	}
 	var busy []string
 	for _, id := range attached {
-		if !isSecondaryNIC(id, vn) {
+		if !isSecondaryNIC(id, want) {
 			continue
 		}
 		uctx, cancel := context.WithTimeout(ctx, unplugTimeout)
@@ -251,7 +248,7 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 	// A NIC that failed to unplug keeps its binding; one whose interface left the spec cannot
 	// be told apart from the others: then nothing is removed until it is unplugged.
 	if !slices.Contains(busy, "") {
-		if err := r.Network.pruneSecondaries(vmi.UID, vn.BootSpecNames(), vn.Hot, busy); err != nil {
+		if err := r.Network.pruneSecondaries(vmi.UID, want.BootInterfaces(), want.HotplugNICs, busy); err != nil {
 			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("remove unplugged interfaces: %w", err)})
 		}
 	}
@@ -286,18 +283,18 @@ type nicProblem struct {
 
 // isSecondaryNIC reports whether NIC id is not one the VMI wants: neither a boot NIC nor a
 // present interface of a multus network.
-func isSecondaryNIC(id string, vn *VMINetwork) bool {
-	if slices.ContainsFunc(vn.NICs, func(n qemu.NIC) bool { return n.ID == id }) {
+func isSecondaryNIC(id string, want *translate.Desired) bool {
+	if slices.ContainsFunc(want.Spec.NICs, func(n qemu.NIC) bool { return n.ID == id }) {
 		return false
 	}
-	return !slices.ContainsFunc(vn.Hot, func(h HotNIC) bool { return h.NIC.ID == id })
+	return !slices.ContainsFunc(want.HotplugNICs, func(h translate.HotNIC) bool { return h.NIC.ID == id })
 }
 
 // interfaceOfNIC is the name of the VMI interface whose NIC is id ("" when the spec no longer
 // lists it).
 func interfaceOfNIC(vmi *vmletv1.VirtualMachineInstance, id string) string {
 	for _, ifc := range vmi.Spec.Domain.Devices.Interfaces {
-		if NICID(ifc.Name) == id {
+		if translate.NICID(ifc.Name) == id {
 			return ifc.Name
 		}
 	}

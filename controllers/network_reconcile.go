@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
@@ -137,24 +138,20 @@ func (n *NodeNetwork) Close() error {
 	return errors.Join(errs...)
 }
 
-// ensureNetwork wires the VMI's network before its domain is synced (on every reconcile:
-// cheap once attached) and returns the NICs to start the domain with, resolved from the
-// binding plan, and the namespaces of their taps. A VMI without interfaces gets no pod
-// network.
-func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, planned []qemu.NIC) ([]qemu.NIC, launcher.NetNS, error) {
-	vn, err := NetworkSpec(vmi)
-	if err != nil {
-		return nil, nil, err // DomainSpec has already failed the VMI for it
-	}
-	if vn.Spec == nil {
+// ensureNetwork wires the VMI's network (want.Network) before its domain is synced (on every
+// reconcile: cheap once attached) and returns the NICs to start the domain with (planned,
+// resolved from the binding plan) and the namespaces of their taps. A VMI without interfaces
+// gets no pod network.
+func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, want *translate.Desired, planned []qemu.NIC) ([]qemu.NIC, launcher.NetNS, error) {
+	if want.Network == nil {
 		return nil, nil, nil
 	}
 	if r.Network == nil || r.Network.Pods == nil {
-		return nil, nil, fmt.Errorf("attach interface %q: %w", vn.Spec.Interfaces[0].Name, errNoPodNetwork)
+		return nil, nil, fmt.Errorf("attach interface %q: %w", want.Network.Interfaces[0].Name, errNoPodNetwork)
 	}
 	ns, name := vmi.Namespace, vmi.Name
 	logger := slog.New(logr.ToSlogHandler(log.FromContext(ctx).WithValues("vmi", ns+"/"+name)))
-	boot := vn.BootSpec()
+	boot := want.BootNetwork()
 	a, err := r.Network.attach(vmi.UID, boot, func() { r.Wake(ns, name) }, logger)
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +160,7 @@ func (r *VMIReconciler) ensureNetwork(ctx context.Context, vmi *vmletv1.VirtualM
 	plan.Interfaces = slices.DeleteFunc(plan.Interfaces, func(ip network.InterfacePlan) bool {
 		return !slices.ContainsFunc(boot.Interfaces, func(i network.Interface) bool { return i.Name == ip.Name })
 	})
-	return ResolveNICs(planned, plan, a.netns)
+	return translate.ResolveNICs(planned, plan, a.netns)
 }
 
 // networkFailed reports a network that could not be wired. Before the domain exists, a node

@@ -12,6 +12,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
@@ -78,14 +79,14 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 // after a failure). A pull that fails in a way that may go away (registry down, image not
 // there yet) starts or extends the VMI's back-off for that image, and while it runs no pull of
 // it is tried, however often the VMI is reconciled: both come back as a *PullBackOffError.
-func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, dom *Domain) (*qemu.Spec, error) {
+func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, error) {
 	b := r.pullBackOff()
-	for _, image := range dom.Storage.Pulls() {
+	for _, image := range want.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
 			return nil, &PullBackOffError{Image: image, Entry: e}
 		}
 	}
-	res, err := r.prepareStorage(vmi.UID, dom.Storage)
+	res, err := r.prepareStorage(vmi.UID, want.Storage)
 	if errors.Is(err, errStoragePreparing) {
 		return nil, err
 	}
@@ -101,7 +102,7 @@ func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, dom *D
 	if n := r.forgetPulls(vmi.UID); n > 0 {
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPulled), "PullImage", "images pulled after back-off")
 	}
-	return dom.Resolve(res), nil
+	return want.Resolve(res), nil
 }
 
 // forgetPulls drops the VMI's back-off entries (its images pulled, or the VMI is gone) and

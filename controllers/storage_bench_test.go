@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/storage/storagetest"
@@ -34,7 +34,7 @@ func BenchmarkStorageReApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	host := &storage.Host{Images: cache}
-	env := controllers.NodeEnv{RunDir: filepath.Join(dir, "run"), VolumeDir: filepath.Join(dir, "vm"), Storage: controllers.StorageEnv{
+	env := translate.NodeEnv{RunDir: filepath.Join(dir, "run"), VolumeDir: filepath.Join(dir, "vm"), Storage: translate.StorageEnv{
 		HostDiskRoot: filepath.Join(dir, "hostdisks"),
 		Claims: map[string]storage.Claim{
 			"data": {Path: writeClaim(b, filepath.Join(dir, "data"), "DATA", 16<<20)},
@@ -66,7 +66,7 @@ func BenchmarkStorageReApply(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	apply := func() {
-		dom, err := controllers.DomainSpec(vmi, env, controllers.Referenced{})
+		dom, err := translate.Translate(vmi, env, translate.Referenced{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -54,13 +55,13 @@ type volumeState struct {
 }
 
 // reconcileHotplug makes the running domain's hotplugged disks match the VMI's hotpluggable
-// volumes: it prepares and attaches the missing ones and detaches disks whose volume is gone
+// volumes (want.HotplugVolumes): it prepares and attaches the missing ones and detaches disks whose volume is gone
 // from the spec. A volume that fails is reported in its status; the others go on.
-func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom *Domain, spec *qemu.Spec) (map[string]volumeState, error) {
+func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, spec *qemu.Spec) (map[string]volumeState, error) {
 	states := map[string]volumeState{}
 	hp, ok := l.(DiskHotplugger)
 	if !ok {
-		for _, hv := range dom.Hotplug {
+		for _, hv := range want.HotplugVolumes {
 			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugUnsupported, "this node's launchers cannot hotplug disks"}
 		}
 		return states, nil
@@ -78,7 +79,7 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		keep[d.ID] = true
 	}
 	var errs []error
-	for _, hv := range dom.Hotplug {
+	for _, hv := range want.HotplugVolumes {
 		if hv.Err != nil {
 			states[hv.Name] = volumeState{vmletv1.VolumePending, specReason(hv.Err), hv.Err.Error()}
 			continue

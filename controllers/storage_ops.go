@@ -12,6 +12,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/ops"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -47,7 +48,7 @@ func (r *VMIReconciler) hotplugTracker() *ops.Tracker[hotKey, *storage.Result] {
 }
 
 // prepareHotplugVolume is prepareStorage for one hotpluggable volume of the VMI uid.
-func (r *VMIReconciler) prepareHotplugVolume(uid types.UID, hv HotplugVolume) (*storage.Result, error) {
+func (r *VMIReconciler) prepareHotplugVolume(uid types.UID, hv translate.HotplugVolume) (*storage.Result, error) {
 	id, err := planID(hv.Plan)
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func planID(p *storage.VMPlan) (string, error) {
 // empty disks and the cloud-init ISO made). A retry after a failed pull leaves the conditions
 // saying why it waits (ErrImagePull, ImagePullBackOff), as the kubelet keeps a container
 // Waiting with its pull reason while it tries again.
-func (r *VMIReconciler) storagePreparing(vmi *vmletv1.VirtualMachineInstance, want *Domain) {
+func (r *VMIReconciler) storagePreparing(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}

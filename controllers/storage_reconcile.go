@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -52,8 +53,8 @@ func (r *VMIReconciler) volumeDir(uid types.UID) string {
 
 // readRefs reads the Secrets the VMI's cloud-init volumes name, from the API server (not the
 // cache: the agent does not watch every Secret of the cluster).
-func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (Referenced, error) {
-	refs := Referenced{Secrets: map[string]map[string][]byte{}}
+func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (translate.Referenced, error) {
+	refs := translate.Referenced{Secrets: map[string]map[string][]byte{}}
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
@@ -158,7 +159,7 @@ func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) erro
 func specReason(err error) vmistatus.Reason {
 	var ve *storage.VolumeError
 	switch {
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, translate.ErrUnsupported):
 		return vmistatus.ReasonUnsupported
 	case errors.As(err, &ve):
 		return vmistatus.Reason(storage.Reason(err))

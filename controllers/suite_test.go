@@ -25,6 +25,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
@@ -203,7 +204,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		t.Fatal(err)
 	}
 	nn.Secondary = o.Secondary
-	senv := controllers.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
+	senv := translate.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	events := &recordedEvents{EventRecorder: mgr.GetEventRecorder("vmlet-agent")}
 	senv.Owner = &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)} // the VMIs' files are the launchers'
 	r := &controllers.VMIReconciler{
@@ -213,8 +214,8 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 			PullBackOff: o.PullBackOff, PullBackOffMax: o.PullBackOffMax},
 		APIReader: mgr.GetAPIReader(),
 		Network:   nn,
-		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB}
+		Env: func(runDir string) translate.NodeEnv {
+			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB}
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/ops"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
@@ -57,7 +58,7 @@ type VMIReconciler struct {
 	Dial     Dialer
 	Args     LauncherArgs
 	// Env returns the node facts the translation needs for a VMI's run folder.
-	Env func(runDir string) NodeEnv
+	Env func(runDir string) translate.NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
 	KVM bool
 	// Storage makes each VMI's disks and kernel before its launcher starts the domain.
@@ -217,7 +218,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		r.fail(vmi, specReason(o.translateErr), o.translateErr.Error())
 		return ctrl.Result{}, nil
 	case lifecycle.WaitForNetworks:
-		return r.waitForNetworks(vmi), nil
+		return r.waitForNetworks(vmi, o.want), nil
 	case lifecycle.WaitForStorage:
 		// No launcher before its images are there (as no pod starts before its images):
 		// the operation's end wakes the VMI.

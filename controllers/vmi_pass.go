@@ -13,6 +13,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu"
@@ -25,7 +26,7 @@ type observed struct {
 	runDir       string
 	refsErr      error
 	translateErr error
-	want         *Domain    // the translation; nil when translateErr
+	want         *translate.Desired // the translation; nil when translateErr
 	spec         *qemu.Spec // to start with, once storage is ready
 	storageErr   error
 }
@@ -64,11 +65,11 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 	}
 	env := r.Env(o.runDir)
 	env.VolumeDir = r.volumeDir(vmi.UID)
-	if o.want, err = DomainSpec(vmi, env, refs); err != nil {
+	if o.want, err = translate.Translate(vmi, env, refs); err != nil {
 		o.translateErr, o.facts.Untranslatable = err, true
 		return o
 	}
-	if !started && r.Network != nil && r.Network.Pods != nil && len(r.Network.missingNetworks(vmi)) > 0 {
+	if !started && r.Network != nil && r.Network.Pods != nil && len(r.Network.missingNetworks(o.want.Network)) > 0 {
 		o.facts.NetworksMissing = true
 		return o
 	}
@@ -129,7 +130,7 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 // volumes made to match the spec.
 func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, o *observed) (ctrl.Result, error) {
 	spec := o.spec
-	nics, netns, err := r.ensureNetwork(ctx, vmi, spec.NICs)
+	nics, netns, err := r.ensureNetwork(ctx, vmi, o.want, spec.NICs)
 	if err != nil {
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
 	}
@@ -157,7 +158,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	r.observeDomain(vmi, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
-		nicErr = r.reconcileNICs(ctx, vmi, l, synced)
+		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced)
 	}
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState

@@ -14,5 +14,14 @@ for p in ./qemu/... ./devices/... ./network/... ./storage/... ./cmd/vmlet-launch
     bad=1
   fi
 done
-[ $bad = 0 ] && echo "check-imports: host packages and vmlet-launcher are free of k8s.io" >&2
+# The translation is pure: CRD types in, plain values out. It reads no API server (client-go,
+# controller-runtime) and sits below the reconcilers (no other package of controllers/).
+deps=$(go list -deps ./controllers/translate/... | grep -E '^(k8s\.io/client-go|sigs\.k8s\.io/controller-runtime|github\.com/vmlet/vmlet/controllers)(/|$)' |
+  grep -v '^github\.com/vmlet/vmlet/controllers/translate$' || true)
+if [ -n "$deps" ]; then
+  echo "check-imports: controllers/translate depends on:" >&2
+  echo "$deps" | sed 's/^/  /' >&2
+  bad=1
+fi
+[ $bad = 0 ] && echo "check-imports: host packages and vmlet-launcher are free of k8s.io; controllers/translate of API clients" >&2
 exit $bad

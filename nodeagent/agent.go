@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -108,8 +109,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		Network:   nn,
 		Storage:   st,
 		APIReader: mgr.GetAPIReader(),
-		Env: func(runDir string) controllers.NodeEnv {
-			return controllers.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB}
+		Env: func(runDir string) translate.NodeEnv {
+			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB}
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

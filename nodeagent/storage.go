@@ -13,6 +13,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/storage/qemuimg"
@@ -167,6 +168,6 @@ func cleanupVolumes(root string, keep map[string]bool) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-func (cfg *StorageConfig) env() controllers.StorageEnv {
-	return controllers.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources, Owner: cfg.Owner}
+func (cfg *StorageConfig) env() translate.StorageEnv {
+	return translate.StorageEnv{HostDiskRoot: cfg.HostDiskRoot, Claims: cfg.Claims, ImageSources: cfg.ImageSources, Owner: cfg.Owner}
 }

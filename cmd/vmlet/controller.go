@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/translate"
 )
 
 // controllerFlags are `vmlet controller`'s settings.
@@ -98,7 +99,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	f.pods.Args, f.pods.DomainName = controllers.DefaultLauncherArgs, controllers.DomainName
+	f.pods.Args, f.pods.DomainName = controllers.DefaultLauncherArgs, translate.DomainName
 	r := &cluster.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("vmlet-controller"), Pods: f.pods, AgentGrace: f.agentGrace,

@@ -28,6 +28,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/prereq"
 )
@@ -63,7 +64,7 @@ const agentGrace = 3 * time.Second
 // testPods are the launcher pod options of the tests.
 var testPods = launcherpod.Options{
 	Image: "vmlet-launcher:test", LauncherRoot: "/run/vl", VolumeRoot: "/var/lib/vl", AllowEmulation: true,
-	TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: controllers.DomainName,
+	TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
 }
 
 var managers atomic.Int32

@@ -32,7 +32,7 @@ type Options struct {
 	// Args is the launcher's command line for its run folder, domain name and grace period
 	// (controllers.DefaultLauncherArgs). Required.
 	Args func(runDir, name string, grace time.Duration) []string
-	// DomainName is the domain name the node agent syncs for a VMI (controllers.DomainName):
+	// DomainName is the domain name the node agent syncs for a VMI (translate.DomainName):
 	// the launcher's --name, which refuses a Sync under any other name. Required.
 	DomainName func(*vmletv1.VirtualMachineInstance) string
 	// RunAsUser and RunAsGroup are the launcher's (and QEMU's) uid and gid; nil means

@@ -17,6 +17,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/translate"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.yaml golden files from Build's output")
@@ -36,7 +37,7 @@ func testVMI(mutate func(*vmletv1.VirtualMachineInstance)) *vmletv1.VirtualMachi
 }
 
 func opts(mutate func(*launcherpod.Options)) launcherpod.Options {
-	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: controllers.DomainName,
+	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
 		ImageCache: launcherpod.DefaultImageCache}
 	if mutate != nil {
 		mutate(&o)

@@ -1,10 +1,10 @@
-package controllers
+package translate
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/ptr"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -24,22 +24,23 @@ func booting(d vmletv1.Disk, order uint) vmletv1.Disk {
 	return d
 }
 
-// renderBoot is every device of the domain with its boot index (0: none), disks then NICs.
-func renderBoot(dom *Domain) []string {
+// renderBoot is every device of the domain with its boot index (0: none), disks then NICs:
+// the one thing this table is about (TestTranslateVolumes compares whole disks).
+func renderBoot(got *Desired) []string {
 	var out []string
-	for _, d := range dom.Spec.Disks {
+	for _, d := range got.Spec.Disks {
 		out = append(out, fmt.Sprintf("%s=%d", d.ID, d.BootIndex))
 	}
-	for _, n := range dom.Spec.NICs {
+	for _, n := range got.Spec.NICs {
 		out = append(out, fmt.Sprintf("%s=%d", n.ID, n.BootIndex))
 	}
 	return out
 }
 
-// TestDomainSpecBootOrder: the boot indexes KubeVirt's domains get from libvirt (bootorder.go).
+// TestTranslateBootOrder: the boot indexes KubeVirt's domains get from libvirt (bootorder.go).
 // With no bootOrder anywhere the first disk or lun of libvirt's bus-grouped disk list gets 1 and
 // nothing else an index; with any bootOrder, exactly the devices that set one get it.
-func TestDomainSpecBootOrder(t *testing.T) {
+func TestTranslateBootOrder(t *testing.T) {
 	// The volumes of the VMI: a bootable containerDisk, an emptyDisk, a NoCloud disk.
 	vols := []vmletv1.Volume{containerDisk("boot", "registry:5000/kubevirt/cirros:devel"), emptyDisk("scratch", "64Mi"),
 		noCloud("ci", vmletv1.CloudInitData{UserData: "#cloud-config\n"})}
@@ -117,12 +118,12 @@ func TestDomainSpecBootOrder(t *testing.T) {
 				vmi.Spec.Domain.Devices.Interfaces = tt.ifaces
 				vmi.Spec.Networks = []vmletv1.Network{podNet("default")}
 			}
-			dom, err := DomainSpec(vmi, storageTestEnv(), Referenced{})
+			d, err := Translate(vmi, storageTestEnv(), Referenced{})
 			if err != nil {
-				t.Fatalf("DomainSpec: %v", err)
+				t.Fatalf("Translate: %v", err)
 			}
-			if got := renderBoot(dom); !slices.Equal(got, tt.want) {
-				t.Errorf("boot indexes %v, want %v", got, tt.want)
+			if diff := cmp.Diff(tt.want, renderBoot(d)); diff != "" {
+				t.Errorf("boot indexes (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -133,11 +134,11 @@ func TestDomainSpecBootOrder(t *testing.T) {
 func TestDefaultBootDiskKernelBoot(t *testing.T) {
 	vmi := baseVMI()
 	vmi.Spec.Volumes = []vmletv1.Volume{emptyDisk("scratch", "1Mi")}
-	dom, err := DomainSpec(vmi, storageTestEnv(), Referenced{})
+	d, err := Translate(vmi, storageTestEnv(), Referenced{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := renderBoot(dom), []string{"scratch=1", "net-default=0"}; !slices.Equal(got, want) {
-		t.Errorf("boot indexes %v, want %v", got, want)
+	if diff := cmp.Diff([]string{"scratch=1", "net-default=0"}, renderBoot(d)); diff != "" {
+		t.Errorf("boot indexes (-want +got):\n%s", diff)
 	}
 }

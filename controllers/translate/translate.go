@@ -1,7 +1,6 @@
-package controllers
+package translate
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,26 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
-
-// ErrUnsupported marks a VMI that asks for something vmlet cannot do (yet). The reconciler
-// reports it as Synchronized=False with reason Unsupported and fails the VMI without starting
-// anything.
-var ErrUnsupported = errors.New("unsupported")
-
-// SpecError is a problem with one field of a VMI spec found while translating it.
-type SpecError struct {
-	Field  string // JSON path, e.g. "spec.volumes[0].containerDisk"
-	Reason string
-	// Err is ErrUnsupported, the cause (e.g. a *storage.VolumeError, whose storage.Reason the
-	// VMI shows), or nil for an invalid value.
-	Err error
-}
-
-func (e *SpecError) Error() string { return e.Field + ": " + e.Reason }
-func (e *SpecError) Unwrap() error { return e.Err }
 
 // NodeEnv is what the translation needs from the node: where the VMI's files live and how its
 // volumes resolve. It is plain data so that the translation stays pure and table-tested.
@@ -43,21 +26,32 @@ type NodeEnv struct {
 	TCGCacheMiB int
 }
 
-// Domain is a VMI translated for this node: the domain to start and the storage to prepare
-// for it first.
-type Domain struct {
-	// Spec is the domain as it starts: disks of the volumes attached at boot and the kernel
-	// boot, with paths as planned (Resolve replaces them with the ones Apply made).
+// Desired is everything a VMI wants on this node, translated once per reconcile pass.
+type Desired struct {
+	// Spec is the domain as it starts: the disks of the volumes attached at boot, the kernel
+	// boot with paths as planned (Resolve replaces them with the ones Apply made), and the NICs
+	// of the pod network's interface as planned (ResolveNICs replaces them with the attached
+	// ones).
 	Spec *qemu.Spec
 	// Storage plans the volumes attached at boot and the kernel boot.
 	Storage *storage.VMPlan
-	// Hotplug are the hotpluggable volumes, attached once the guest runs.
-	Hotplug []HotplugVolume
+	// Network is what network.Attach wires in the launcher's pod network namespace: every
+	// present interface, the boot one and those of secondary networks (BootNetwork is the
+	// former). It is nil when the guest has no interfaces (autoattachPodInterface: false and
+	// none listed): then the VMI needs no pod network. Interfaces with state: absent are in
+	// none of Network, Spec.NICs and HotplugNICs: they are unplugged.
+	Network *network.Spec
+	// HotplugVolumes are the hotpluggable volumes, attached once the guest runs.
+	HotplugVolumes []HotplugVolume
+	// HotplugNICs are the interfaces of multus (secondary) networks: always plugged into the
+	// running domain, also those listed at creation, so that the domain's boot spec never
+	// depends on them (as hotpluggable volumes).
+	HotplugNICs []HotNIC
 }
 
 // Resolve returns the spec to start with the disks and kernel that storage's Apply made (host
 // paths resolved to their real paths).
-func (d *Domain) Resolve(res *storage.Result) *qemu.Spec {
+func (d *Desired) Resolve(res *storage.Result) *qemu.Spec {
 	s := *d.Spec
 	s.Disks = res.Disks
 	s.Boot = res.Boot
@@ -71,12 +65,14 @@ const (
 	maxDomainNameLn = 63
 )
 
-// DomainSpec translates a VMI into the QEMU driver's spec and the storage plans its volumes
-// need (refs carries the Secrets the VMI refers to). StartPaused is left to the caller:
-// spec.paused matters at creation only (afterwards it is a pause/unpause, not another domain).
-// It is pure: it reads only its arguments. Unsupported features yield a *SpecError wrapping
+// Translate translates a VMI into the QEMU driver's spec, the storage plans its volumes need,
+// its network and its hotplug sets (refs carries the Secrets the VMI refers to). StartPaused
+// is left to the caller: spec.paused matters at creation only (afterwards it is a
+// pause/unpause, not another domain). It is pure: it reads only its arguments. Problems are
+// *SpecError values, found in this order: annotations, memory, firmware, volumes and disks,
+// interfaces and networks, then QEMU's checks of the whole spec. Unsupported features wrap
 // ErrUnsupported; vmlet never drops a requested feature silently.
-func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (*Domain, error) {
+func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (*Desired, error) {
 	if err := checkAnnotations(vmi.Annotations); err != nil {
 		return nil, err
 	}
@@ -122,13 +118,15 @@ func DomainSpec(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Reference
 		return nil, err
 	}
 	s.Disks, s.Boot = plan.Disks, plan.Boot
-	if s.NICs, err = interfaces(vmi); err != nil {
+	n, err := translateNetwork(vmi)
+	if err != nil {
 		return nil, err
 	}
+	s.NICs = n.nics
 	if err := s.Validate(); err != nil {
 		return nil, &SpecError{Field: "spec", Reason: err.Error()}
 	}
-	return &Domain{Spec: s, Storage: plan, Hotplug: hot}, nil
+	return &Desired{Spec: s, Storage: plan, Network: n.spec, HotplugVolumes: hot, HotplugNICs: n.hot}, nil
 }
 
 // DomainName is the name the node agent gives the VMI's domain (its Sync spec's name): the VMI's

@@ -1,4 +1,4 @@
-package controllers
+package translate
 
 import (
 	"crypto/sha256"
@@ -20,25 +20,6 @@ import (
 // queues of networkInterfaceMultiqueue at its own tap limit the same way (it logs, the VMI runs).
 const maxNICQueues = 16
 
-// VMINetwork is a VMI's network translated for this node: what network.Attach wires in the
-// launcher's pod network namespace and the guest NICs as planned.
-type VMINetwork struct {
-	// Spec is nil when the guest has no interfaces (autoattachPodInterface: false and none
-	// listed): then the VMI needs no pod network.
-	Spec *network.Spec
-	// NICs are the guest NICs the domain starts with: the pod network's interface, in
-	// interface order. Their tap names, queues and MACs are the ones the binding plan will
-	// have, except the MAC of a bridge binding without macAddress: the guest takes over the
-	// pod interface's MAC (as in KubeVirt), known once attached, so it is planned as a
-	// generated one here and ResolveNICs replaces it.
-	NICs []qemu.NIC
-	// Hot are the interfaces of multus (secondary) networks: always plugged into the running
-	// domain (hotplug), also those listed at creation, so the domain's boot spec never
-	// depends on them (as hotpluggable volumes). Interfaces with state: absent are in
-	// neither list (nor in Spec): they are unplugged.
-	Hot []HotNIC
-}
-
 // HotNIC is an interface of a secondary network, plugged into the running domain.
 type HotNIC struct {
 	// Name is the interface's (and its network's) name.
@@ -49,30 +30,61 @@ type HotNIC struct {
 	NIC qemu.NIC
 }
 
-// BootSpec is the part of Spec wired before the domain starts: the pod network's interface.
-func (n *VMINetwork) BootSpec() *network.Spec {
+// BootNetwork is the part of Network wired before the domain starts: the pod network's
+// interface. It is nil when Network is.
+func (d *Desired) BootNetwork() *network.Spec {
+	if d.Network == nil {
+		return nil
+	}
 	var names []string
-	for _, ifc := range n.Spec.Interfaces {
-		if !slices.ContainsFunc(n.Hot, func(h HotNIC) bool { return h.Name == ifc.Name }) {
+	for _, ifc := range d.Network.Interfaces {
+		if !slices.ContainsFunc(d.HotplugNICs, func(h HotNIC) bool { return h.Name == ifc.Name }) {
 			names = append(names, ifc.Name)
 		}
 	}
-	return n.Spec.Select(names...)
+	return d.Network.Select(names...)
 }
 
-// NetworkSpec translates the VMI's interfaces and networks (with KubeVirt's defaults: one
+// BootInterfaces are the names of BootNetwork's interfaces.
+func (d *Desired) BootInterfaces() []string {
+	if d.Network == nil {
+		return nil
+	}
+	var names []string
+	for _, ifc := range d.BootNetwork().Interfaces {
+		names = append(names, ifc.Name)
+	}
+	return names
+}
+
+// vmiNetwork is a VMI's network translated for this node (Desired's Network, Spec.NICs and
+// HotplugNICs).
+type vmiNetwork struct {
+	// spec is nil when the guest has no interfaces.
+	spec *network.Spec
+	// nics are the guest NICs the domain starts with: the pod network's interface, in
+	// interface order. Their tap names, queues and MACs are the ones the binding plan will
+	// have, except the MAC of a bridge binding without macAddress: the guest takes over the
+	// pod interface's MAC (as in KubeVirt), known once attached, so it is planned as a
+	// generated one here and ResolveNICs replaces it.
+	nics []qemu.NIC
+	// hot are the interfaces of multus (secondary) networks.
+	hot []HotNIC
+}
+
+// translateNetwork translates the VMI's interfaces and networks (with KubeVirt's defaults: one
 // bridge interface on the pod network when the spec lists neither and autoattachPodInterface
 // is not false; see vmletv1.EffectiveNetworks) into the network binding spec and the guest
-// NICs. It is pure. Problems are *SpecError values: ErrUnsupported for what vmlet cannot do,
+// NICs. Problems are *SpecError values: ErrUnsupported for what vmlet cannot do,
 // else an invalid value.
-func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
+func translateNetwork(vmi *vmletv1.VirtualMachineInstance) (*vmiNetwork, error) {
 	ifaces, nets := vmletv1.EffectiveNetworks(&vmi.Spec)
 	if err := networksUsed(ifaces, nets); err != nil {
 		return nil, err
 	}
 	ifaces, nets = presentOnly(ifaces, nets)
 	if len(ifaces) == 0 {
-		return &VMINetwork{}, nil
+		return &vmiNetwork{}, nil
 	}
 	d := &vmi.Spec.Domain
 	vcpus := 1
@@ -102,7 +114,7 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 	if err := s.Validate(); err != nil {
 		return nil, networkSpecError(err)
 	}
-	out := &VMINetwork{Spec: s}
+	out := &vmiNetwork{spec: s}
 	for i, ni := range s.Interfaces { // in ifaces' order
 		mac := ni.MAC
 		if mac == "" {
@@ -115,9 +127,9 @@ func NetworkSpec(vmi *vmletv1.VirtualMachineInstance) (*VMINetwork, error) {
 			nic.BootIndex = int(*b) // network boot through the NIC's option ROM (iPXE)
 		}
 		if n.Pod {
-			out.NICs = append(out.NICs, nic)
+			out.nics = append(out.nics, nic)
 		} else {
-			out.Hot = append(out.Hot, HotNIC{Name: ni.Name, PodInterface: podIf, NIC: nic})
+			out.hot = append(out.hot, HotNIC{Name: ni.Name, PodInterface: podIf, NIC: nic})
 		}
 	}
 	return out, nil
@@ -141,15 +153,6 @@ func presentOnly(ifaces []vmletv1.Interface, nets []vmletv1.Network) ([]vmletv1.
 		}
 	}
 	return outI, outN
-}
-
-// interfaces is DomainSpec's part of the network: the guest NICs as planned.
-func interfaces(vmi *vmletv1.VirtualMachineInstance) ([]qemu.NIC, error) {
-	n, err := NetworkSpec(vmi)
-	if err != nil {
-		return nil, err
-	}
-	return n.NICs, nil
 }
 
 // networksUsed rejects a network that no interface uses, as KubeVirt does (the interfaces'
@@ -292,16 +295,4 @@ func ResolveNICs(planned []qemu.NIC, plan *network.Plan, netnsPath string) ([]qe
 		ns[n.ID] = netnsPath
 	}
 	return nics, ns, nil
-}
-
-// BootSpecNames are the names of the boot interfaces.
-func (n *VMINetwork) BootSpecNames() []string {
-	if n.Spec == nil {
-		return nil
-	}
-	var names []string
-	for _, ifc := range n.BootSpec().Interfaces {
-		names = append(names, ifc.Name)
-	}
-	return names
 }

@@ -27,7 +27,7 @@ type observed struct {
 	refsErr      error
 	translateErr error
 	want         *translate.Desired // the translation; nil when translateErr
-	spec         *qemu.Spec // to start with, once storage is ready
+	spec         *qemu.Spec         // to start with, once storage is ready
 	storageErr   error
 }
 

@@ -4,13 +4,13 @@ package lifecycle
 type Launcher int
 
 const (
-	// LauncherAbsent: none was started on this node (or it was removed).
+	// LauncherAbsent means none was started on this node (or it was removed).
 	LauncherAbsent Launcher = iota
-	// LauncherStarted: it runs, ready to answer or not yet.
+	// LauncherStarted means it runs, ready to answer or not yet.
 	LauncherStarted
-	// LauncherExited: it ran and exited; its exit says how the guest ended.
+	// LauncherExited means it ran and exited; its exit says how the guest ended.
 	LauncherExited
-	// LauncherUnknown: the runtime could not tell; taken as started, so that nothing is
+	// LauncherUnknown means the runtime could not tell; taken as started, so that nothing is
 	// failed on a guess (EnsureLauncher finds out).
 	LauncherUnknown
 )
@@ -20,23 +20,24 @@ const (
 type Storage int
 
 const (
+	// StorageReady means it is made: the domain can start with it.
 	StorageReady Storage = iota
-	// StoragePreparing: its operation runs; its end wakes the VMI.
+	// StoragePreparing means its operation runs; its end wakes the VMI.
 	StoragePreparing
-	// StorageBackOff: an image pull failed in a way that may go away; the next try waits.
+	// StorageBackOff means an image pull failed in a way that may go away; the next try waits.
 	StorageBackOff
-	// StorageFailed: it cannot be made (volume not found, invalid image name, ...).
+	// StorageFailed means it cannot be made (volume not found, invalid image name, ...).
 	StorageFailed
 )
 
 // Facts is what a pass observed before it looks at the domain.
 type Facts struct {
 	Launcher Launcher
-	// SecretsUnreadable: a Secret the VMI refers to could not be read.
+	// SecretsUnreadable means a Secret the VMI refers to could not be read.
 	SecretsUnreadable bool
-	// Untranslatable: the spec does not translate into a domain on this node.
+	// Untranslatable means the spec does not translate into a domain on this node.
 	Untranslatable bool
-	// NetworksMissing: a multus network of the VMI is not offered by the node (looked at
+	// NetworksMissing means a multus network of the VMI is not offered by the node (looked at
 	// only before the launcher starts).
 	NetworksMissing bool
 	Storage         Storage
@@ -107,18 +108,18 @@ const (
 	// Run wires the network, syncs the domain, pauses or resumes it, observes it and
 	// hot-plugs what the spec asks.
 	Run DomainStep = iota
-	// WaitForStorageToStart: no domain yet, and its storage is being prepared.
+	// WaitForStorageToStart means no domain yet, and its storage is being prepared.
 	WaitForStorageToStart
-	// ObserveWhileStoragePrepares: the domain runs (the agent restarted, or the storage plan
+	// ObserveWhileStoragePrepares means the domain runs (the agent restarted, or the storage plan
 	// changed) while its storage is prepared again: observe it, change nothing.
 	ObserveWhileStoragePrepares
-	// BackOffBeforeStart: no domain yet, an image pull backs off.
+	// BackOffBeforeStart means no domain yet, an image pull backs off.
 	BackOffBeforeStart
-	// FailBeforeStart: no domain yet, and its storage cannot be made: fail the VMI.
+	// FailBeforeStart means no domain yet, and its storage cannot be made: fail the VMI.
 	FailBeforeStart
-	// ObserveBackingOff: the domain runs with the disks it opened; an image pull backs off.
+	// ObserveBackingOff means the domain runs with the disks it opened; an image pull backs off.
 	ObserveBackingOff
-	// ReportStorage: the domain runs with the disks it opened; report why storage no longer
+	// ReportStorage means the domain runs with the disks it opened; report why storage no longer
 	// applies, and retry.
 	ReportStorage
 )

@@ -10,9 +10,9 @@ import (
 type State int
 
 const (
-	// Running: started and not ended yet (the wake function is called when it ends).
+	// Running means started and not ended yet (the wake function is called when it ends).
 	Running State = iota
-	// Done: ended; Outcome holds its value or error.
+	// Done means ended; Outcome holds its value or error.
 	Done
 )
 

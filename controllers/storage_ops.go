@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -76,7 +77,11 @@ func (r *VMIReconciler) prepareStorage(uid types.UID, plan *storage.VMPlan) (*st
 		return nil, err
 	}
 	t := r.storageTracker()
-	out := t.Ensure(uid, id, func(ctx context.Context) (*storage.Result, error) { return r.apply(ctx, plan) })
+	out := t.Ensure(uid, id, func(ctx context.Context) (*storage.Result, error) {
+		t0 := time.Now()
+		defer r.trace(uid, TraceStorage, t0)
+		return r.apply(ctx, plan)
+	})
 	switch {
 	case out.State == ops.Running:
 		return nil, errStoragePreparing

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,13 @@ type VMIReconciler struct {
 	// Network wires each VMI's interfaces in its pod network; nil: the node has none, and
 	// VMIs with interfaces fail.
 	Network *NodeNetwork
+	// Trace, if set, receives the steps of each VMI's start (trace.go) as they end: what
+	// `make bench` breaks the create → Ready latency down with. Called from reconciles and
+	// storage operations, concurrently for different VMIs.
+	Trace func(uid types.UID, step string, start, end time.Time)
+	// Workers is how many VMIs are reconciled at once (one VMI never twice at a time); 0
+	// means the default.
+	Workers int
 
 	gate drainGate // closed by Drain (node shutdown)
 
@@ -119,11 +127,14 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Different VMIs reconcile in parallel (one VMI never does): a slow image pull or a
 		// guest slow to release a disk must not hold every other VMI up. Shared state (launcher
 		// connections, network attachments, the runtime) is behind mutexes.
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, workers)}).
 		Complete(r)
 }
 
-// workers is how many VMIs the node agent reconciles at once.
+// workers is how many VMIs the node agent reconciles at once by default. Reconciles wait on
+// nothing long (storage runs as tracked operations, launcher calls have deadlines); what
+// remains is the launcher's Sync (QEMU's start) and hotplug calls. Chosen by measurement
+// (BENCHMARKS.md, BenchmarkCreateToRunning with VMLET_BENCH_WORKERS).
 const workers = 4
 
 // Wake enqueues a VMI; launcher events and launcher exits call it.
@@ -161,8 +172,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
+	_, seen := r.keys[vmi.UID]
 	r.keys[vmi.UID] = req.NamespacedName
 	r.mu.Unlock()
+	if !seen {
+		r.trace(vmi.UID, TraceFirstReconcile, time.Now())
+	}
 	before := vmi.Status.DeepCopy()
 	res, err := r.reconcile(ctx, vmi)
 	if apierrors.IsConflict(err) {
@@ -179,7 +194,11 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	vmistatus.KeepTransitionTimes(before, vmi)
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
+		t0 := time.Now()
 		uerr := r.Client.Status().Update(ctx, vmi)
+		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
+			r.trace(vmi.UID, TraceStatusRunning, t0)
+		}
 		switch {
 		case apierrors.IsConflict(uerr):
 			// Someone wrote the VMI since we read it: read everything again.

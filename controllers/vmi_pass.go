@@ -65,7 +65,10 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 	}
 	env := r.Env(o.runDir)
 	env.VolumeDir = r.volumeDir(vmi.UID)
-	if o.want, err = translate.Translate(vmi, env, refs); err != nil {
+	t0 := time.Now()
+	o.want, err = translate.Translate(vmi, env, refs)
+	r.trace(vmi.UID, TraceTranslate, t0)
+	if err != nil {
 		o.translateErr, o.facts.Untranslatable = err, true
 		return o
 	}
@@ -91,6 +94,7 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 // nil (with the pass's result) while it starts or when it exited.
 func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, o *observed) (Launcher, ctrl.Result, error) {
 	id := string(vmi.UID)
+	t0 := time.Now()
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
@@ -101,6 +105,9 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
 		return nil, ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
+	}
+	if o.facts.Launcher == lifecycle.LauncherAbsent {
+		r.trace(vmi.UID, TraceLauncherExec, t0)
 	}
 	if st.Exited != nil {
 		r.launcherExited(vmi, st.Exited)
@@ -130,17 +137,29 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 // volumes made to match the spec.
 func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, o *observed) (ctrl.Result, error) {
 	spec := o.spec
+	starting := dom.State == DomainNone
+	if starting {
+		r.trace(vmi.UID, TraceLauncherReady, time.Now())
+	}
+	t0 := time.Now()
 	nics, netns, err := r.ensureNetwork(ctx, vmi, o.want, spec.NICs)
 	if err != nil {
 		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
 	}
+	if starting {
+		r.trace(vmi.UID, TraceNetwork, t0)
+	}
 	spec.NICs = nics
 	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
 	// not a different domain.
-	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
+	spec.StartPaused = starting && vmi.Spec.Paused
+	t0 = time.Now()
 	if err := l.Sync(ctx, spec, netns); err != nil {
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
+	}
+	if starting {
+		r.trace(vmi.UID, TraceQEMUStart, t0)
 	}
 	if dom.State == DomainNone {
 		if dom, err = l.Domain(ctx); err != nil {

@@ -7,16 +7,19 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -42,6 +45,9 @@ func BenchmarkCreateToRunning(b *testing.B) {
 					b.Skipf("%d small guests need ≈%d MiB, %d MiB available", n, need>>20, avail>>20)
 				}
 			}
+			tr := newStartTrace()
+			o.Trace = tr.record
+			o.Workers = benchWorkers(b)
 			a := startAgent(b, o)
 			defer a.stop(b)
 			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
@@ -51,12 +57,16 @@ func BenchmarkCreateToRunning(b *testing.B) {
 			var create, pause []time.Duration
 			var cpu time.Duration
 			var rss int64
+			steps := map[string][]time.Duration{}
 			for i := 0; i < b.N; i++ {
-				c, p, u, r := createRunPauseDelete(b, wc, n, i, mem)
+				c, p, u, r := createRunPauseDelete(b, wc, n, i, mem, tr, steps)
 				create, pause = append(create, c...), append(pause, p...)
 				cpu, rss = cpu+u, max(rss, r)
 			}
 			report(b, "create-to-running", create)
+			for _, s := range startSteps {
+				report(b, "step-"+s, steps[s])
+			}
 			report(b, "paused-latency", pause)
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "agent-cpu-ms/s")
 			b.ReportMetric(float64(rss)/(1<<20), "agent-rss-MiB")
@@ -67,7 +77,7 @@ func BenchmarkCreateToRunning(b *testing.B) {
 // createRunPauseDelete runs one round and returns per-VMI latencies, the agent process's CPU
 // time over a 10 s steady-state window with all VMIs running, and its RSS.
 // guestMem, when set, overrides the guests' memory.
-func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guestMem string) (create, pause []time.Duration, cpu time.Duration, rss int64) {
+func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guestMem string, tr *startTrace, steps map[string][]time.Duration) (create, pause []time.Duration, cpu time.Duration, rss int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(n)*6*time.Second)
 	defer cancel()
 	list := &vmletv1.VirtualMachineInstanceList{}
@@ -78,6 +88,8 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 	defer w.Stop()
 	created := map[string]time.Time{}
 	ready := map[string]time.Duration{}
+	readyAt := map[string]time.Time{}
+	uids := map[string]types.UID{}
 	paused := map[string]time.Duration{}
 	pausedAt := map[string]time.Time{}
 	prefix := fmt.Sprintf("bench-%d-%d-", n, round)
@@ -91,16 +103,23 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		if err := env.Client.Create(ctx, v); err != nil {
 			b.Fatal(err)
 		}
+		uids[v.Name] = v.UID
 		if i < n-1 {
 			<-time.After(100 * time.Millisecond) // the scenario's arrival rate, not a wait for state
 		}
 	}
 	waitAll(ctx, b, w, prefix, func(v *vmletv1.VirtualMachineInstance) bool {
 		if _, done := ready[v.Name]; !done && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) {
-			ready[v.Name] = time.Since(created[v.Name])
+			readyAt[v.Name] = time.Now()
+			ready[v.Name] = readyAt[v.Name].Sub(created[v.Name])
 		}
 		return len(ready) == n
 	})
+	for name, uid := range uids {
+		for step, d := range tr.breakdown(uid, created[name], readyAt[name]) {
+			steps[step] = append(steps[step], d)
+		}
+	}
 	cpu, rss = agentUsage(10 * time.Second)
 	for name := range created {
 		setPausedB(ctx, b, name, true)
@@ -189,6 +208,20 @@ const (
 	smallGuestsMargin = 1 << 30
 )
 
+// benchWorkers parses VMLET_BENCH_WORKERS, the agent's reconcile workers (unset: its
+// default), to choose that default by measurement.
+func benchWorkers(b *testing.B) int {
+	v := os.Getenv("VMLET_BENCH_WORKERS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("VMLET_BENCH_WORKERS=%q is not a positive count", v)
+	}
+	return n
+}
+
 // benchVMIs parses VMLET_BENCH_VMIS ("1,20,100"); unset means 1 and 20.
 func benchVMIs(b *testing.B) []int {
 	v := os.Getenv("VMLET_BENCH_VMIS")
@@ -234,4 +267,69 @@ func report(b *testing.B, name string, ds []time.Duration) {
 	pct := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1)+0.5)] }
 	b.ReportMetric(float64(pct(0.5).Microseconds())/1000, name+"-p50-ms")
 	b.ReportMetric(float64(pct(0.95).Microseconds())/1000, name+"-p95-ms")
+}
+
+// startTrace collects the agent's start-up steps of each VMI (VMIReconciler.Trace).
+type startTrace struct {
+	mu    sync.Mutex
+	steps map[types.UID]map[string][2]time.Time // the first occurrence of each step
+}
+
+func newStartTrace() *startTrace {
+	return &startTrace{steps: map[types.UID]map[string][2]time.Time{}}
+}
+
+func (t *startTrace) record(uid types.UID, step string, start, end time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.steps[uid]
+	if m == nil {
+		m = map[string][2]time.Time{}
+		t.steps[uid] = m
+	}
+	if _, ok := m[step]; !ok {
+		m[step] = [2]time.Time{start, end}
+	}
+}
+
+// startSteps are the parts of create → Ready that breakdown returns; they add up to it.
+var startSteps = []string{"api-to-agent", "translate", "storage", "launcher-exec", "launcher-to-ready",
+	"network", "qemu-start", "status-write", "agent-to-client", "between-steps"}
+
+// breakdown splits one VMI's create → Ready (as the client saw it) into the agent's steps:
+// the API server's watch delivering the VMI to the agent, the translation, the storage
+// operation, the launcher's exec and the wait until it is ready (its socket renamed, the
+// wake-up, the dial), the pod network, QEMU's start (Sync), the status write, the watch
+// delivering the status to the client; the rest (passes waiting in the queue, reads) is
+// between-steps.
+func (t *startTrace) breakdown(uid types.UID, created, ready time.Time) map[string]time.Duration {
+	t.mu.Lock()
+	m := t.steps[uid]
+	t.mu.Unlock()
+	dur := func(s string) time.Duration { return m[s][1].Sub(m[s][0]) }
+	at := func(s string) time.Time { return m[s][0] }
+	for _, s := range []string{controllers.TraceFirstReconcile, controllers.TraceTranslate, controllers.TraceStorage,
+		controllers.TraceLauncherExec, controllers.TraceLauncherReady, controllers.TraceNetwork,
+		controllers.TraceQEMUStart, controllers.TraceStatusRunning} {
+		if _, ok := m[s]; !ok {
+			return nil // not a start from scratch (e.g. adopted): no breakdown
+		}
+	}
+	out := map[string]time.Duration{
+		"api-to-agent":      at(controllers.TraceFirstReconcile).Sub(created),
+		"translate":         dur(controllers.TraceTranslate),
+		"storage":           dur(controllers.TraceStorage),
+		"launcher-exec":     dur(controllers.TraceLauncherExec),
+		"launcher-to-ready": at(controllers.TraceLauncherReady).Sub(m[controllers.TraceLauncherExec][1]),
+		"network":           dur(controllers.TraceNetwork),
+		"qemu-start":        dur(controllers.TraceQEMUStart),
+		"status-write":      dur(controllers.TraceStatusRunning),
+		"agent-to-client":   ready.Sub(m[controllers.TraceStatusRunning][1]),
+	}
+	var sum time.Duration
+	for _, d := range out {
+		sum += d
+	}
+	out["between-steps"] = ready.Sub(created) - sum
+	return out
 }

@@ -26,6 +26,29 @@ var (
 	_ DHCPHost = (*grpcLauncher)(nil)
 )
 
+// Deadlines of the calls to a launcher (incus' commandTimeouts): no reconcile waits longer on a
+// launcher that stopped answering. Sync includes QEMU's start (≈0.1 s, seconds on a loaded
+// TCG host); hot-plugging waits for QEMU, unplugging for the guest (bounded by unplugTimeout
+// too).
+const (
+	callDomain          = 5 * time.Second
+	callSync            = time.Minute
+	callPause           = 10 * time.Second
+	callUnpause         = 10 * time.Second
+	callAttachedNICs    = 5 * time.Second
+	callAttachedDisks   = 5 * time.Second
+	callHotplugNIC      = 30 * time.Second
+	callHotplugDisk     = 30 * time.Second
+	callUnplugNIC       = unplugTimeout
+	callUnplugDisk      = unplugTimeout
+	callGuestInterfaces = guestInfoTimeout
+)
+
+// bound gives one launcher call its deadline.
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
 // DialLauncher connects to a launcher's ready socket.
 func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
 	c, err := launcher.Dial(ctx, socket)
@@ -48,6 +71,8 @@ func DefaultLauncherArgs(runDir, name string, grace time.Duration) []string {
 // Sync hands the NICs' taps over first when the launcher has no domain yet (it is about to
 // start QEMU with them; a running domain keeps its taps and Sync is a no-op then).
 func (g *grpcLauncher) Sync(ctx context.Context, spec *qemu.Spec, netns map[string]string) error {
+	ctx, cancel := bound(ctx, callSync)
+	defer cancel()
 	d, err := g.c.GetDomain(ctx)
 	if err != nil {
 		return fmt.Errorf("sync domain: %w", err)
@@ -88,6 +113,8 @@ func (g *grpcLauncher) handOverTap(ctx context.Context, n qemu.NIC, netns string
 }
 
 func (g *grpcLauncher) Pause(ctx context.Context) (DomainState, error) {
+	ctx, cancel := bound(ctx, callPause)
+	defer cancel()
 	d, err := g.c.Pause(ctx)
 	if err != nil {
 		return DomainState{}, err
@@ -96,6 +123,8 @@ func (g *grpcLauncher) Pause(ctx context.Context) (DomainState, error) {
 }
 
 func (g *grpcLauncher) Unpause(ctx context.Context) (DomainState, error) {
+	ctx, cancel := bound(ctx, callUnpause)
+	defer cancel()
 	d, err := g.c.Unpause(ctx)
 	if err != nil {
 		return DomainState{}, err
@@ -115,6 +144,8 @@ var domainPhases = map[pb.State]DomainPhase{
 }
 
 func (g *grpcLauncher) Domain(ctx context.Context) (DomainState, error) {
+	ctx, cancel := bound(ctx, callDomain)
+	defer cancel()
 	d, err := g.c.GetDomain(ctx)
 	if err != nil {
 		return DomainState{}, err

@@ -33,6 +33,8 @@ type NICHotplugger interface {
 var _ NICHotplugger = (*grpcLauncher)(nil)
 
 func (g *grpcLauncher) AttachedNICs(ctx context.Context) ([]string, error) {
+	ctx, cancel := bound(ctx, callAttachedNICs)
+	defer cancel()
 	d, err := g.c.GetDomain(ctx)
 	if err != nil {
 		return nil, err
@@ -41,6 +43,8 @@ func (g *grpcLauncher) AttachedNICs(ctx context.Context) ([]string, error) {
 }
 
 func (g *grpcLauncher) HotplugNIC(ctx context.Context, n qemu.NIC, netns string) error {
+	ctx, cancel := bound(ctx, callHotplugNIC)
+	defer cancel()
 	if err := g.handOverTap(ctx, n, netns); err != nil {
 		return fmt.Errorf("hotplug nic %s: %w", n.ID, err)
 	}
@@ -48,6 +52,8 @@ func (g *grpcLauncher) HotplugNIC(ctx context.Context, n qemu.NIC, netns string)
 }
 
 func (g *grpcLauncher) UnplugNIC(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx, callUnplugNIC)
+	defer cancel()
 	return g.c.UnplugNIC(ctx, id)
 }
 

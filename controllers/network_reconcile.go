@@ -243,7 +243,7 @@ func (r *VMIReconciler) networkFailed(vmi *vmletv1.VirtualMachineInstance, dom D
 		return nil
 	}
 	if dom.State != DomainNone {
-		r.observe(vmi, dom)
+		r.observeDomain(vmi, dom)
 	} else {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}

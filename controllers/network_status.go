@@ -41,6 +41,8 @@ type GuestNetworkReader interface {
 var _ GuestNetworkReader = (*grpcLauncher)(nil)
 
 func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, error) {
+	ctx, cancel := bound(ctx, callGuestInterfaces)
+	defer cancel()
 	info, err := g.c.GuestInfo(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get guest info: %w", err)

@@ -33,19 +33,13 @@ func (n *NodeNetwork) missingNetworks(spec *network.Spec) []string {
 }
 
 // waitForNetworks keeps a VMI that has no launcher yet from starting while a network it lists
-// cannot be wired, as a launcher pod cannot start without its networks in KubeVirt: the VMI
-// stays Scheduled with Synchronized=False, reason UnknownNetwork (a Warning event when that
-// becomes true) and is looked at again every networkRecheck, so it starts once the node
-// offers the network. A running VMI's new interfaces are hotplug's (reconcileNICs): there the
-// VM keeps running. ok is false when the VMI must wait.
-func (r *VMIReconciler) waitForNetworks(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (ctrl.Result, bool) {
-	if r.Network == nil || r.Network.Pods == nil {
-		return ctrl.Result{}, true // ensureNetwork fails the VMI: the node has no pod network
-	}
+// cannot be wired (lifecycle.WaitForNetworks), as a launcher pod cannot start without its
+// networks in KubeVirt: the VMI stays Scheduled with Synchronized=False, reason
+// UnknownNetwork (a Warning event when that becomes true) and is looked at again every
+// networkRecheck, so it starts once the node offers the network. A running VMI's new
+// interfaces are hotplug's (reconcileNICs): there the VM keeps running.
+func (r *VMIReconciler) waitForNetworks(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) ctrl.Result {
 	missing := r.Network.missingNetworks(want.Network)
-	if len(missing) == 0 {
-		return ctrl.Result{}, true
-	}
 	msg := fmt.Sprintf("waiting for multus network(s) %s: not offered by this node (it offers %s); the VMI starts when they are",
 		strings.Join(missing, ", "), strings.Join(r.Network.secondaryNames(), ", "))
 	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != string(vmistatus.ReasonUnknownNetwork) || c.Message != msg {
@@ -54,5 +48,5 @@ func (r *VMIReconciler) waitForNetworks(vmi *vmletv1.VirtualMachineInstance, wan
 	vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	vmistatus.NotSynchronized(vmi, vmistatus.ReasonUnknownNetwork, msg)
 	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnknownNetwork, msg)
-	return ctrl.Result{RequeueAfter: networkRecheck}, false
+	return ctrl.Result{RequeueAfter: networkRecheck}
 }

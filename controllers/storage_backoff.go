@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -73,22 +72,28 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 	return r.pulls
 }
 
-// applyStorage makes the files of the boot-time volumes and the kernel (idempotent: called on
-// every reconcile) and returns the spec to start with. A pull that fails in a way that may go
-// away (registry down, image not there yet) starts or extends the VMI's back-off for that
-// image, and while it runs no pull of it is tried, however often the VMI is reconciled: both
-// come back as a *PullBackOffError.
-func (r *VMIReconciler) applyStorage(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, error) {
+// applyStorage returns the spec to start with once the files of the boot-time volumes and the
+// kernel are made, and errStoragePreparing while that runs: storage is prepared by a tracked
+// operation (storage_ops.go), never inside the reconcile, and its end wakes the VMI. It runs
+// once per storage plan (again when the plan changes, e.g. a Secret's cloud-init data, and
+// after a failure). A pull that fails in a way that may go away (registry down, image not
+// there yet) starts or extends the VMI's back-off for that image, and while it runs no pull of
+// it is tried, however often the VMI is reconciled: both come back as a *PullBackOffError.
+func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, error) {
 	b := r.pullBackOff()
 	for _, image := range want.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
 			return nil, &PullBackOffError{Image: image, Entry: e}
 		}
 	}
-	res, err := r.apply(ctx, want.Storage)
+	res, err := r.prepareStorage(vmi.UID, want.Storage)
+	if errors.Is(err, errStoragePreparing) {
+		return nil, err
+	}
 	if err != nil {
-		// A reconcile cut short (the agent stopping) is no failure of the image.
-		if image, retry := storage.PullFailed(err); retry && ctx.Err() == nil {
+		// An operation cut short (the agent stopping, the plan replaced) is no failure of
+		// the image.
+		if image, retry := storage.PullFailed(err); retry && !errors.Is(err, context.Canceled) {
 			e := b.Failed(pullKey{vmi.UID, image}, err.Error())
 			return nil, &PullBackOffError{Image: image, Entry: e, Err: err}
 		}
@@ -106,38 +111,16 @@ func (r *VMIReconciler) forgetPulls(uid types.UID) int {
 	return r.pullBackOff().DeleteFunc(func(k pullKey) bool { return k.uid == uid })
 }
 
-// storageFailed handles storage that could not be made before the domain started: a pull in
-// back-off waits (waitForImage); anything else fails the VMI with storage's reason
-// (VolumeNotFound, InvalidImageName, ...) and a Warning event.
-func (r *VMIReconciler) storageFailed(vmi *vmletv1.VirtualMachineInstance, err error) (ctrl.Result, error) {
-	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
-		return r.waitForImage(vmi, pb), nil
-	}
-	r.fail(vmi, vmistatus.Reason(storage.Reason(err)), err.Error())
-	return ctrl.Result{}, nil
-}
-
-// storageDegraded observes a running domain whose storage no longer applies; the domain keeps
-// the disks it opened. A pull in back-off waits (waitForImage); anything else is reported (a
+// storageDegraded observes a running domain whose storage no longer applies
+// (lifecycle.ReportStorage); the domain keeps the disks it opened. The failure is reported (a
 // Warning event when the reason changes) and retried with the controller's back-off.
-// Synchronized stays False from one reconcile to the next although observe sets it True first:
-// it keeps its transition time, so the status is not rewritten on every reconcile.
 func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom DomainState, err error) (ctrl.Result, error) {
-	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized).DeepCopy()
-	r.observe(vmi, dom)
-	defer func() {
-		c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
-		if prev != nil && prev.Status == metav1.ConditionFalse && c != nil && c.Status == metav1.ConditionFalse {
-			c.LastTransitionTime = prev.LastTransitionTime
-		}
-	}()
-	if pb, ok := errors.AsType[*PullBackOffError](err); ok {
-		return r.waitForImage(vmi, pb), nil
-	}
+	prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
 	reason := vmistatus.Reason(storage.Reason(err))
 	if prev == nil || prev.Reason != string(reason) {
 		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), "ApplyStorage", "%v", err)
 	}
+	r.observeDomain(vmi, dom)
 	vmistatus.NotSynchronized(vmi, reason, err.Error())
 	return ctrl.Result{}, err
 }

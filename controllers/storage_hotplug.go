@@ -26,6 +26,8 @@ type DiskHotplugger interface {
 var _ DiskHotplugger = (*grpcLauncher)(nil)
 
 func (g *grpcLauncher) AttachedDisks(ctx context.Context) ([]string, error) {
+	ctx, cancel := bound(ctx, callAttachedDisks)
+	defer cancel()
 	d, err := g.c.GetDomain(ctx)
 	if err != nil {
 		return nil, err
@@ -34,10 +36,14 @@ func (g *grpcLauncher) AttachedDisks(ctx context.Context) ([]string, error) {
 }
 
 func (g *grpcLauncher) HotplugDisk(ctx context.Context, d qemu.Disk) error {
+	ctx, cancel := bound(ctx, callHotplugDisk)
+	defer cancel()
 	return g.c.HotplugDisk(ctx, launcher.DiskToProto(d))
 }
 
 func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx, callUnplugDisk)
+	defer cancel()
 	return g.c.UnplugDisk(ctx, id)
 }
 
@@ -78,7 +84,16 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 			states[hv.Name] = volumeState{vmletv1.VolumePending, specReason(hv.Err), hv.Err.Error()}
 			continue
 		}
-		res, err := r.apply(ctx, hv.Plan)
+		// A volume in the spec keeps its disk while its storage is prepared again (the agent
+		// restarted) or fails: only disks whose volume left the spec are unplugged.
+		for _, d := range hv.Plan.Disks {
+			keep[d.ID] = true
+		}
+		res, err := r.prepareHotplugVolume(vmi.UID, hv)
+		if errors.Is(err, errStoragePreparing) {
+			states[hv.Name] = volumeState{phase: vmletv1.VolumePending} // its end wakes the VMI
+			continue
+		}
 		if err != nil {
 			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.Reason(storage.Reason(err)), err.Error()}
 			continue

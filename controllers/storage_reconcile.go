@@ -141,8 +141,10 @@ func (r *VMIReconciler) degraded(vmi *vmletv1.VirtualMachineInstance, reason vmi
 }
 
 // cleanupStorage removes the VMI's storage folder (overlays, empty disks, ISOs, kernel links)
-// and forgets its pull back-offs; host disks and claims are not in the folder and stay.
+// and forgets its pull back-offs, after its storage operation (if any) has returned; host disks
+// and claims are not in the folder and stay.
 func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) error {
+	r.forgetStorage(vmi.UID)
 	r.forgetPulls(vmi.UID)
 	if r.Storage.Root == "" {
 		return nil

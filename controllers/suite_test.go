@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -166,6 +167,10 @@ type agentOptions struct {
 	Secondary []string
 	// PullBackOff and PullBackOffMax are the agent's image pull back-off; 0: the kubelet's.
 	PullBackOff, PullBackOffMax time.Duration
+	// Workers is the reconciler's; 0: its default.
+	Workers int
+	// Trace is the reconciler's (the start-up breakdown of make bench).
+	Trace func(uid types.UID, step string, start, end time.Time)
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -217,6 +222,8 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		Env: func(runDir string) translate.NodeEnv {
 			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB}
 		},
+		Trace:   o.Trace,
+		Workers: o.Workers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

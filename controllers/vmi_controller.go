@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,16 +20,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/lifecycle"
+	"github.com/vmlet/vmlet/controllers/ops"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
-	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // Finalizer keeps a VMI until the node agent has torn down its node-local state.
@@ -67,6 +69,13 @@ type VMIReconciler struct {
 	// Network wires each VMI's interfaces in its pod network; nil: the node has none, and
 	// VMIs with interfaces fail.
 	Network *NodeNetwork
+	// Trace, if set, receives the steps of each VMI's start (trace.go) as they end: what
+	// `make bench` breaks the create → Ready latency down with. Called from reconciles and
+	// storage operations, concurrently for different VMIs.
+	Trace func(uid types.UID, step string, start, end time.Time)
+	// Workers is how many VMIs are reconciled at once (one VMI never twice at a time); 0
+	// means the default.
+	Workers int
 
 	gate drainGate // closed by Drain (node shutdown)
 
@@ -76,6 +85,9 @@ type VMIReconciler struct {
 	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready  *readyWatch // nil: poll starting launchers
 	pulls  *backoff.Backoff[pullKey]
+	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
+	storageOps *ops.Tracker[types.UID, *storage.Result]
+	hotplugOps *ops.Tracker[hotKey, *storage.Result]
 }
 
 type launcherConn struct {
@@ -97,6 +109,13 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	} else {
 		mgr.GetLogger().Info("polling starting launchers", "reason", err)
 	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.stopOps()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add storage operations: %w", err)
+	}
 	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
 		return ok && vmi.Status.NodeName == r.NodeName
@@ -108,11 +127,14 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Different VMIs reconcile in parallel (one VMI never does): a slow image pull or a
 		// guest slow to release a disk must not hold every other VMI up. Shared state (launcher
 		// connections, network attachments, the runtime) is behind mutexes.
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, workers)}).
 		Complete(r)
 }
 
-// workers is how many VMIs the node agent reconciles at once.
+// workers is how many VMIs the node agent reconciles at once by default. Reconciles wait on
+// nothing long (storage runs as tracked operations, launcher calls have deadlines); what
+// remains is the launcher's Sync (QEMU's start) and hotplug calls. Chosen by measurement
+// (BENCHMARKS.md, BenchmarkCreateToRunning with VMLET_BENCH_WORKERS).
 const workers = 4
 
 // Wake enqueues a VMI; launcher events and launcher exits call it.
@@ -150,8 +172,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
+	_, seen := r.keys[vmi.UID]
 	r.keys[vmi.UID] = req.NamespacedName
 	r.mu.Unlock()
+	if !seen {
+		r.trace(vmi.UID, TraceFirstReconcile, time.Now())
+	}
 	before := vmi.Status.DeepCopy()
 	res, err := r.reconcile(ctx, vmi)
 	if apierrors.IsConflict(err) {
@@ -166,8 +192,13 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !vmi.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(vmi, Finalizer) {
 		return res, err // finalizer removed: the object may be gone
 	}
+	vmistatus.KeepTransitionTimes(before, vmi)
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
+		t0 := time.Now()
 		uerr := r.Client.Status().Update(ctx, vmi)
+		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
+			r.trace(vmi.UID, TraceStatusRunning, t0)
+		}
 		switch {
 		case apierrors.IsConflict(uerr):
 			// Someone wrote the VMI since we read it: read everything again.
@@ -180,7 +211,6 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 }
 
 func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
-	id := string(vmi.UID)
 	if !vmi.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, vmi)
 	}
@@ -190,151 +220,68 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Read once: one VMI is never reconciled twice at a time, so nothing else starts its
-	// launcher before Ensure below. A launcher that exited ends the VMI whatever its spec and
-	// volumes look like now.
-	found, stateErr := r.Runtime.State(id)
-	if stateErr == nil && found.Exited != nil {
-		r.launcherExited(vmi, found.Exited)
+	// Observe, decide, act.
+	o := r.observe(ctx, vmi)
+	switch step := lifecycle.Next(o.facts); step {
+	case lifecycle.EndFromExit:
+		r.launcherExited(vmi, o.found.Exited)
 		return ctrl.Result{}, nil
-	}
-	notStarted := errors.Is(stateErr, process.ErrNotFound)
-	runDir := r.Runtime.Dir(id)
-	env := r.Env(runDir)
-	env.VolumeDir = r.volumeDir(vmi.UID)
-	refs, err := r.readRefs(ctx, vmi)
-	if err != nil {
-		return r.refsFailed(vmi, err)
-	}
-	want, err := translate.Translate(vmi, env, refs)
-	if err != nil {
-		if stateErr == nil {
-			// Started from an earlier translation (a Secret or the node's storage changed
-			// since): the domain keeps running; say why the spec no longer translates, retry.
-			r.degraded(vmi, specReason(err), "Translate", err)
-			return ctrl.Result{}, err
-		}
-		r.fail(vmi, specReason(err), err.Error())
+	case lifecycle.WaitForSecrets:
+		return r.refsFailed(vmi, o.refsErr)
+	case lifecycle.ReportUntranslatable:
+		// Started from an earlier translation (a Secret or the node's storage changed
+		// since): the domain keeps running; say why the spec no longer translates, retry.
+		r.degraded(vmi, specReason(o.translateErr), "Translate", o.translateErr)
+		return ctrl.Result{}, o.translateErr
+	case lifecycle.FailUntranslatable:
+		r.fail(vmi, specReason(o.translateErr), o.translateErr.Error())
 		return ctrl.Result{}, nil
-	}
-	if notStarted {
-		if res, ok := r.waitForNetworks(vmi, want); !ok {
-			return res, nil
-		}
-	}
-	// Storage before the domain: pull images, make overlays, empty disks and the cloud-init
-	// ISO (idempotent, so on every reconcile). Failing before the launcher runs fails the VMI,
-	// unless an image pull is backing off.
-	spec, storageErr := r.applyStorage(ctx, vmi, want)
-	if storageErr != nil && notStarted {
-		return r.storageFailed(vmi, storageErr)
-	}
-	st, err := r.Runtime.Ensure(ctx, process.Spec{
-		ID:    id,
-		Name:  vmi.Namespace + "/" + vmi.Name,
-		Args:  r.Args(runDir, want.Spec.Name, gracePeriod(vmi)), // spec is nil when storage failed
-		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
-	})
-	if err != nil {
-		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
-		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
-		return ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
-	}
-	if st.Exited != nil {
-		r.launcherExited(vmi, st.Exited)
+	case lifecycle.WaitForNetworks:
+		return r.waitForNetworks(vmi, o.want), nil
+	case lifecycle.WaitForStorage:
+		// No launcher before its images are there (as no pod starts before its images):
+		// the operation's end wakes the VMI.
+		r.storagePreparing(vmi, o.want)
 		return ctrl.Result{}, nil
+	case lifecycle.BackOffStorage:
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.FailStorage:
+		r.fail(vmi, vmistatus.Reason(storage.Reason(o.storageErr)), o.storageErr.Error())
+		return ctrl.Result{}, nil
+	case lifecycle.EnsureLauncher:
+	default:
+		return ctrl.Result{}, fmt.Errorf("unknown step %s", step)
 	}
-	if !st.Ready {
-		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
-		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonLauncherStarting, "waiting for the launcher to be ready")
-		if r.ready == nil || r.ready.add(id, runDir) != nil {
-			return ctrl.Result{RequeueAfter: launcherStartPoll}, nil
-		}
-		// The socket may have been renamed before the watch existed: look once more.
-		if again, err := r.Runtime.State(id); err == nil && again.Ready {
-			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-		}
-		return ctrl.Result{RequeueAfter: launcherStartFallback}, nil
-	}
-	l, err := r.connect(ctx, vmi)
-	if err != nil {
-		return ctrl.Result{}, err
+	l, res, err := r.ensureLauncher(ctx, vmi, o)
+	if l == nil {
+		return res, err
 	}
 	dom, err := l.Domain(ctx)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
 	}
-	if storageErr != nil {
-		if dom.State == DomainNone {
-			return r.storageFailed(vmi, storageErr)
-		}
-		// The domain runs with the disks it opened: report, keep observing, retry.
-		return r.storageDegraded(vmi, dom, storageErr)
+	switch step := lifecycle.NextForDomain(o.facts.Storage, dom.State != DomainNone); step {
+	case lifecycle.Run:
+	case lifecycle.WaitForStorageToStart:
+		r.storagePreparing(vmi, o.want)
+		return ctrl.Result{}, nil
+	case lifecycle.ObserveWhileStoragePrepares:
+		r.observeDomain(vmi, dom)
+		return ctrl.Result{}, nil
+	case lifecycle.BackOffBeforeStart:
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.FailBeforeStart:
+		r.fail(vmi, vmistatus.Reason(storage.Reason(o.storageErr)), o.storageErr.Error())
+		return ctrl.Result{}, nil
+	case lifecycle.ObserveBackingOff:
+		r.observeDomain(vmi, dom)
+		return r.waitForImage(vmi, o.backOff()), nil
+	case lifecycle.ReportStorage:
+		return r.storageDegraded(vmi, dom, o.storageErr)
+	default:
+		return ctrl.Result{}, fmt.Errorf("unknown step %s", step)
 	}
-	nics, netns, err := r.ensureNetwork(ctx, vmi, want, spec.NICs)
-	if err != nil {
-		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
-	}
-	spec.NICs = nics
-	// DHCP before the domain starts: the guest asks as soon as it boots.
-	served, err := r.ensureDHCP(ctx, vmi, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false)
-	if err != nil {
-		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
-	}
-	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
-	// not a different domain.
-	spec.StartPaused = dom.State == DomainNone && vmi.Spec.Paused
-	if err := l.Sync(ctx, spec, netns); err != nil {
-		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
-		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
-	}
-	if dom.State == DomainNone {
-		if dom, err = l.Domain(ctx); err != nil {
-			return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
-		}
-	}
-	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
-		return ctrl.Result{}, err
-	}
-	var synced *metav1.Condition // as found: observe overwrites it
-	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c != nil {
-		synced = c.DeepCopy()
-	}
-	r.observe(vmi, dom)
-	var nicErr error
-	if dom.State == DomainRunning {
-		nicErr = r.reconcileNICs(ctx, vmi, l, want, synced, served)
-	}
-	r.observeInterfaces(ctx, vmi, l, dom)
-	var hot map[string]volumeState
-	var hotErr error
-	if dom.State == DomainRunning {
-		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, want, spec)
-	}
-	hotErr = errors.Join(nicErr, hotErr)
-	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
-	return ctrl.Result{}, hotErr
-}
-
-// reconcilePause makes the domain's run state match spec.paused.
-func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
-	switch {
-	case vmi.Spec.Paused && dom.State == DomainRunning:
-		d, err := l.Pause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("pause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
-		return d, nil
-	case !vmi.Spec.Paused && dom.State == DomainPaused:
-		d, err := l.Unpause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("unpause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
-		return d, nil
-	}
-	return dom, nil
+	return r.run(ctx, vmi, l, dom, o)
 }
 
 // connect returns the open connection to the VMI's launcher, dialing and starting its event

@@ -29,8 +29,10 @@ func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *
 	}
 }
 
-// observe writes the launcher's domain state into the VMI's status.
-func (r *VMIReconciler) observe(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
+// observeDomain writes the launcher's domain state into the VMI's status. Synchronized is not
+// its business: only a pass that synced the domain (run) says True; the others say why not, or
+// leave it as it was (storage being prepared again).
+func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
 	pod := "" // the cluster controller's: which launcher pod runs the VMI
 	if vmi.Status.Launcher != nil {
 		pod = vmi.Status.Launcher.Pod
@@ -42,7 +44,6 @@ func (r *VMIReconciler) observe(vmi *vmletv1.VirtualMachineInstance, d DomainSta
 		AccelerationReason: d.AccelReason,
 		QEMUVersion:        d.QEMUVersion,
 	}
-	vmistatus.Synchronized(vmi)
 	// The launcher can migrate (PrepareMigrationTarget/Migrate), but no migration controller
 	// drives VirtualMachineInstanceMigrations yet: say so rather than promise it.
 	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, false, vmistatus.ReasonMigrationControllerMissing,

@@ -84,6 +84,15 @@ func (b *Backoff[K]) Waiting(key K) (Entry, bool) {
 	return Entry{Cause: e.cause, Delay: e.delay, Next: e.last.Add(e.delay)}, true
 }
 
+// Failing reports whether key has failed and not been forgotten (nor expired): a try now is a
+// retry.
+func (b *Backoff[K]) Failing(key K) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.entries[key]
+	return ok && !b.expired(b.clock.Now(), e)
+}
+
 // Reset forgets key: its next failure waits Initial again.
 func (b *Backoff[K]) Reset(key K) {
 	b.mu.Lock()

@@ -125,6 +125,13 @@ func TestBackoffForget(t *testing.T) {
 	if _, ok := b.Waiting(key{"u2", "a"}); !ok {
 		t.Error("the other object's entry was lost")
 	}
+	if b.Failing(key{"u1", "a"}) || !b.Failing(key{"u2", "a"}) {
+		t.Error("Failing: want false for a forgotten key, true for a failed one")
+	}
+	clk.SetTime(t0.Add(1500 * time.Millisecond)) // its 1 s wait is over: a try now is a retry
+	if !b.Failing(key{"u2", "a"}) {
+		t.Error("Failing: false once the wait is over, want true until forgotten or expired")
+	}
 	clk.SetTime(t0.Add(2*time.Minute + time.Second))
 	b.Failed(key{"u3", "a"}, "")
 	if b.Len() != 1 {

@@ -47,7 +47,8 @@ const (
 	ReasonUnschedulable    Reason = "Unschedulable" // no node fits the VMI (or its pod)
 	ReasonScheduled        Reason = "Scheduled"     // on a node, waiting for its agent
 	ReasonLauncherStarting Reason = "LauncherStarting"
-	ReasonStarting         Reason = "Starting" // the launcher has no running domain yet
+	ReasonPreparingStorage Reason = "PreparingStorage" // images pulled, disks made before the domain starts
+	ReasonStarting         Reason = "Starting"         // the launcher has no running domain yet
 	ReasonRunning          Reason = "Running"
 	ReasonPaused           Reason = "Paused" // Ready=False; also the pause Event's reason
 	ReasonShuttingDown     Reason = "ShuttingDown"

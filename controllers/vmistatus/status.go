@@ -86,3 +86,17 @@ func PausedReason(runState string) Reason {
 		return ReasonPaused
 	}
 }
+
+// KeepTransitionTimes gives every condition of vmi whose status is the one it had in before
+// (the status as read at the start of a pass) its transition time from before: a condition
+// set to another status and back within one pass did not transition. One pass may set a
+// condition in several steps (observe the domain, then report storage); only its final value
+// counts.
+func KeepTransitionTimes(before *vmletv1.VirtualMachineInstanceStatus, vmi *vmletv1.VirtualMachineInstance) {
+	for i := range vmi.Status.Conditions {
+		c := &vmi.Status.Conditions[i]
+		if old := meta.FindStatusCondition(before.Conditions, c.Type); old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+}

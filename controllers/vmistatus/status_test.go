@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,5 +178,27 @@ func TestPausedReason(t *testing.T) {
 		if got := vmistatus.PausedReason(in); got != want {
 			t.Errorf("PausedReason(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestKeepTransitionTimes(t *testing.T) {
+	then := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	before := &vmletv1.VirtualMachineInstanceStatus{Conditions: []metav1.Condition{
+		{Type: vmletv1.VirtualMachineInstanceSynchronized, Status: metav1.ConditionFalse, Reason: "ErrImagePull", LastTransitionTime: then},
+		{Type: vmletv1.VirtualMachineInstanceReady, Status: metav1.ConditionFalse, Reason: "Starting", LastTransitionTime: then},
+	}}
+	vmi := &vmletv1.VirtualMachineInstance{Status: *before.DeepCopy()}
+	// One pass: observe sets both True, then storage fails again: Synchronized back to False.
+	vmistatus.Synchronized(vmi)
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, true, vmistatus.ReasonRunning, "")
+	vmistatus.NotSynchronized(vmi, vmistatus.ReasonImagePullBackOff, "waiting")
+	vmistatus.KeepTransitionTimes(before, vmi)
+	sync := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+	if !sync.LastTransitionTime.Equal(&then) || sync.Reason != string(vmistatus.ReasonImagePullBackOff) {
+		t.Errorf("Synchronized False → True → False in one pass: %+v, want reason ImagePullBackOff since %s", sync, then)
+	}
+	ready := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+	if ready.LastTransitionTime.Equal(&then) {
+		t.Errorf("Ready turned True but kept the old transition time %s", then)
 	}
 }

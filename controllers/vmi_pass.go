@@ -1,0 +1,217 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/lifecycle"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/qemu"
+)
+
+// observed is what a pass read before acting.
+type observed struct {
+	facts        lifecycle.Facts
+	found        process.State // the launcher as the runtime found it (Exited set if it exited)
+	runDir       string
+	refsErr      error
+	translateErr error
+	want         *translate.Desired // the translation; nil when translateErr
+	spec         *qemu.Spec         // to start with, once storage is ready
+	storageErr   error
+}
+
+func (o *observed) backOff() *PullBackOffError {
+	pb, _ := errors.AsType[*PullBackOffError](o.storageErr)
+	return pb
+}
+
+// observe reads what the pass decides on: the launcher's state (once: one VMI is never
+// reconciled twice at a time, so nothing else starts its launcher before this pass acts), the
+// Secrets, the translation, the networks and the storage. Storage is looked at (its operation
+// started or its outcome read) only when it can matter: the spec translates, and the launcher
+// runs or everything else it needs to start is there.
+func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) *observed {
+	id := string(vmi.UID)
+	o := &observed{runDir: r.Runtime.Dir(id)}
+	found, stateErr := r.Runtime.State(id)
+	o.found = found
+	switch {
+	case errors.Is(stateErr, process.ErrNotFound):
+		o.facts.Launcher = lifecycle.LauncherAbsent
+	case stateErr != nil:
+		o.facts.Launcher = lifecycle.LauncherUnknown
+	case found.Exited != nil:
+		o.facts.Launcher = lifecycle.LauncherExited
+		return o // ends the VMI whatever its spec and volumes look like now
+	default:
+		o.facts.Launcher = lifecycle.LauncherStarted
+	}
+	started := o.facts.Launcher != lifecycle.LauncherAbsent
+	refs, err := r.readRefs(ctx, vmi)
+	if err != nil {
+		o.refsErr, o.facts.SecretsUnreadable = err, true
+		return o
+	}
+	env := r.Env(o.runDir)
+	env.VolumeDir = r.volumeDir(vmi.UID)
+	t0 := time.Now()
+	o.want, err = translate.Translate(vmi, env, refs)
+	r.trace(vmi.UID, TraceTranslate, t0)
+	if err != nil {
+		o.translateErr, o.facts.Untranslatable = err, true
+		return o
+	}
+	if !started && r.Network != nil && r.Network.Pods != nil && len(r.Network.missingNetworks(o.want.Network)) > 0 {
+		o.facts.NetworksMissing = true
+		return o
+	}
+	o.spec, o.storageErr = r.applyStorage(vmi, o.want)
+	switch {
+	case o.storageErr == nil:
+		o.facts.Storage = lifecycle.StorageReady
+	case errors.Is(o.storageErr, errStoragePreparing):
+		o.facts.Storage = lifecycle.StoragePreparing
+	case o.backOff() != nil:
+		o.facts.Storage = lifecycle.StorageBackOff
+	default:
+		o.facts.Storage = lifecycle.StorageFailed
+	}
+	return o
+}
+
+// ensureLauncher starts the VMI's launcher or finds it ready and returns a connection to it;
+// nil (with the pass's result) while it starts or when it exited.
+func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, o *observed) (Launcher, ctrl.Result, error) {
+	id := string(vmi.UID)
+	t0 := time.Now()
+	st, err := r.Runtime.Ensure(ctx, process.Spec{
+		ID:    id,
+		Name:  vmi.Namespace + "/" + vmi.Name,
+		Args:  r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
+		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+	})
+	if err != nil {
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
+		return nil, ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
+	}
+	if o.facts.Launcher == lifecycle.LauncherAbsent {
+		r.trace(vmi.UID, TraceLauncherExec, t0)
+	}
+	if st.Exited != nil {
+		r.launcherExited(vmi, st.Exited)
+		return nil, ctrl.Result{}, nil
+	}
+	if !st.Ready {
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonLauncherStarting, "waiting for the launcher to be ready")
+		if r.ready == nil || r.ready.add(id, o.runDir) != nil {
+			return nil, ctrl.Result{RequeueAfter: launcherStartPoll}, nil
+		}
+		// The socket may have been renamed before the watch existed: look once more.
+		if again, err := r.Runtime.State(id); err == nil && again.Ready {
+			return nil, ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return nil, ctrl.Result{RequeueAfter: launcherStartFallback}, nil
+	}
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	return l, ctrl.Result{}, nil
+}
+
+// run is the steady state: the network wired, the domain synced (started if it is not), its
+// run state as spec.paused says, observed into the status, and the hotplugged interfaces and
+// volumes made to match the spec.
+func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, o *observed) (ctrl.Result, error) {
+	spec := o.spec
+	starting := dom.State == DomainNone
+	if starting {
+		r.trace(vmi.UID, TraceLauncherReady, time.Now())
+	}
+	t0 := time.Now()
+	nics, netns, err := r.ensureNetwork(ctx, vmi, o.want, spec.NICs)
+	if err != nil {
+		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
+	}
+	spec.NICs = nics
+	// DHCP before the domain starts: the guest asks as soon as it boots.
+	served, err := r.ensureDHCP(ctx, vmi, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false)
+	if err != nil {
+		return ctrl.Result{}, r.networkFailed(vmi, dom, err)
+	}
+	if starting {
+		r.trace(vmi.UID, TraceNetwork, t0)
+	}
+	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
+	// not a different domain.
+	spec.StartPaused = starting && vmi.Spec.Paused
+	t0 = time.Now()
+	if err := l.Sync(ctx, spec, netns); err != nil {
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
+		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
+	}
+	if starting {
+		r.trace(vmi.UID, TraceQEMUStart, t0)
+	}
+	if dom.State == DomainNone {
+		if dom, err = l.Domain(ctx); err != nil {
+			return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+		}
+	}
+	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
+		return ctrl.Result{}, err
+	}
+	var synced *metav1.Condition // as found: set True below
+	if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c != nil {
+		synced = c.DeepCopy()
+	}
+	vmistatus.Synchronized(vmi) // the one place that says so; hotplug may still say why not
+	r.observeDomain(vmi, dom)
+	var nicErr error
+	if dom.State == DomainRunning {
+		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced, served)
+	}
+	r.observeInterfaces(ctx, vmi, l, dom)
+	var hot map[string]volumeState
+	var hotErr error
+	if dom.State == DomainRunning {
+		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
+	}
+	hotErr = errors.Join(nicErr, hotErr)
+	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
+	return ctrl.Result{}, hotErr
+}
+
+// reconcilePause makes the domain's run state match spec.paused.
+func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
+	switch {
+	case vmi.Spec.Paused && dom.State == DomainRunning:
+		d, err := l.Pause(ctx)
+		if err != nil {
+			return dom, fmt.Errorf("pause: %w", err)
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
+		return d, nil
+	case !vmi.Spec.Paused && dom.State == DomainPaused:
+		d, err := l.Unpause(ctx)
+		if err != nil {
+			return dom, fmt.Errorf("unpause: %w", err)
+		}
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
+		return d, nil
+	}
+	return dom, nil
+}

@@ -26,6 +26,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
@@ -229,11 +230,14 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if storageErr != nil && notStarted {
 		return r.storageFailed(vmi, storageErr)
 	}
+	cpu := launcherpod.CPURequest(vmi)
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
 		Args:  r.Args(runDir, want.Spec.Name, gracePeriod(vmi)), // spec is nil when storage failed
 		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+		// The weight its pod's CPU request would give it in cluster mode.
+		CPUMilli: cpu.MilliValue(),
 	})
 	if err != nil {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
@@ -296,6 +300,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		synced = c.DeepCopy()
 	}
 	r.observe(vmi, dom)
+	cpuErr := r.placeVCPUs(ctx, vmi, l, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
 		nicErr = r.reconcileNICs(ctx, vmi, l, want, synced)
@@ -306,9 +311,29 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if dom.State == DomainRunning {
 		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, want, spec)
 	}
-	hotErr = errors.Join(nicErr, hotErr)
+	hotErr = errors.Join(cpuErr, nicErr, hotErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	return ctrl.Result{}, hotErr
+}
+
+// placeVCPUs moves a running domain's vCPU threads into their low-weight CPU group once, when
+// the runtime keeps them there (VCPUPlacer) and they are not there yet: one read of the group
+// per reconcile, one launcher call per QEMU start (and per agent restart that finds the group
+// empty). A failure leaves the guest running at its VM's weight and is retried.
+func (r *VMIReconciler) placeVCPUs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) error {
+	p, ok := r.Runtime.(VCPUPlacer)
+	if !ok || (dom.State != DomainRunning && dom.State != DomainPaused) {
+		return nil
+	}
+	id := string(vmi.UID)
+	if placed, err := p.VCPUsPlaced(id); err != nil || placed {
+		return err
+	}
+	tids, err := l.VCPUThreads(ctx)
+	if err != nil {
+		return fmt.Errorf("place vcpu threads: %w", err)
+	}
+	return p.PlaceVCPUs(id, tids)
 }
 
 // reconcilePause makes the domain's run state match spec.paused.

@@ -10,6 +10,7 @@
 // when its cgroup.controllers lists cpu — found by filesystem type, never by path. Layout under
 // <mount>/<parent> (parent is the node's --cgroup-parent, "vmlet"):
 //
+//	./                 NodeShares (the node's CPUs × 1024, as the kubelet's kubepods)
 //	system/            SystemShares: the agent and local mode's etcd and kube-apiserver
 //	vmlet-<id>/        PlanVM(request).Shares: the launcher, QEMU's main loop and I/O threads
 //	vmlet-<id>/vcpus/  VCPUShares (the minimum): QEMU's vCPU threads

@@ -64,11 +64,12 @@ func Find(parent string) (*Hierarchy, error) {
 	return nil, fmt.Errorf("find cpu controller: %w", ErrNoCPUController)
 }
 
-// Setup creates Root and the system group with SystemShares; on v2 it first enables the cpu
-// controller in cgroup.subtree_control from the mount's root down to Root (which fails with
-// EBUSY where a cgroup on the way holds processes: cgroup v2 has no internal processes).
-// Idempotent. Equivalent to: mkdir -p <root>/system; echo 262144 > <root>/system/cpu.shares
-// (v2: echo +cpu > …/cgroup.subtree_control on each level; echo 10000 > …/cpu.weight)
+// Setup creates Root with NodeShares() and the system group with SystemShares; on v2 it first
+// enables the cpu controller in cgroup.subtree_control from the mount's root down to Root
+// (which fails with EBUSY where a cgroup on the way holds processes: cgroup v2 has no internal
+// processes). Idempotent. Equivalent to: mkdir -p <root>/system; echo 2048 > <root>/cpu.shares;
+// echo 262144 > <root>/system/cpu.shares (v2: echo +cpu > …/cgroup.subtree_control on each
+// level; cpu.weight 79 and 10000)
 func (h *Hierarchy) Setup() error {
 	if err := os.MkdirAll(h.Root, 0o755); err != nil {
 		return fmt.Errorf("set up cpu cgroups: %w", err)
@@ -77,6 +78,9 @@ func (h *Hierarchy) Setup() error {
 		if err := enableCPU(h.Root); err != nil {
 			return fmt.Errorf("set up cpu cgroups: %w", err)
 		}
+	}
+	if err := h.setShares(h.Root, NodeShares()); err != nil {
+		return fmt.Errorf("set up cpu cgroups: %w", err)
 	}
 	sys := filepath.Join(h.Root, SystemGroup)
 	if err := mkdir(sys); err != nil {

@@ -133,7 +133,11 @@ func TestVMGroups(t *testing.T) {
 	if err := h.Setup(); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	f, want := weightFile(h, SystemShares)
+	f, want := weightFile(h, NodeShares())
+	if got := readValue(t, filepath.Join(h.Root, f)); got != want {
+		t.Errorf("root %s = %s, want %s (%d CPUs)", f, got, want, runtime.NumCPU())
+	}
+	f, want = weightFile(h, SystemShares)
 	if got := readValue(t, filepath.Join(h.SystemPath(), f)); got != want {
 		t.Errorf("system %s = %s, want %s", f, got, want)
 	}

@@ -1,5 +1,7 @@
 package cpuweight
 
+import "runtime"
+
 // The kubelet's constants (pkg/kubelet/cm/helpers_linux.go) and cgroup v2's weight range.
 const (
 	MinShares    = 2      // cgroup v1 cpu.shares minimum; the kubelet's for a pod requesting no CPU
@@ -8,6 +10,11 @@ const (
 	MinWeight    = 1     // cgroup v2 cpu.weight minimum
 	MaxWeight    = 10000 // cgroup v2 cpu.weight maximum
 )
+
+// NodeShares is Root's cpu.shares against the rest of the host: the kubelet's for kubepods,
+// the node's CPUs (here every CPU the process may run on) × 1024, so that vmlet's groups
+// together weigh as much as the node's capacity, not as one nice-0 process.
+func NodeShares() uint64 { return MilliCPUToShares(int64(runtime.NumCPU()) * 1000) }
 
 // SystemShares is the system group's cpu.shares (the agent and the local control plane): the
 // maximum, so that under contention they run before any guest (they use little; weights are

@@ -25,8 +25,9 @@ import (
 
 // TestVCPUThreadsInTheirGroup runs a 2-vCPU VMI requesting 300m with CPU weights on, as local
 // mode runs it: its CPU group has the kubelet's shares for 300m, QEMU's vCPU threads (as QMP
-// query-cpus-fast names them) are exactly the vcpus group's, every other thread of QEMU and
-// the launcher is in the VM's group, and after the delete no CPU group of the VM is left.
+// query-cpus-fast names them) are exactly the vcpus group's, every other thread of QEMU is in
+// the VM's group (v1: the launcher's in the launchers group; v2: in the VM's group, its jail),
+// and after the delete no CPU group of the VM is left.
 func TestVCPUThreadsInTheirGroup(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -78,11 +79,26 @@ func TestVCPUThreadsInTheirGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pid := range []int{launcherPid, qemuPid} {
-		for _, tid := range threads(t, pid) {
-			if !slices.Contains(vcpus, tid) && !slices.Contains(rest, tid) {
-				t.Errorf("thread %d (%s) of %d is in neither the VM's group nor vcpus", tid, comm(pid, tid), pid)
-			}
+	for _, tid := range threads(t, qemuPid) {
+		if !slices.Contains(vcpus, tid) && !slices.Contains(rest, tid) {
+			t.Errorf("QEMU thread %d (%s) is in neither the VM's group nor vcpus", tid, comm(qemuPid, tid))
+		}
+	}
+	launchers := rest // v2: the launcher stays in its jail, the VM's group
+	if cpuGroups.Version == cpuweight.V1 {
+		b, err := os.ReadFile(filepath.Join(cpuGroups.LauncherPath(), "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		launchers = nil
+		for f := range strings.FieldsSeq(string(b)) {
+			n, _ := strconv.Atoi(f)
+			launchers = append(launchers, n)
+		}
+	}
+	for _, tid := range threads(t, launcherPid) {
+		if !slices.Contains(launchers, tid) {
+			t.Errorf("launcher thread %d (%s) is not in the launchers group", tid, comm(launcherPid, tid))
 		}
 	}
 	for _, tid := range vcpus {
@@ -100,7 +116,7 @@ func TestVCPUThreadsInTheirGroup(t *testing.T) {
 			t.Errorf("%s/%s = %q, %v; want %s", dir, f, b, err, v)
 		}
 	}
-	t.Logf("vcpus %v in %s; launcher %d and QEMU %d's other threads in %s", vcpus, vm.VCPUPath(), launcherPid, qemuPid, vm.Path)
+	t.Logf("vcpus %v in %s; QEMU %d's other threads in %s; launcher %d in %s", vcpus, vm.VCPUPath(), qemuPid, vm.Path, launcherPid, cpuGroups.LauncherPath())
 
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)

@@ -71,10 +71,10 @@ var _ LauncherRuntime = (*process.Runtime)(nil)
 
 // VCPUPlacer is a launcher runtime that keeps QEMU's vCPU threads in a low-weight CPU group of
 // their own, below the launcher and QEMU's other threads (process.Runtime with CPU weights).
-// The launcher reports the thread ids; the runtime moves only threads of that VM.
+// The launcher reports QEMU's pid and the thread ids; the runtime moves only that VM's.
 type VCPUPlacer interface {
 	VCPUsPlaced(id string) (bool, error)
-	PlaceVCPUs(id string, tids []int) error
+	PlaceVCPUs(id string, qemuPid int, tids []int) error
 }
 
 var _ VCPUPlacer = (*process.Runtime)(nil)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,10 +125,7 @@ func run(m *testing.M) int {
 			}
 			cpuGroups = h
 			defer func() {
-				_ = syscall.Rmdir(h.SystemPath())
-				if h.Version == cpuweight.V1 {
-					_ = syscall.Rmdir(h.Root)
-				}
+				_ = h.Teardown()
 			}()
 		}
 	}

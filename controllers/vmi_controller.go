@@ -316,7 +316,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	return ctrl.Result{}, hotErr
 }
 
-// placeVCPUs moves a running domain's vCPU threads into their low-weight CPU group once, when
+// placeVCPUs moves a running domain's QEMU into its VM's CPU group and its vCPU threads into
+// their low-weight group once, when
 // the runtime keeps them there (VCPUPlacer) and they are not there yet: one read of the group
 // per reconcile, one launcher call per QEMU start (and per agent restart that finds the group
 // empty). A failure leaves the guest running at its VM's weight and is retried.
@@ -333,7 +334,7 @@ func (r *VMIReconciler) placeVCPUs(ctx context.Context, vmi *vmletv1.VirtualMach
 	if err != nil {
 		return fmt.Errorf("place vcpu threads: %w", err)
 	}
-	return p.PlaceVCPUs(id, tids)
+	return p.PlaceVCPUs(id, dom.Pid, tids)
 }
 
 // reconcilePause makes the domain's run state match spec.paused.

@@ -26,8 +26,9 @@ const (
 
 // Names of the groups under Hierarchy.Root.
 const (
-	SystemGroup = "system" // the agent and the local control plane
-	VCPUGroup   = "vcpus"  // a VM group's child holding its vCPU threads
+	SystemGroup   = "system"    // the agent and the local control plane
+	LauncherGroup = "launchers" // every vmlet-launcher process (v1)
+	VCPUGroup     = "vcpus"     // a VM group's child holding its vCPU threads
 )
 
 // Hierarchy is where vmlet's CPU groups live: Root is <mount>/<parent> of the hierarchy that
@@ -64,7 +65,8 @@ func Find(parent string) (*Hierarchy, error) {
 	return nil, fmt.Errorf("find cpu controller: %w", ErrNoCPUController)
 }
 
-// Setup creates Root with NodeShares() and the system group with SystemShares; on v2 it first
+// Setup creates Root with NodeShares(), the system group with SystemShares and (v1) the
+// launchers group with LauncherShares; on v2 it first
 // enables the cpu controller in cgroup.subtree_control from the mount's root down to Root
 // (which fails with EBUSY where a cgroup on the way holds processes: cgroup v2 has no internal
 // processes). Idempotent. Equivalent to: mkdir -p <root>/system; echo 2048 > <root>/cpu.shares;
@@ -82,12 +84,17 @@ func (h *Hierarchy) Setup() error {
 	if err := h.setShares(h.Root, NodeShares()); err != nil {
 		return fmt.Errorf("set up cpu cgroups: %w", err)
 	}
-	sys := filepath.Join(h.Root, SystemGroup)
-	if err := mkdir(sys); err != nil {
-		return fmt.Errorf("set up cpu cgroups: %w", err)
+	groups := map[string]uint64{h.SystemPath(): SystemShares}
+	if h.Version == V1 {
+		groups[h.LauncherPath()] = LauncherShares
 	}
-	if err := h.setShares(sys, SystemShares); err != nil {
-		return fmt.Errorf("set up cpu cgroups: %w", err)
+	for dir, shares := range groups {
+		if err := mkdir(dir); err != nil {
+			return fmt.Errorf("set up cpu cgroups: %w", err)
+		}
+		if err := h.setShares(dir, shares); err != nil {
+			return fmt.Errorf("set up cpu cgroups: %w", err)
+		}
 	}
 	return nil
 }
@@ -123,6 +130,40 @@ func enableCPU(root string) error {
 
 // SystemPath is the system group's folder.
 func (h *Hierarchy) SystemPath() string { return filepath.Join(h.Root, SystemGroup) }
+
+// Teardown removes the node-level groups Setup made (system, launchers, Root on v1) once
+// nothing runs in them and no VM group is left: for tests and uninstalls; vmlet keeps them.
+// Equivalent to: rmdir <root>/system <root>/launchers <root>
+func (h *Hierarchy) Teardown() error {
+	dirs := []string{h.SystemPath(), h.LauncherPath()}
+	if h.Version == V1 {
+		dirs = append(dirs, h.Root) // on v2 Root holds the jails' parent: the runtime's
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("rmdir %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LauncherPath is the launchers group's folder (v1; on v2 launchers stay in their jails).
+func (h *Hierarchy) LauncherPath() string { return filepath.Join(h.Root, LauncherGroup) }
+
+// AddLauncher moves launcher process pid (all its threads) into the launchers group, where
+// its QEMU is born too until the agent moves QEMU into the VM's group (VM.AddProcess). On v2
+// a no-op: the launcher stays in its jail, the VM's group.
+// Equivalent to: echo PID > <root>/launchers/cgroup.procs
+func (h *Hierarchy) AddLauncher(pid int) error {
+	if h.Version == V2 {
+		return nil
+	}
+	if err := write(filepath.Join(h.LauncherPath(), "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("move launcher into the launchers cpu group: %w", err)
+	}
+	return nil
+}
 
 // JoinSystem moves process pid (all its threads) into the system group; its children started
 // later are born there. Equivalent to: echo PID > <root>/system/cgroup.procs
@@ -212,15 +253,15 @@ func makeThreaded(dir string) error {
 	return write(filepath.Join(dir, "cgroup.type"), "threaded")
 }
 
-// AddProcess moves process pid (all its threads) into the VM's group: on v1, where the
-// launcher starts in its parent's group; on v2 the launcher is born in its jail, the VM's
+// AddProcess moves process pid (QEMU; all its threads, vCPUs included) into the VM's group:
+// on v1, where QEMU is born in the launchers group; on v2 it is born in its jail, the VM's
 // group, and this is a no-op. Equivalent to: echo PID > <vm>/cgroup.procs
 func (v *VM) AddProcess(pid int) error {
 	if v.h.Version == V2 {
 		return nil
 	}
 	if err := write(filepath.Join(v.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
-		return fmt.Errorf("move launcher into its cpu group: %w", err)
+		return fmt.Errorf("move qemu into its vm cpu group: %w", err)
 	}
 	return nil
 }

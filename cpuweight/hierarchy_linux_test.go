@@ -53,8 +53,9 @@ func testHierarchy(t *testing.T) *Hierarchy {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = unix.Rmdir(h.SystemPath())
-		_ = unix.Rmdir(h.Root)
+		if err := h.Teardown(); err != nil {
+			t.Error(err)
+		}
 	})
 	return h
 }
@@ -144,6 +145,9 @@ func TestVMGroups(t *testing.T) {
 	if h.Version == V2 {
 		t.Skip("v2: the VM group is the launcher's jail; covered by controllers/process")
 	}
+	if f, want := weightFile(h, LauncherShares); readValue(t, filepath.Join(h.LauncherPath(), f)) != want {
+		t.Errorf("launchers %s = %s, want %s", f, readValue(t, filepath.Join(h.LauncherPath(), f)), want)
+	}
 	vm := h.VM("vmlet-0f4c6a2e")
 	plan := PlanVM(400)
 	if err := vm.Create(plan); err != nil {
@@ -190,6 +194,13 @@ func TestVMGroups(t *testing.T) {
 		t.Errorf("after a refused placement: vcpus group %v, want %v", got, vcpus)
 	}
 
+	// A launcher joins the launchers group; the threads it had elsewhere follow it.
+	if err := h.AddLauncher(pid); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readIDs(filepath.Join(h.LauncherPath(), "tasks")); err != nil || !slices.Equal(sorted(got, nil), all) {
+		t.Errorf("launchers group %v (%v), want %v", got, err, all)
+	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

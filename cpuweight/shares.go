@@ -21,6 +21,10 @@ func NodeShares() uint64 { return MilliCPUToShares(int64(runtime.NumCPU()) * 100
 // work-conserving). On v2 it is SharesToWeight(SystemShares) = MaxWeight.
 const SystemShares = MaxShares
 
+// LauncherShares is the launchers group's cpu.shares (v1): all launchers together weigh as
+// the system group, so that a launcher, mostly asleep, runs as soon as it wakes.
+const LauncherShares = SystemShares
+
 // VCPUShares is the vcpus group's cpu.shares within its VM: the minimum, so that the
 // launcher's and QEMU's other threads (weight 1024 each on v1) run first when they are
 // runnable, and the vCPUs get the whole VM's share otherwise.

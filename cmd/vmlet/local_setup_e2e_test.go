@@ -428,10 +428,7 @@ func cpuGroups(t *testing.T, cg string) *cpuweight.Hierarchy {
 		return nil
 	}
 	t.Cleanup(func() {
-		_ = syscall.Rmdir(h.SystemPath())
-		if h.Version == cpuweight.V1 {
-			_ = syscall.Rmdir(h.Root)
-		}
+		_ = h.Teardown()
 	})
 	return h
 }

@@ -32,9 +32,8 @@ func cpuHierarchy(t *testing.T, r *Runtime) *cpuweight.Hierarchy {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = unix.Rmdir(h.SystemPath())
-		if h.Version == cpuweight.V1 {
-			_ = unix.Rmdir(h.Root)
+		if err := h.Teardown(); err != nil {
+			t.Error(err)
 		}
 	})
 	return h
@@ -78,9 +77,10 @@ func tasksOf(t *testing.T, pid int) []int {
 	return out
 }
 
-// TestCPUWeights: with CPU weights the launcher runs in its VM's CPU group with the kubelet's
-// shares for its request, a thread placed as a vCPU lands in the vcpus child, and Remove
-// leaves no CPU group behind.
+// TestCPUWeights: with CPU weights the launcher runs in the launchers group and its VM's CPU
+// group has the kubelet's shares for its request; placing "QEMU" (here the fake launcher
+// stands in for it) moves it into the VM's group and a thread placed as a vCPU into the vcpus
+// child; foreign processes and threads are refused; Remove leaves no CPU group behind.
 func TestCPUWeights(t *testing.T) {
 	r, _ := newRuntime(t)
 	r.CPU = cpuHierarchy(t, r)
@@ -103,15 +103,18 @@ func TestCPUWeights(t *testing.T) {
 	if got := readFile(t, filepath.Join(vm.VCPUPath(), "cpu.shares")); got != "2" {
 		t.Errorf("vcpus cpu.shares = %s, want 2", got)
 	}
-	if got := ids(t, filepath.Join(vm.Path, "cgroup.procs")); !slices.Equal(got, []int{st.Pid}) {
-		t.Fatalf("vm group procs %v, want the launcher %d", got, st.Pid)
+	if got := ids(t, filepath.Join(r.CPU.LauncherPath(), "cgroup.procs")); !slices.Equal(got, []int{st.Pid}) {
+		t.Fatalf("launchers group procs %v, want the launcher %d", got, st.Pid)
+	}
+	if err := r.PlaceVCPUs(id, os.Getpid(), nil); !errors.Is(err, ErrForeignProcess) {
+		t.Errorf("placing the agent as QEMU: %v, want ErrForeignProcess", err)
 	}
 	if placed, err := r.VCPUsPlaced(id); err != nil || placed {
 		t.Fatalf("VCPUsPlaced before placing = %v, %v", placed, err)
 	}
 	all := tasksOf(t, st.Pid)
 	vcpu := all[len(all)-1] // a stand-in for a vCPU thread
-	if err := r.PlaceVCPUs(id, []int{vcpu}); err != nil {
+	if err := r.PlaceVCPUs(id, st.Pid, []int{vcpu}); err != nil {
 		t.Fatal(err)
 	}
 	if placed, err := r.VCPUsPlaced(id); err != nil || !placed {
@@ -131,7 +134,7 @@ func TestCPUWeights(t *testing.T) {
 	if slices.Contains(rest, vcpu) {
 		t.Errorf("the vcpu thread %d is still in the vm group", vcpu)
 	}
-	if err := r.PlaceVCPUs(id, []int{unix.Gettid()}); !errors.Is(err, cpuweight.ErrForeignThread) {
+	if err := r.PlaceVCPUs(id, st.Pid, []int{unix.Gettid()}); !errors.Is(err, cpuweight.ErrForeignThread) {
 		t.Errorf("placing the agent's own thread: %v, want ErrForeignThread", err)
 	}
 	if err := r.Remove(context.Background(), id); err != nil {
@@ -165,8 +168,8 @@ func TestCPUAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm := h.VM("vmlet-" + id)
-	if got := ids(t, filepath.Join(vm.Path, "cgroup.procs")); !slices.Equal(got, []int{st.Pid}) {
-		t.Fatalf("vm group procs %v, want the adopted launcher %d", got, st.Pid)
+	if got := ids(t, filepath.Join(h.LauncherPath(), "cgroup.procs")); !slices.Equal(got, []int{st.Pid}) {
+		t.Fatalf("launchers group procs %v, want the adopted launcher %d", got, st.Pid)
 	}
 	if got := readFile(t, filepath.Join(vm.Path, "cpu.shares")); got != "1024" {
 		t.Errorf("vm cpu.shares = %s, want 1024", got)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -31,6 +32,9 @@ const (
 
 // ErrNotFound is returned for a launcher this runtime does not know.
 var ErrNotFound = errors.New("launcher not found")
+
+// ErrForeignProcess: a pid given as the launcher's QEMU is not a process of its jail.
+var ErrForeignProcess = errors.New("not a process of the launcher's cgroup")
 
 // Spec describes one launcher to run.
 type Spec struct {
@@ -171,7 +175,7 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 	if vm != nil {
 		// On v1 the launcher was born in the agent's group (no clone into a v1 cgroup): move it
 		// before it starts QEMU, which the agent asks for only once it is ready.
-		if err := vm.AddProcess(cmd.Process.Pid); err != nil {
+		if err := r.CPU.AddLauncher(cmd.Process.Pid); err != nil {
 			return State{}, err
 		}
 	}
@@ -191,8 +195,9 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 }
 
 // adoptCPU gives a running launcher that has no CPU group yet (started by an agent without CPU
-// weights) its group, with every process of its jail (launcher and QEMU) moved in; the vCPU
-// threads follow with PlaceVCPUs. A no-op once the group exists: one stat per reconcile.
+// weights) its groups: the launcher (pid) joins the launchers group, any other process of its
+// jail (QEMU) the VM's group; the vCPU threads follow with PlaceVCPUs. A no-op once the group
+// exists: one stat per reconcile.
 func (r *Runtime) adoptCPU(s Spec, pid int) error {
 	vm := r.cpuGroup(s.ID)
 	if vm == nil || vm.Exists() {
@@ -206,7 +211,11 @@ func (r *Runtime) adoptCPU(s Spec, pid int) error {
 		return fmt.Errorf("adopt launcher into its cpu group: %w", err)
 	}
 	for _, p := range procs {
-		if err := vm.AddProcess(p); err != nil && !errors.Is(err, unix.ESRCH) {
+		add := vm.AddProcess
+		if p == pid {
+			add = r.CPU.AddLauncher
+		}
+		if err := add(p); err != nil && !errors.Is(err, unix.ESRCH) {
 			return err
 		}
 	}
@@ -228,16 +237,28 @@ func (r *Runtime) VCPUsPlaced(id string) (bool, error) {
 	return len(tids) > 0, nil
 }
 
-// PlaceVCPUs moves QEMU's vCPU threads tids (as the launcher reports them from QMP
-// query-cpus-fast) into the VM's low-weight vcpus group; only threads of that VM's own group
-// move (cpuweight.ErrForeignThread). A no-op without CPU weights.
-func (r *Runtime) PlaceVCPUs(id string, tids []int) error {
+// PlaceVCPUs moves the launcher's QEMU (qemuPid, as the launcher reports it) into the VM's
+// CPU group and its vCPU threads tids (QMP query-cpus-fast) into the VM's low-weight vcpus
+// group. The launcher is not trusted with other processes: QEMU must be a process of its
+// jail (ErrForeignProcess), and only threads then in the VM's group move
+// (cpuweight.ErrForeignThread). A no-op without CPU weights.
+func (r *Runtime) PlaceVCPUs(id string, qemuPid int, tids []int) error {
 	if err := validID(id); err != nil {
 		return err
 	}
 	vm := r.cpuGroup(id)
 	if vm == nil {
 		return nil
+	}
+	procs, err := (&devices.Cgroup{Path: r.cgroupPath(id)}).Procs()
+	if err != nil {
+		return fmt.Errorf("place qemu: %w", err)
+	}
+	if !slices.Contains(procs, qemuPid) {
+		return fmt.Errorf("place qemu: pid %d: %w %s", qemuPid, ErrForeignProcess, r.cgroupPath(id))
+	}
+	if err := vm.AddProcess(qemuPid); err != nil {
+		return err
 	}
 	return vm.PlaceVCPUs(tids)
 }

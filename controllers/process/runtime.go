@@ -30,11 +30,13 @@ const (
 	logFile        = "launcher.log"
 )
 
-// ErrNotFound is returned for a launcher this runtime does not know.
-var ErrNotFound = errors.New("launcher not found")
-
-// ErrForeignProcess: a pid given as the launcher's QEMU is not a process of its jail.
-var ErrForeignProcess = errors.New("not a process of the launcher's cgroup")
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotFound is returned for a launcher this runtime does not know.
+	ErrNotFound = errors.New("launcher not found")
+	// ErrForeignProcess: a pid given as the launcher's QEMU is not a process of its jail.
+	ErrForeignProcess = errors.New("not a process of the launcher's cgroup")
+)
 
 // Spec describes one launcher to run.
 type Spec struct {

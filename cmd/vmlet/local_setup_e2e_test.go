@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -431,4 +433,31 @@ func cpuGroups(t *testing.T, cg string) *cpuweight.Hierarchy {
 		_ = h.Teardown()
 	})
 	return h
+}
+
+// assertCPUGroups checks where `vmlet local` put things with CPU weights (cgroup v1): vmlet
+// and its control plane in the system group, the launcher in launchers, QEMU in the VM's group
+// (its main thread; the vCPUs are below, once the agent placed them).
+func (s *localSetup) assertCPUGroups(t *testing.T, p *localProc, vm vmState) {
+	t.Helper()
+	if s.cpu == nil || s.cpu.Version != cpuweight.V1 {
+		return // v2: the VM's group is its jail (covered in controllers)
+	}
+	in := func(dir string, id int) bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "tasks"))
+		return slices.Contains(strings.Fields(string(b)), strconv.Itoa(id))
+	}
+	for _, pid := range append([]int{p.cmd.Process.Pid}, s.controlPlaneOf()...) {
+		if !in(s.cpu.SystemPath(), pid) {
+			t.Errorf("pid %d (vmlet or its control plane) not in %s", pid, s.cpu.SystemPath())
+		}
+	}
+	if !in(s.cpu.LauncherPath(), vm.launcherPid) {
+		t.Errorf("launcher %d not in %s", vm.launcherPid, s.cpu.LauncherPath())
+	}
+	g := s.cpu.VM("vmlet-" + vm.uid)
+	poll.Until(t, 30*time.Second, "QEMU in its VM group, vCPUs placed", func() (bool, string) {
+		v, _ := g.VCPUThreads()
+		return in(g.Path, vm.qemuPid) && len(v) > 0, fmt.Sprintf("vcpus %v", v)
+	})
 }

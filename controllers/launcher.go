@@ -55,6 +55,8 @@ type Launcher interface {
 	// Watch calls notify once per launcher event until ctx ends or the stream breaks; it
 	// returns why it stopped.
 	Watch(ctx context.Context, notify func()) error
+	// VCPUThreads are the host thread ids of QEMU's vCPUs (QMP query-cpus-fast "thread-id").
+	VCPUThreads(ctx context.Context) ([]int, error)
 	Close() error
 }
 
@@ -85,6 +87,16 @@ type LauncherRuntime interface {
 }
 
 var _ LauncherRuntime = (*process.Runtime)(nil)
+
+// VCPUPlacer is a launcher runtime that keeps QEMU's vCPU threads in a low-weight CPU group of
+// their own, below the launcher and QEMU's other threads (process.Runtime with CPU weights).
+// The launcher reports QEMU's pid and the thread ids; the runtime moves only that VM's.
+type VCPUPlacer interface {
+	VCPUsPlaced(id string) (bool, error)
+	PlaceVCPUs(id string, qemuPid int, tids []int) error
+}
+
+var _ VCPUPlacer = (*process.Runtime)(nil)
 
 // LauncherArgs builds vmlet-launcher's command line for a VMI's run folder.
 type LauncherArgs func(runDir, name string, grace time.Duration) []string

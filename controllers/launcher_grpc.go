@@ -202,4 +202,17 @@ func (g *grpcLauncher) Watch(ctx context.Context, notify func()) error {
 	return g.c.WatchEvents(ctx, 0, func(*pb.Event) error { notify(); return nil })
 }
 
+// VCPUThreads reads the vCPU thread ids from the launcher's DomainStats (QMP query-cpus-fast).
+func (g *grpcLauncher) VCPUThreads(ctx context.Context) ([]int, error) {
+	st, err := g.c.DomainStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vcpu threads: %w", err)
+	}
+	tids := make([]int, 0, len(st.GetVcpus()))
+	for _, v := range st.GetVcpus() {
+		tids = append(tids, int(v.GetThreadId()))
+	}
+	return tids, nil
+}
+
 func (g *grpcLauncher) Close() error { return g.c.Close() }

@@ -27,11 +27,13 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/guestvmi"
+	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
 
@@ -46,6 +48,9 @@ var (
 	volumeRoot string
 	imageCache string
 	tmpRoot    string
+	// cpuGroups is the cpu controller's hierarchy for cgroupParent (the test agents' CPU
+	// weights, agentOptions.CPUWeights); nil where the host has none.
+	cpuGroups *cpuweight.Hierarchy
 )
 
 // launcherUser is who the test agents' launchers run as: the default of --launcher-uid/gid.
@@ -114,6 +119,16 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.Remove(cgroupParent)
+		if h, err := cpuweight.Find(filepath.Base(cgroupParent)); err == nil {
+			if err := h.Setup(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			cpuGroups = h
+			defer func() {
+				_ = h.Teardown()
+			}()
+		}
 	}
 	code := m.Run()
 	if n := removeLeftoverLaunchers(); n > 0 {
@@ -125,7 +140,7 @@ func run(m *testing.M) int {
 // removeLeftoverLaunchers kills what a failed test left: launchers are deliberately detached from
 // the agent (they survive its restarts), so nothing else would stop them.
 func removeLeftoverLaunchers() int {
-	rt := &process.Runtime{RunRoot: runRoot, CgroupParent: cgroupParent}
+	rt := &process.Runtime{RunRoot: runRoot, CgroupParent: cgroupParent, CPU: cpuGroups}
 	ids, _ := rt.List()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -171,6 +186,9 @@ type agentOptions struct {
 	Workers int
 	// Trace is the reconciler's (the start-up breakdown of make bench).
 	Trace func(uid types.UID, step string, start, end time.Time)
+	// CPUWeights gives the agent's launchers CPU weights (process.Runtime.CPU = cpuGroups), as
+	// `vmlet local` does; the test process itself stays where it is.
+	CPUWeights bool
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -204,6 +222,12 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	}
 	// Launchers run as `vmlet agent`'s default user, 107 with no capabilities.
 	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent, User: launcherUser}
+	if o.CPUWeights {
+		if cpuGroups == nil {
+			prereq.Missing(t, "no cgroup cpu controller for CPU weights")
+		}
+		rt.CPU = cpuGroups
+	}
 	nn, err := agentNetwork(o.Subnet6)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
@@ -95,11 +96,14 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, o *observed) (Launcher, ctrl.Result, error) {
 	id := string(vmi.UID)
 	t0 := time.Now()
+	cpu := launcherpod.CPURequest(vmi)
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
 		Args:  r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
 		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+		// The weight its pod's CPU request would give it in cluster mode.
+		CPUMilli: cpu.MilliValue(),
 	})
 	if err != nil {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
@@ -180,6 +184,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	vmistatus.Synchronized(vmi) // the one place that says so; hotplug may still say why not
 	r.observeDomain(vmi, dom)
+	cpuErr := r.placeVCPUs(ctx, vmi, l, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
 		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced, served)
@@ -190,7 +195,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	if dom.State == DomainRunning {
 		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
 	}
-	hotErr = errors.Join(nicErr, hotErr)
+	hotErr = errors.Join(cpuErr, nicErr, hotErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	return ctrl.Result{}, hotErr
 }

@@ -43,6 +43,8 @@ type Config struct {
 	Log         logr.Logger
 	// Network is the pod network vmlet provides as this machine's CNI.
 	Network nodeagent.NetworkConfig
+	// NoCPUWeights turns nodeagent.ProcessOptions.CPUWeights off.
+	NoCPUWeights bool
 }
 
 // Stack is a running local mode: control plane, node agent and local scheduler.
@@ -62,7 +64,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "vmlet"
 	}
-	rt, err := nodeagent.ProcessRuntime(cfg.LauncherBinary, cfg.RunRoot, cfg.CgroupParent, cfg.LauncherUser)
+	// Before the control plane: with CPU weights, etcd and kube-apiserver are born in the
+	// agent's high-weight group.
+	rt, err := nodeagent.ProcessRuntime(nodeagent.ProcessOptions{
+		Binary: cfg.LauncherBinary, RunRoot: cfg.RunRoot, CgroupParent: cfg.CgroupParent,
+		User: cfg.LauncherUser, CPUWeights: !cfg.NoCPUWeights, Log: cfg.Log,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("start local mode: %w", err)
 	}

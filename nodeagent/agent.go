@@ -15,6 +15,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -182,19 +183,56 @@ func StorageOwner(u process.User) *storage.Owner {
 	return &storage.Owner{UID: int(u.UID), GID: int(u.GID)}
 }
 
+// ProcessOptions configure the process launcher runtime.
+type ProcessOptions struct {
+	Binary  string // vmlet-launcher
+	RunRoot string // launcher run folders
+	// CgroupParent is the folder, under the cgroup2 mount, of one jail per launcher (and,
+	// under the cpu controller's mount, of the CPU groups).
+	CgroupParent string
+	User         process.User
+	// CPUWeights gives each VM's cgroup the kubelet's CPU weight for its request, its vCPU
+	// threads the lowest weight, and the calling process (the agent, and what it starts
+	// later: local mode's control plane) the highest, in a group of its own (package
+	// cpuweight). A host without a cpu controller runs without weights (logged).
+	CPUWeights bool
+	Log        logr.Logger
+}
+
 // ProcessRuntime is the process launcher runtime with each launcher in its own cgroup-v2 jail
-// under <cgroup2 mount>/<cgroupParent>, which it makes.
-func ProcessRuntime(binary, runRoot, cgroupParent string, user process.User) (*process.Runtime, error) {
+// under <cgroup2 mount>/<CgroupParent>, which it makes. With CPUWeights it moves the calling
+// process into the system CPU group: call it before starting what should share that priority.
+func ProcessRuntime(o ProcessOptions) (*process.Runtime, error) {
 	cg, err := devices.FindCgroup2Mount()
 	if err != nil {
 		return nil, fmt.Errorf("make process runtime: launchers run in cgroup-v2 jails: %w", err)
 	}
-	parent := filepath.Join(cg, cgroupParent)
+	parent := filepath.Join(cg, o.CgroupParent)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("make launcher cgroup parent: %w", err)
 	}
-	if err := os.MkdirAll(runRoot, 0o755); err != nil {
+	if err := os.MkdirAll(o.RunRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("make run root: %w", err)
 	}
-	return &process.Runtime{Binary: binary, RunRoot: runRoot, CgroupParent: parent, User: user}, nil
+	rt := &process.Runtime{Binary: o.Binary, RunRoot: o.RunRoot, CgroupParent: parent, User: o.User}
+	if !o.CPUWeights {
+		return rt, nil
+	}
+	h, err := cpuweight.Find(o.CgroupParent)
+	if errors.Is(err, cpuweight.ErrNoCPUController) {
+		o.Log.Info("CPU weights off: no cpu controller; guests compete with the agent as equals", "err", err)
+		return rt, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("make process runtime: %w", err)
+	}
+	if err := h.Setup(); err != nil {
+		return nil, fmt.Errorf("make process runtime: %w", err)
+	}
+	if err := h.JoinSystem(os.Getpid()); err != nil {
+		return nil, fmt.Errorf("make process runtime: %w", err)
+	}
+	o.Log.Info("CPU weights on", "cgroup", h.Root, "version", h.Version, "system", h.SystemPath())
+	rt.CPU = h
+	return rt, nil
 }

@@ -71,7 +71,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 				return err
 			}
 			sc.Defaults(o.stateDir)
-			return runAgent(cmd, o, sc, nc, nf.tcgCacheMiB, nf.user)
+			return runAgent(cmd, o, sc, nc, nf.tcgCacheMiB, nf.user, nf.cpuWeights)
 		},
 	}
 	self, _ := os.Executable()
@@ -92,7 +92,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 	return c
 }
 
-func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc nodeagent.NetworkConfig, tcgMiB int, user process.User) error {
+func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc nodeagent.NetworkConfig, tcgMiB int, user process.User, cpuWeights bool) error {
 	ctx := cmd.Context()
 	log := zap.New(zap.UseDevMode(false), zap.WriteTo(cmd.ErrOrStderr()))
 	ctrl.SetLogger(log)
@@ -141,7 +141,10 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		pods = &podruntime.Runtime{Pods: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg, User: user}
 		acfg.Runtime, acfg.Pods = pods, podruntime.Networks{Runtime: pods}
 	} else {
-		rt, err := nodeagent.ProcessRuntime(o.launcherBinary, o.runRoot, o.cgroupParent, user)
+		rt, err := nodeagent.ProcessRuntime(nodeagent.ProcessOptions{
+			Binary: o.launcherBinary, RunRoot: o.runRoot, CgroupParent: o.cgroupParent, User: user,
+			CPUWeights: cpuWeights, Log: log,
+		})
 		if err != nil {
 			return err
 		}

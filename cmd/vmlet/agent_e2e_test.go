@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/guestvmi"
@@ -48,6 +49,7 @@ type agentSetup struct {
 	env                     *apienv.Env
 	vmlet, launcher         string
 	runRoot, stateDir, cg   string
+	cpu                     *cpuweight.Hierarchy
 	nodeNetns, podNetnsDir  string
 	resolvConf, guestSource string
 }
@@ -136,6 +138,7 @@ func newSetup(t *testing.T) *agentSetup {
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	s.cg = "vmlet-agent-e2e-" + suffix
+	s.cpu = cpuGroups(t, s.cg)
 	// The node bridge lives in a namespace of the test's own: guests reach nothing else.
 	nsName := "vmlet-agt-" + suffix
 	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
@@ -247,6 +250,11 @@ func TestAgentKill9(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = os.Remove(filepath.Join(cg, s.cg)) })
 	}
+	if s.cpu != nil {
+		if vm := s.cpu.VM("vmlet-" + uid).Path; exists(vm) {
+			t.Errorf("cpu cgroup %s left", vm)
+		}
+	}
 }
 
 func waitFor(t *testing.T, c client.Client, key client.ObjectKey, d time.Duration, what string, ok func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
@@ -331,3 +339,8 @@ func launchersFor(t *testing.T, runDir string) int {
 }
 
 func tailOf(s string) string { return poll.Tail(s, 4000) }
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -51,6 +51,7 @@ vmlet that started them; those a killed vmlet left are stopped by the next start
 				return err
 			}
 			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB, cfg.LauncherUser = sc, nc, nf.tcgCacheMiB, nf.user
+			cfg.NoCPUWeights = !nf.cpuWeights
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Log = zap.New(zap.UseDevMode(false), zap.WriteTo(logWriter(cfg.StateDir)))
 			return runLocal(cmd.Context(), cfg, o)

@@ -41,6 +41,7 @@ func TestLocalNodeShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	demo, other := s.running(t, c, "demo"), s.running(t, c, "extra")
+	s.assertCPUGroups(t, p, demo)
 	// Booted (acpid reads the power button): the node shutdown must power the guests off, not
 	// stop them by force.
 	for _, vm := range []vmState{demo, other} {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +27,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/guestvmi"
@@ -47,6 +50,7 @@ type localSetup struct {
 	cg, nodeNetns, podNetns string
 	resolvConf, guestSource string
 	cgroupMount             string
+	cpu                     *cpuweight.Hierarchy // vmlet's CPU groups (--cpu-weights), nil without a cpu controller
 	procs                   []*localProc
 }
 
@@ -94,6 +98,7 @@ func newLocalSetup(t *testing.T) *localSetup {
 	if s.cgroupMount, err = devices.FindCgroup2Mount(); err != nil {
 		t.Fatal(err)
 	}
+	s.cpu = cpuGroups(t, s.cg)
 	t.Cleanup(func() {
 		s.cleanup(t)
 		_ = exec.Command("ip", "netns", "del", nsName).Run()
@@ -115,7 +120,7 @@ func (s *localSetup) cleanup(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt := &process.Runtime{RunRoot: s.runRoot, CgroupParent: filepath.Join(s.cgroupMount, s.cg)}
+	rt := &process.Runtime{RunRoot: s.runRoot, CgroupParent: filepath.Join(s.cgroupMount, s.cg), CPU: s.cpu}
 	ids, _ := rt.List()
 	for _, id := range ids {
 		if err := rt.Remove(ctx, id); err != nil {
@@ -304,7 +309,7 @@ func (s *localSetup) running(t *testing.T, c client.Client, name string) vmState
 }
 
 // assertGone checks that nothing of the VM is left on the node: processes, run folder, volumes,
-// pod netns, launcher cgroup.
+// pod netns, launcher cgroup, CPU groups.
 func (s *localSetup) assertGone(t *testing.T, vm vmState) {
 	t.Helper()
 	for _, p := range []int{vm.launcherPid, vm.qemuPid} {
@@ -313,7 +318,7 @@ func (s *localSetup) assertGone(t *testing.T, vm vmState) {
 		}
 	}
 	for _, path := range []string{filepath.Join(s.runRoot, vm.uid), filepath.Join(s.stateDir, "volumes", vm.uid),
-		filepath.Join(s.podNetns, "vmlet-"+vm.uid), filepath.Join(s.cgroupMount, s.cg, "vmlet-"+vm.uid)} {
+		filepath.Join(s.podNetns, "vmlet-"+vm.uid), filepath.Join(s.cgroupMount, s.cg, "vmlet-"+vm.uid), s.cpuGroup(vm.uid)} {
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: %s left: %v", vm.key.Name, path, err)
 		}
@@ -404,4 +409,55 @@ func lineWith(out, s string) string {
 		}
 	}
 	return ""
+}
+
+// cpuGroup is the VM's CPU group folder (its jail on cgroup v2 or without CPU weights).
+func (s *localSetup) cpuGroup(uid string) string {
+	if s.cpu == nil {
+		return filepath.Join(s.cgroupMount, s.cg, "vmlet-"+uid)
+	}
+	return s.cpu.VM("vmlet-" + uid).Path
+}
+
+// cpuGroups is the CPU hierarchy of a vmlet run with --cgroup-parent cg (nil when the host has
+// no cpu controller). Its system group and folder are node-level, kept by vmlet; a cleanup
+// registered now (so it runs after those registered later, which stop the processes) removes
+// them.
+func cpuGroups(t *testing.T, cg string) *cpuweight.Hierarchy {
+	t.Helper()
+	h, err := cpuweight.Find(cg)
+	if err != nil {
+		return nil
+	}
+	t.Cleanup(func() {
+		_ = h.Teardown()
+	})
+	return h
+}
+
+// assertCPUGroups checks where `vmlet local` put things with CPU weights (cgroup v1): vmlet
+// and its control plane in the system group, the launcher in launchers, QEMU in the VM's group
+// (its main thread; the vCPUs are below, once the agent placed them).
+func (s *localSetup) assertCPUGroups(t *testing.T, p *localProc, vm vmState) {
+	t.Helper()
+	if s.cpu == nil || s.cpu.Version != cpuweight.V1 {
+		return // v2: the VM's group is its jail (covered in controllers)
+	}
+	in := func(dir string, id int) bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "tasks"))
+		return slices.Contains(strings.Fields(string(b)), strconv.Itoa(id))
+	}
+	for _, pid := range append([]int{p.cmd.Process.Pid}, s.controlPlaneOf()...) {
+		if !in(s.cpu.SystemPath(), pid) {
+			t.Errorf("pid %d (vmlet or its control plane) not in %s", pid, s.cpu.SystemPath())
+		}
+	}
+	if !in(s.cpu.LauncherPath(), vm.launcherPid) {
+		t.Errorf("launcher %d not in %s", vm.launcherPid, s.cpu.LauncherPath())
+	}
+	g := s.cpu.VM("vmlet-" + vm.uid)
+	poll.Until(t, 30*time.Second, "QEMU in its VM group, vCPUs placed", func() (bool, string) {
+		v, _ := g.VCPUThreads()
+		return in(g.Path, vm.qemuPid) && len(v) > 0, fmt.Sprintf("vcpus %v", v)
+	})
 }

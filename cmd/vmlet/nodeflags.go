@@ -22,6 +22,7 @@ type nodeFlags struct {
 	tcgCacheMiB      int
 	withNodeNetworks bool
 	uid, gid         int
+	cpuWeights       bool
 	// user is the launchers' user, set by parse.
 	user process.User
 }
@@ -38,6 +39,7 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.DurationVar(&n.storage.PullBackOffMax, "image-pull-backoff-max", backoff.DefaultMax, "longest wait between a VMI's tries to pull an image")
 	f.IntVar(&n.uid, "launcher-uid", process.DefaultUID, "uid launchers and QEMU run as, without capabilities; each VMI's files are handed to it (0: root, with every capability)")
 	f.IntVar(&n.gid, "launcher-gid", process.DefaultGID, "gid launchers and QEMU run as")
+	f.BoolVar(&n.cpuWeights, "cpu-weights", true, "process runtime: each VM's cgroup gets the kubelet's CPU weight for its request, its vCPU threads the lowest, vmlet (and local mode's control plane) the highest")
 	if withNetwork {
 		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
 		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")

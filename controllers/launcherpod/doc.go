@@ -21,4 +21,26 @@
 // there for the measurement and overhead_test.go to repeat it), not KubeVirt's fixed
 // estimates: memory requests equal limits, so a VMI's pod is sized for its guest touching all of
 // its RAM.
+//
+// CPU: the launcher container requests CPURequest (spec.domain.resources.requests.cpu, else
+// CPUPerVCPU per vCPU) and is limited only when the VMI sets resources.limits.cpu, so the pod
+// is Burstable unless the VMI asks for Guaranteed (cpu and memory limits equal to requests).
+// What the request gives is the kubelet's, not vmlet's: the pod's cgroup gets cpu.shares =
+// milli × 1024 / 1000 (at least 2; on cgroup v2 cpu.weight = 1 + (shares−2) × 9999 / 262142),
+// e.g. 102 shares (weight 4) for a 1-vCPU VMI with no request, under kubepods (or
+// kubepods/burstable), whose weight is the node's allocatable CPU. So under contention each VM
+// gets CPU in proportion to its request against the other pods, and all of it when they are
+// idle. Inside the pod the launcher, QEMU's main loop and its vCPU threads share that one
+// container cgroup as equals: unlike local mode (package cpuweight: vCPUs in a low-weight
+// child), cluster mode does not split the container's threads, because the container's
+// cgroup is the container runtime's. A guest's vCPUs can therefore delay its own launcher, not
+// other pods beyond their requests.
+//
+// The node agent DaemonSet (config/agent) runs in kubepods too, so its CPU request is its
+// only weight against guests: it requests 500m (512 shares, as five 1-vCPU VMIs), which keeps
+// it responsive when every guest spins, and has no CPU limit (CFS throttling would stall
+// reconciles while CPUs are idle). Its priorityClassName system-node-critical keeps it from
+// being preempted or evicted before guests under node pressure; priority does not change CPU
+// weight. For more, reserve CPU for the system with the kubelet's --kube-reserved or
+// --system-reserved and run the agent as a host service outside kubepods.
 package launcherpod

@@ -116,20 +116,28 @@ func Resources(vmi *vmletv1.VirtualMachineInstance, tcgCacheMiB int) (corev1.Res
 	if vmi.Spec.Domain.Resources.OvercommitGuestOverhead {
 		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(guest, resource.BinarySI)
 	}
-	d := &vmi.Spec.Domain.Resources
-	if nonZero(d.Requests, vmletv1.ResourceCPU) {
-		res.Requests[corev1.ResourceCPU] = d.Requests[vmletv1.ResourceCPU].DeepCopy()
-	} else {
-		cpu := resource.NewMilliQuantity(CPUPerVCPU.MilliValue()*vcpus, resource.DecimalSI)
-		res.Requests[corev1.ResourceCPU] = *cpu
-	}
-	if nonZero(d.Limits, vmletv1.ResourceCPU) {
+	res.Requests[corev1.ResourceCPU] = CPURequest(vmi)
+	if d := &vmi.Spec.Domain.Resources; nonZero(d.Limits, vmletv1.ResourceCPU) {
 		res.Limits[corev1.ResourceCPU] = d.Limits[vmletv1.ResourceCPU].DeepCopy()
-		if res.Requests.Cpu().Cmp(res.Limits[corev1.ResourceCPU]) > 0 {
-			res.Requests[corev1.ResourceCPU] = res.Limits[corev1.ResourceCPU].DeepCopy()
-		}
 	}
 	return res, nil
+}
+
+// CPURequest is the launcher's CPU request: spec.domain.resources.requests.cpu, else
+// CPUPerVCPU per vCPU (sockets × cores × threads), at most resources.limits.cpu. It is the
+// launcher pod's CPU request in cluster mode, from which the kubelet derives the pod cgroup's
+// cpu.shares (milli × 1024 / 1000) or cpu.weight; local mode gives the VM's cgroup the same
+// weight (package cpuweight).
+func CPURequest(vmi *vmletv1.VirtualMachineInstance) resource.Quantity {
+	d := &vmi.Spec.Domain.Resources
+	req := *resource.NewMilliQuantity(CPUPerVCPU.MilliValue()*VCPUs(vmi), resource.DecimalSI)
+	if nonZero(d.Requests, vmletv1.ResourceCPU) {
+		req = d.Requests[vmletv1.ResourceCPU].DeepCopy()
+	}
+	if nonZero(d.Limits, vmletv1.ResourceCPU) && req.Cmp(d.Limits[vmletv1.ResourceCPU]) > 0 {
+		req = d.Limits[vmletv1.ResourceCPU].DeepCopy()
+	}
+	return req
 }
 
 func nonZero(l vmletv1.ResourceList, n vmletv1.ResourceName) bool {

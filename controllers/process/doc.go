@@ -15,5 +15,13 @@
 // agent's own files there (pid, exit, log) stay root's. Whatever else it needs (disks, taps)
 // the agent, which stays root, prepares for it.
 //
+// With CPU weights (Runtime.CPU, package cpuweight) each launcher's VM gets a CPU group weighted
+// as the kubelet weighs a pod with its CPU request (Spec.CPUMilli), created before the launcher
+// starts and removed by Remove. On cgroup v1 the launcher joins the node's launchers group
+// right after it starts; PlaceVCPUs, which the agent calls once QEMU runs, moves QEMU into the
+// VM's group and its vCPU threads into the low-weight vcpus child, checking that both are that
+// launcher's. A launcher found running without a group (an agent without weights started it)
+// gets one on the next Ensure.
+//
 // The package takes plain strings and structs; it imports no Kubernetes types.
 package process

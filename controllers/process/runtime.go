@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/internal/revert"
 )
@@ -28,8 +30,13 @@ const (
 	logFile        = "launcher.log"
 )
 
-// ErrNotFound is returned for a launcher this runtime does not know.
-var ErrNotFound = errors.New("launcher not found")
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotFound is returned for a launcher this runtime does not know.
+	ErrNotFound = errors.New("launcher not found")
+	// ErrForeignProcess: a pid given as the launcher's QEMU is not a process of its jail.
+	ErrForeignProcess = errors.New("not a process of the launcher's cgroup")
+)
 
 // Spec describes one launcher to run.
 type Spec struct {
@@ -39,6 +46,10 @@ type Spec struct {
 	Args []string
 	// Rules is the device filter for the launcher's cgroup (devices.Baseline).
 	Rules []devices.Rule
+	// CPUMilli is the launcher's CPU request in milli-CPUs, as its pod would request in cluster
+	// mode; its cgroup gets the kubelet's weight for it (cpuweight.PlanVM) when the runtime has
+	// CPU weights. 0 is no request: the kubelet's minimum.
+	CPUMilli int64
 }
 
 // Exit tells how a launcher ended.
@@ -70,6 +81,10 @@ type Runtime struct {
 	// owns its run folder (0700) and gets no capabilities and no_new_privs (see
 	// startWithoutPrivileges); everything else it needs is handed to it.
 	User User
+	// CPU, when set, is the cpu controller's hierarchy (cpuweight.Find, Setup done): each
+	// launcher's VM gets a CPU group weighted by Spec.CPUMilli with its vCPU threads in a
+	// low-weight child (PlaceVCPUs). Nil: no weights, every launcher weighs as its parent.
+	CPU *cpuweight.Hierarchy
 
 	mu       sync.Mutex
 	children map[string]chan struct{} // closed when the child is reaped
@@ -87,6 +102,15 @@ func (r *Runtime) Socket(id string) string { return filepath.Join(r.Dir(id), Rea
 
 func (r *Runtime) cgroupPath(id string) string { return filepath.Join(r.CgroupParent, "vmlet-"+id) }
 
+// cpuGroup is the launcher's VM group in r.CPU (nil without weights): on v1 a folder of the cpu
+// hierarchy named as the jail, on v2 the jail itself.
+func (r *Runtime) cpuGroup(id string) *cpuweight.VM {
+	if r.CPU == nil {
+		return nil
+	}
+	return r.CPU.VM("vmlet-" + id)
+}
+
 // Ensure starts the launcher unless one already runs (or ran: an exited launcher is not
 // restarted; Remove it first). It is idempotent and safe to call on every reconcile.
 func (r *Runtime) Ensure(ctx context.Context, s Spec) (State, error) {
@@ -95,7 +119,10 @@ func (r *Runtime) Ensure(ctx context.Context, s Spec) (State, error) {
 	}
 	st, err := r.State(s.ID)
 	if err == nil {
-		return st, nil
+		if st.Exited == nil {
+			err = r.adoptCPU(s, st.Pid)
+		}
+		return st, err
 	}
 	if !errors.Is(err, ErrNotFound) {
 		return State{}, err
@@ -121,6 +148,13 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 		return State{}, fmt.Errorf("make launcher cgroup: %w", err)
 	}
 	undo.Add(func() { _ = jail.Close(context.Background()) })
+	vm := r.cpuGroup(s.ID)
+	if vm != nil {
+		if err := vm.Create(cpuweight.PlanVM(s.CPUMilli)); err != nil {
+			return State{}, err
+		}
+		undo.Add(func() { _ = vm.Remove(context.Background()) }) // after the kill below
+	}
 	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return State{}, fmt.Errorf("open launcher log: %w", err)
@@ -140,6 +174,13 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 		return State{}, fmt.Errorf("start launcher: %w", err)
 	}
 	undo.Add(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if vm != nil {
+		// On v1 the launcher was born in the agent's group (no clone into a v1 cgroup): move it
+		// before it starts QEMU, which the agent asks for only once it is ready.
+		if err := r.CPU.AddLauncher(cmd.Process.Pid); err != nil {
+			return State{}, err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
 		return State{}, fmt.Errorf("write pid file: %w", err)
 	}
@@ -153,6 +194,75 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 	r.mu.Unlock()
 	go r.reap(s.ID, cmd, done)
 	return State{Pid: cmd.Process.Pid}, nil
+}
+
+// adoptCPU gives a running launcher that has no CPU group yet (started by an agent without CPU
+// weights) its groups: the launcher (pid) joins the launchers group, any other process of its
+// jail (QEMU) the VM's group; the vCPU threads follow with PlaceVCPUs. A no-op once the group
+// exists: one stat per reconcile.
+func (r *Runtime) adoptCPU(s Spec, pid int) error {
+	vm := r.cpuGroup(s.ID)
+	if vm == nil || vm.Exists() {
+		return nil
+	}
+	if err := vm.Create(cpuweight.PlanVM(s.CPUMilli)); err != nil {
+		return err
+	}
+	procs, err := (&devices.Cgroup{Path: r.cgroupPath(s.ID)}).Procs()
+	if err != nil {
+		return fmt.Errorf("adopt launcher into its cpu group: %w", err)
+	}
+	for _, p := range procs {
+		add := vm.AddProcess
+		if p == pid {
+			add = r.CPU.AddLauncher
+		}
+		if err := add(p); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+	}
+	return nil
+}
+
+// VCPUsPlaced reports whether the launcher's vCPU threads are in their group (the vcpus group
+// is not empty), or that there is nothing to place: no CPU weights, or no group.
+// Equivalent to: test -s <vm>/vcpus/tasks
+func (r *Runtime) VCPUsPlaced(id string) (bool, error) {
+	vm := r.cpuGroup(id)
+	if vm == nil || !vm.Exists() {
+		return true, nil
+	}
+	tids, err := vm.VCPUThreads()
+	if err != nil {
+		return false, fmt.Errorf("read vcpu threads: %w", err)
+	}
+	return len(tids) > 0, nil
+}
+
+// PlaceVCPUs moves the launcher's QEMU (qemuPid, as the launcher reports it) into the VM's
+// CPU group and its vCPU threads tids (QMP query-cpus-fast) into the VM's low-weight vcpus
+// group. The launcher is not trusted with other processes: QEMU must be a process of its
+// jail (ErrForeignProcess), and only threads then in the VM's group move
+// (cpuweight.ErrForeignThread). A no-op without CPU weights.
+func (r *Runtime) PlaceVCPUs(id string, qemuPid int, tids []int) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	vm := r.cpuGroup(id)
+	if vm == nil {
+		return nil
+	}
+	procs, err := (&devices.Cgroup{Path: r.cgroupPath(id)}).Procs()
+	if err != nil {
+		return fmt.Errorf("place qemu: %w", err)
+	}
+	if !slices.Contains(procs, qemuPid) {
+		return fmt.Errorf("place qemu: pid %d: %w %s", qemuPid, ErrForeignProcess, r.cgroupPath(id))
+	}
+	if err := vm.AddProcess(qemuPid); err != nil {
+		return err
+	}
+	return vm.PlaceVCPUs(tids)
 }
 
 // handOver gives the run folder to the launcher's user (0700: its sockets and logs are
@@ -317,7 +427,7 @@ func (r *Runtime) Stop(id string) error {
 }
 
 // Remove kills whatever still runs in the launcher's cgroup, removes the cgroup (and with it the
-// device filter) and deletes the run folder. Idempotent.
+// device filter) and its CPU groups, and deletes the run folder. Idempotent.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
@@ -326,6 +436,12 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if _, err := os.Stat(cg.Path); err == nil {
 		if err := cg.Remove(ctx); err != nil {
 			return fmt.Errorf("remove launcher cgroup: %w", err)
+		}
+	}
+	if vm := r.cpuGroup(id); vm != nil {
+		// Its tasks died with the jail's.
+		if err := vm.Remove(ctx); err != nil {
+			return err
 		}
 	}
 	r.mu.Lock()

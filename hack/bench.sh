@@ -10,6 +10,11 @@
 #   BENCH_PKGS=none BENCH_ROUNDS=3 hack/bench.sh # only the side by side, 3 rounds (not for publishing)
 #   BENCH_SIDEBYSIDE=0 hack/bench.sh             # skip the side by side
 #   BENCH_VMIS=1,20 hack/bench.sh                # agent benchmark without the 100-VMI case
+#   BENCH_TCGCACHE=0 hack/bench.sh               # skip the TCG cache sizes (bench/tcgcache, ≈35 min)
+#
+# The TCG cache benchmark boots a real Debian 12 guest (hack/distroguest/build.sh builds it from
+# the apt mirror the first time, ≈3 min, cached in $VMLET_CACHE); without a reachable mirror it
+# is skipped with a message. JSON in bench/tcgcache.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=_output/bench
@@ -33,6 +38,7 @@ pkgs=${BENCH_PKGS:-${order[*]}}
 export VMLET_BENCH_VMIS=${BENCH_VMIS:-1,20,100}
 rounds=${BENCH_ROUNDS:-10}
 sidebyside=${BENCH_SIDEBYSIDE:-1}
+tcgcache=${BENCH_TCGCACHE:-1}
 
 for p in $pkgs; do
   f=${flags[$p]:-"-bench=. -benchtime=3x"}
@@ -53,6 +59,24 @@ if [ "$sidebyside" = 1 ]; then
   go build -o "$out/bin/sidebyside" ./bench/sidebyside
   "$out/bin/sidebyside" run -launcher "$out/bin/vmlet-launcher" -rounds "$rounds" -out bench/results.json -gobench-dir "$out"
   echo "bench: side by side took $(( $(date +%s) - start )) s" >&2
+fi
+
+if [ "$tcgcache" = 1 ]; then
+  echo "bench: TCG translation cache sizes with a Debian 12 guest (bench/tcgcache, 3 rounds; progress below)..." >&2
+  start=$(date +%s)
+  rc=0
+  guest=$(bash hack/distroguest/build.sh) || rc=$?
+  if [ "$rc" = 2 ]; then
+    echo "bench: SKIPPED the TCG cache benchmark: the apt mirror is unreachable, so hack/distroguest/build.sh cannot build the Debian guest" >&2
+    tcgcache=0
+  elif [ "$rc" != 0 ]; then
+    echo "bench: hack/distroguest/build.sh failed" >&2
+    exit 1
+  else
+    go build -o "$out/bin/tcgcache" ./bench/tcgcache
+    "$out/bin/tcgcache" run -guest "$guest" -rounds "${BENCH_TCGCACHE_ROUNDS:-3}" -out bench/tcgcache.json
+    echo "bench: TCG cache sizes took $(( $(date +%s) - start )) s" >&2
+  fi
 fi
 
 gen=$out/generated.md
@@ -83,6 +107,16 @@ gen=$out/generated.md
     echo "(side by side not rerun here: rendered from bench/results.json)"
     echo
     "$out/bin/sidebyside" render -in bench/results.json
+  fi
+  if [ -f bench/tcgcache.json ]; then
+    echo "### TCG translation cache sizes (\`bench/tcgcache\`, Debian 12 guest)"
+    echo
+    if [ "$tcgcache" != 1 ]; then
+      echo "(not rerun here: rendered from bench/tcgcache.json)"
+      echo
+    fi
+    go run ./bench/tcgcache render -in bench/tcgcache.json
+    echo
   fi
 } > "$gen"
 

@@ -12,23 +12,24 @@ func render(res Results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Run %s on %s; guest %d MiB, %d vCPU; %d rounds, one guest at a time, order rotated per round.\n\n",
 		res.Started, res.Host, res.MemoryMiB, res.VCPUs, res.Rounds)
-	b.WriteString("| config | boot → login prompt, median (min–max) | QEMU RSS at prompt, median | QEMU peak RSS (VmHWM), median | each round: boot s (1-min load before) |\n")
-	b.WriteString("|---|---|---|---|---|\n")
+	b.WriteString("| config | boot → login prompt, median (min–max) | QEMU CPU time to prompt, median (min–max) | QEMU RSS at prompt, median | QEMU peak RSS (VmHWM), median | each round: boot s / CPU s (1-min load before) |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, c := range res.Configs {
-		var secs, rss, peak []float64
+		var secs, cpu, rss, peak []float64
 		var rounds []string
 		for _, bt := range res.Boots {
 			if bt.Config != c {
 				continue
 			}
-			secs, rss, peak = append(secs, bt.Seconds), append(rss, bt.RSSMiB), append(peak, bt.PeakRSSMiB)
-			rounds = append(rounds, fmt.Sprintf("%.1f (%.1f)", bt.Seconds, bt.Load1Before))
+			secs, cpu = append(secs, bt.Seconds), append(cpu, bt.CPUSeconds)
+			rss, peak = append(rss, bt.RSSMiB), append(peak, bt.PeakRSSMiB)
+			rounds = append(rounds, fmt.Sprintf("%.1f / %.1f (%.1f)", bt.Seconds, bt.CPUSeconds, bt.Load1Before))
 		}
 		if len(secs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %.1f s (%.1f–%.1f) | %.0f MiB | %.0f MiB | %s |\n",
-			c.Label(), median(secs), minOf(secs), maxOf(secs), median(rss), median(peak), strings.Join(rounds, ", "))
+		fmt.Fprintf(&b, "| %s | %.1f s (%.1f–%.1f) | %.1f s (%.1f–%.1f) | %.0f MiB | %.0f MiB | %s |\n",
+			c.Label(), median(secs), minOf(secs), maxOf(secs), median(cpu), minOf(cpu), maxOf(cpu), median(rss), median(peak), strings.Join(rounds, ", "))
 	}
 	return b.String()
 }

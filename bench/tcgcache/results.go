@@ -32,6 +32,7 @@ type Boot struct {
 	Config
 	Round       int     `json:"round"`        // 1-based
 	Seconds     float64 `json:"seconds"`      // exec → "login:" on the serial console
+	CPUSeconds  float64 `json:"cpu_seconds"`  // QEMU's user + system CPU time until then
 	RSSMiB      float64 `json:"rss_mib"`      // VmRSS at the prompt
 	PeakRSSMiB  float64 `json:"peak_rss_mib"` // VmHWM at the prompt
 	Load1Before float64 `json:"load1_before"`

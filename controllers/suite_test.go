@@ -25,6 +25,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/cpuweight"
@@ -171,7 +172,7 @@ type agentOptions struct {
 	Claims       map[string]storage.Claim
 	// ImageCache is the agent's image cache folder; empty means the package's shared one.
 	ImageCache string
-	// TCGCacheMiB is each TCG guest's translation cache; 0 means 32.
+	// TCGCacheMiB is each TCG guest's translation cache; 0 means launcherpod.DefaultTCGCacheMiB.
 	TCGCacheMiB int
 	// Subnet6 makes the test node's pod network dual-stack (network.NodeConfig.Subnet6) for
 	// this agent. The node bridge exists only while pods do, so agents of later tests get an
@@ -205,7 +206,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		o.ImageCache = imageCache
 	}
 	if o.TCGCacheMiB == 0 {
-		o.TCGCacheMiB = 32
+		o.TCGCacheMiB = launcherpod.DefaultTCGCacheMiB
 	}
 	cache, err := oci.Open(oci.Options{Dir: o.ImageCache})
 	if err != nil {

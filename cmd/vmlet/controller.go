@@ -60,7 +60,7 @@ VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
 	f.pods.RunAsUser, f.pods.RunAsGroup = new(int64), new(int64)
 	fs.Int64Var(f.pods.RunAsUser, "launcher-uid", launcherpod.DefaultRunAsUser, "uid of the launcher pods (runAsUser, no capabilities); the node agents' --launcher-uid must match")
 	fs.Int64Var(f.pods.RunAsGroup, "launcher-gid", launcherpod.DefaultRunAsGroup, "gid of the launcher pods (runAsGroup); the node agents' --launcher-gid must match")
-	fs.IntVar(&f.pods.TCGCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM on the nodes (the agents' --tcg-cache-mib), budgeted in pod memory when emulation is allowed")
+	fs.IntVar(&f.pods.TCGCacheMiB, "tcg-cache-mib", launcherpod.DefaultTCGCacheMiB, "TCG translation cache per VM on the nodes (the agents' --tcg-cache-mib), budgeted in pod memory when emulation is allowed; 0: QEMU's default, budgeted as 1 GiB")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables it)")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "healthz/readyz endpoint address (0 disables it)")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader (a Lease) so that only one replica acts")

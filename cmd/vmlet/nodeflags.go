@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/vmlet/vmlet/controllers/backoff"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
@@ -34,7 +35,7 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.StringVar(&n.storage.VolumeRoot, "volume-root", "", "per-VMI storage folders: overlays, empty disks, cloud-init ISOs (default <state-dir>/volumes)")
 	f.StringVar(&n.storage.HostDiskRoot, "host-disk-root", "", "hostDisk volumes must be beneath this folder (empty: hostDisks are refused)")
 	f.StringArrayVar(&n.claims, "claim", nil, "NAME=PATH: persistentVolumeClaim/dataVolume NAME (or NAMESPACE/NAME) is PATH, a folder with disk.img or a block device (repeatable)")
-	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", 32, "TCG translation cache per VM (MiB) when KVM is not usable")
+	f.IntVar(&n.tcgCacheMiB, "tcg-cache-mib", launcherpod.DefaultTCGCacheMiB, "TCG translation cache per VM (MiB) when KVM is not usable; 0: QEMU's default (1 GiB, of which a Debian boot keeps ≈600 MiB resident)")
 	f.DurationVar(&n.storage.PullBackOff, "image-pull-backoff", backoff.DefaultInitial, "wait after a VMI's first failed image pull, doubled after each further failure (as the kubelet)")
 	f.DurationVar(&n.storage.PullBackOffMax, "image-pull-backoff-max", backoff.DefaultMax, "longest wait between a VMI's tries to pull an image")
 	f.IntVar(&n.uid, "launcher-uid", process.DefaultUID, "uid launchers and QEMU run as, without capabilities; each VMI's files are handed to it (0: root, with every capability)")

@@ -64,7 +64,7 @@ const agentGrace = 3 * time.Second
 // testPods are the launcher pod options of the tests.
 var testPods = launcherpod.Options{
 	Image: "vmlet-launcher:test", LauncherRoot: "/run/vl", VolumeRoot: "/var/lib/vl", AllowEmulation: true,
-	TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
+	TCGCacheMiB: launcherpod.DefaultTCGCacheMiB, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
 }
 
 var managers atomic.Int32

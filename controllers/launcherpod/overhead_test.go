@@ -30,7 +30,7 @@ import (
 
 const (
 	bootDeadline = 3 * time.Minute
-	tcgCacheMiB  = 32 // the node agent's default (--tcg-cache-mib)
+	tcgCacheMiB  = launcherpod.DefaultTCGCacheMiB // the node agent's default (--tcg-cache-mib)
 )
 
 // qemuMemory is QEMU's memory split by mapping (bytes).

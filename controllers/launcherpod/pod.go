@@ -26,8 +26,9 @@ type Options struct {
 	// AllowEmulation lets VMIs run under TCG where KVM is not usable (KubeVirt's
 	// useEmulation): without it launcher pods select nodes labelled NodeLabelKVM=true.
 	AllowEmulation bool
-	// TCGCacheMiB is the nodes' TCG translation cache per VM (the agent's --tcg-cache-mib),
-	// budgeted in the pod's memory when AllowEmulation is set.
+	// TCGCacheMiB is the nodes' TCG translation cache per VM (the agent's --tcg-cache-mib,
+	// DefaultTCGCacheMiB unless set), budgeted in the pod's memory when AllowEmulation is set.
+	// 0 means QEMU's own default there, budgeted as QEMUDefaultTCGCacheMiB.
 	TCGCacheMiB int
 	// Args is the launcher's command line for its run folder, domain name and grace period
 	// (controllers.DefaultLauncherArgs). Required.
@@ -102,6 +103,9 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 	tcg := 0
 	if o.AllowEmulation {
 		tcg = o.TCGCacheMiB
+		if tcg <= 0 {
+			tcg = QEMUDefaultTCGCacheMiB
+		}
 	}
 	res, err := Resources(vmi, tcg)
 	if err != nil {

@@ -37,7 +37,7 @@ func testVMI(mutate func(*vmletv1.VirtualMachineInstance)) *vmletv1.VirtualMachi
 }
 
 func opts(mutate func(*launcherpod.Options)) launcherpod.Options {
-	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: 32, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
+	o := launcherpod.Options{AllowEmulation: true, TCGCacheMiB: launcherpod.DefaultTCGCacheMiB, Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName,
 		ImageCache: launcherpod.DefaultImageCache}
 	if mutate != nil {
 		mutate(&o)
@@ -94,6 +94,32 @@ func TestBuildGolden(t *testing.T) {
 				t.Errorf("pod differs from %s (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})
+	}
+}
+
+// TestTCGCacheBudget: under emulation the pod budgets the nodes' whole translation cache, and
+// QEMU's own default (1 GiB) when the nodes give none (--tcg-cache-mib=0); KVM-only pods none.
+func TestTCGCacheBudget(t *testing.T) {
+	limit := func(mutate func(*launcherpod.Options)) int64 {
+		t.Helper()
+		pod, err := launcherpod.Build(testVMI(nil), opts(mutate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod.Spec.Containers[0].Resources.Limits.Memory().Value()
+	}
+	kvm := limit(func(o *launcherpod.Options) { o.AllowEmulation = false })
+	for _, c := range []struct {
+		tcg  int
+		want int64
+	}{
+		{launcherpod.DefaultTCGCacheMiB, launcherpod.DefaultTCGCacheMiB << 20},
+		{16, 16 << 20},
+		{0, launcherpod.QEMUDefaultTCGCacheMiB << 20},
+	} {
+		if got := limit(func(o *launcherpod.Options) { o.TCGCacheMiB = c.tcg }) - kvm; got != c.want {
+			t.Errorf("tcg-cache-mib %d: pod memory %d MiB above the KVM-only pod's, want %d MiB", c.tcg, got>>20, c.want>>20)
+		}
 	}
 }
 

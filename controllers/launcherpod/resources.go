@@ -37,6 +37,16 @@ const (
 	defaultGuestMemory = 128 << 20
 )
 
+// DefaultTCGCacheMiB is the TCG translation cache per VM (MiB) that the node agents give every
+// TCG guest and that launcher pods budget: the default of both --tcg-cache-mib flags, which must
+// agree. QEMU keeps the whole size resident once a guest has run long enough to fill it.
+const DefaultTCGCacheMiB = 32
+
+// QEMUDefaultTCGCacheMiB is QEMU 7.2's own translation cache when given no tb-size (1 GiB on a
+// 64-bit host with 8 GiB of RAM or more): what a pod budgets for --tcg-cache-mib=0. A Debian 12
+// boot alone left ≈600 MiB of it resident (bench/tcgcache).
+const QEMUDefaultTCGCacheMiB = 1024
+
 // CPUPerVCPU is the CPU request per vCPU when the VMI requests no CPU: a tenth of a core, as
 // KubeVirt's default cpuAllocationRatio of 10 gives. vCPUs are not limited (no CFS quota)
 // unless the VMI sets resources.limits.cpu.

@@ -21,11 +21,18 @@ func render(res Results) string {
 			if bt.Config != c {
 				continue
 			}
+			if bt.Err != "" {
+				rounds = append(rounds, fmt.Sprintf("failed (%.1f)", bt.Load1Before))
+				continue
+			}
 			secs, cpu = append(secs, bt.Seconds), append(cpu, bt.CPUSeconds)
 			rss, peak = append(rss, bt.RSSMiB), append(peak, bt.PeakRSSMiB)
 			rounds = append(rounds, fmt.Sprintf("%.1f / %.1f (%.1f)", bt.Seconds, bt.CPUSeconds, bt.Load1Before))
 		}
 		if len(secs) == 0 {
+			if len(rounds) > 0 {
+				fmt.Fprintf(&b, "| %s | every boot failed | | | | %s |\n", c.Label(), strings.Join(rounds, ", "))
+			}
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | %.1f s (%.1f–%.1f) | %.1f s (%.1f–%.1f) | %.0f MiB | %.0f MiB | %s |\n",

@@ -37,4 +37,7 @@ type Boot struct {
 	PeakRSSMiB  float64 `json:"peak_rss_mib"` // VmHWM at the prompt
 	Load1Before float64 `json:"load1_before"`
 	Load1After  float64 `json:"load1_after"`
+	// Err is why the boot failed (a timeout under load, say); the other fields are then partial
+	// and the boot counts in no median.
+	Err string `json:"err,omitempty"`
 }

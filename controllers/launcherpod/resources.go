@@ -19,12 +19,14 @@ import (
 //	  the TCG cache            61.7 at 2 vCPUs, 65.6–67.7 at 8 vCPUs
 //	per vCPU                   ≈0.5–0.8 MiB per extra vCPU when idle; TCG's per-vCPU  → 2 MiB
 //	                           softmmu TLBs grow with guest activity, hence the margin
-//	TCG translation cache      the whole tb-size (32.0 of 32 MiB resident right after boot)
+//	TCG translation cache      the whole tb-size (32.0 of 32 MiB resident right after boot;
+//	                           a Debian 12 boot fills 128 MiB too, bench/tcgcache)
 //	page tables                VmPTE 0.6–0.8 MiB; guest/512 (8 bytes per 4 KiB page)
 //	                           when the guest touched all of its RAM, as in KubeVirt
 //
 // So a 1-vCPU 256 MiB guest under TCG measured 94.9 MiB of QEMU overhead (page tables
-// included) against the formula's 104.5 MiB, and its pod asks for 256 + 124.5 → 381 MiB.
+// included) against the formula's 104.5 MiB (tb-size 32), and with the default tb-size of 128
+// (DefaultTCGCacheMiB) its pod asks for 256 + 220.5 → 477 MiB.
 // KubeVirt budgets ≈ 240 MiB of fixed overhead (virt-launcher, its monitor, virtqemud,
 // virtlogd, QEMU) plus 8 MiB per vCPU, 8 MiB for an IO thread and 16 MiB of video RAM; vmlet has
 // no libvirt daemons and no graphics device (QEMU runs -nographic).
@@ -39,8 +41,11 @@ const (
 
 // DefaultTCGCacheMiB is the TCG translation cache per VM (MiB) that the node agents give every
 // TCG guest and that launcher pods budget: the default of both --tcg-cache-mib flags, which must
-// agree. QEMU keeps the whole size resident once a guest has run long enough to fill it.
-const DefaultTCGCacheMiB = 32
+// agree. QEMU keeps the whole size resident once a guest has run long enough to fill it (a
+// Debian 12 boot fills 128 MiB). Chosen by measurement (bench/tcgcache, BENCHMARKS.md "TCG
+// translation cache size"): the smallest size whose next doubling cut the median QEMU CPU time
+// to the login prompt by less than 10 % (32 → 64 and 64 → 128 did by more, 128 → 256 did not).
+const DefaultTCGCacheMiB = 128
 
 // QEMUDefaultTCGCacheMiB is QEMU 7.2's own translation cache when given no tb-size (1 GiB on a
 // 64-bit host with 8 GiB of RAM or more): what a pod budgets for --tcg-cache-mib=0. A Debian 12

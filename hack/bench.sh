@@ -10,7 +10,7 @@
 #   BENCH_PKGS=none BENCH_ROUNDS=3 hack/bench.sh # only the side by side, 3 rounds (not for publishing)
 #   BENCH_SIDEBYSIDE=0 hack/bench.sh             # skip the side by side
 #   BENCH_VMIS=1,20 hack/bench.sh                # agent benchmark without the 100-VMI case
-#   BENCH_TCGCACHE=0 hack/bench.sh               # skip the TCG cache sizes (bench/tcgcache, ≈35 min)
+#   BENCH_TCGCACHE=0 hack/bench.sh               # skip the TCG cache sizes (bench/tcgcache, ≈20 min quiet, ≈40 min under load)
 #
 # The TCG cache benchmark boots a real Debian 12 guest (hack/distroguest/build.sh builds it from
 # the apt mirror the first time, ≈3 min, cached in $VMLET_CACHE); without a reachable mirror it

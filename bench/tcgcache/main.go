@@ -40,12 +40,12 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	guestDir := fs.String("guest", "", "hack/distroguest/build.sh's output folder (required)")
-	sizes := fs.String("sizes", "0,16,32,64,128,256", "plain QEMU tb-sizes in MiB (0 = QEMU's default, no tb-size)")
+	sizes := fs.String("sizes", "0,32,64,128,256", "plain QEMU tb-sizes in MiB (0 = QEMU's default, no tb-size)")
 	vmletSizes := fs.String("vmlet-sizes", "32", "tb-sizes for the vmlet driver mode (empty = none)")
 	rounds := fs.Int("rounds", 3, "rounds; each boots every config once")
 	memMiB := fs.Int("memory", 512, "guest RAM (MiB)")
 	vcpus := fs.Int("vcpus", 1, "guest vCPUs")
-	timeout := fs.Duration("timeout", 6*time.Minute, "per boot")
+	timeout := fs.Duration("timeout", 10*time.Minute, "per boot (2.5× the slowest boot seen at load 20)")
 	out := fs.String("out", "bench/tcgcache.json", "results file (rewritten after every boot)")
 	_ = fs.Parse(args)
 	if *guestDir == "" {

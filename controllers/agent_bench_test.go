@@ -48,6 +48,9 @@ func BenchmarkCreateToRunning(b *testing.B) {
 			tr := newStartTrace()
 			o.Trace = tr.record
 			o.Workers = benchWorkers(b)
+			// As `vmlet local` runs (--cpu-weights on); VMLET_BENCH_CPU_WEIGHTS=0 measures
+			// without, in the same way as before the weights.
+			o.CPUWeights = os.Getenv("VMLET_BENCH_CPU_WEIGHTS") != "0" && cpuGroups != nil
 			a := startAgent(b, o)
 			defer a.stop(b)
 			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})

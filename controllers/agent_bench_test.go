@@ -118,12 +118,14 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		}
 		return len(ready) == n
 	})
+	cpu, rss = agentUsage(10 * time.Second)
+	// After the window: the agent traces its status write once the write returned, which can
+	// be after the client saw the status.
 	for name, uid := range uids {
 		for step, d := range tr.breakdown(uid, created[name], readyAt[name]) {
 			steps[step] = append(steps[step], d)
 		}
 	}
-	cpu, rss = agentUsage(10 * time.Second)
 	for name := range created {
 		setPausedB(ctx, b, name, true)
 		pausedAt[name] = time.Now()

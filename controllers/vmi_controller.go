@@ -135,7 +135,7 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // nothing long (storage runs as tracked operations, launcher calls have deadlines); what
 // remains is the launcher's Sync (QEMU's start) and hotplug calls. Chosen by measurement
 // (BENCHMARKS.md, BenchmarkCreateToRunning with VMLET_BENCH_WORKERS).
-const workers = 4
+const workers = 4 // of 2, 4 and 8 on 2 cores, 4 started 20 VMIs fastest (BENCHMARKS.md)
 
 // Wake enqueues a VMI; launcher events and launcher exits call it.
 func (r *VMIReconciler) Wake(namespace, name string) {

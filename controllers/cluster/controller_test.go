@@ -61,7 +61,7 @@ func TestLauncherPodCreated(t *testing.T) {
 		strings.Join(c.Command, " ") != launcherpod.Binary || strings.Join(c.Args, " ") != wantArgs {
 		t.Errorf("container %s image %s command %v args %v", c.Name, c.Image, c.Command, c.Args)
 	}
-	want, err := launcherpod.Resources(getVMI(t, vmi), 32)
+	want, err := launcherpod.Resources(getVMI(t, vmi), launcherpod.DefaultTCGCacheMiB) // the controller's (suite_test.go)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 // fail ends the VMI with a reason (vmistatus.Fail: Failed phase, Synchronized=False,
@@ -67,7 +68,15 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 	case DomainShutoff:
 		vmistatus.Succeed(vmi)
 	case DomainCrashed:
-		r.fail(vmi, vmistatus.ReasonDomainCrashed, "QEMU ended unexpectedly: "+d.Reason)
+		if d.Reason == launcher.ReasonCrashed {
+			// QEMU ended on its own and the launcher is about to exit ExitQEMUDied: the same
+			// end, told the same way whichever the agent sees first (its state or its exit).
+			o := vmistatus.Exited(launcher.ExitQEMUDied, "", true)
+			r.fail(vmi, o.Reason, o.Message)
+			return
+		}
+		// QEMU runs but the guest cannot go on (guest-panicked, internal-error).
+		r.fail(vmi, vmistatus.ReasonDomainCrashed, "the domain crashed: "+d.Reason)
 	default:
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonStarting, "the domain is starting")

@@ -15,7 +15,8 @@ const (
 	ReasonStopped Reason = "Stopped"
 	// ReasonQEMUDied: QEMU ended while the launcher ran it (crashed or killed).
 	ReasonQEMUDied Reason = "QEMUDied"
-	// ReasonDomainCrashed: the launcher reports the domain crashed.
+	// ReasonDomainCrashed: QEMU runs but the guest cannot go on (guest-panicked,
+	// internal-error). A QEMU that ended is QEMUDied, however the agent learns it.
 	ReasonDomainCrashed Reason = "DomainCrashed"
 	// ReasonLauncherKilled: a signal killed the launcher.
 	ReasonLauncherKilled Reason = "LauncherKilled"

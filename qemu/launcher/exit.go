@@ -25,6 +25,10 @@ const (
 	ExitQEMUDied = 4
 )
 
+// ReasonCrashed is the Exit reason, and the CRASHED domain state's reason, of a QEMU that ended
+// on its own (crashed or killed): the launcher reports the state, then exits ExitQEMUDied.
+const ReasonCrashed = "crashed"
+
 // Exit is how the launcher ended.
 type Exit struct {
 	Code int
@@ -67,7 +71,7 @@ func classifyExit(info qemu.ExitInfo, intent stopIntent, incomingPending bool) E
 	case info.Reason == qemu.ExitHostQuit:
 		ex.Code, ex.Reason = ExitQEMUDied, "qemu-quit"
 	default:
-		ex.Code, ex.Reason = ExitQEMUDied, "crashed"
+		ex.Code, ex.Reason = ExitQEMUDied, ReasonCrashed
 	}
 	return ex
 }

@@ -163,17 +163,23 @@ func TestKeysAreIndependent(t *testing.T) {
 func TestForgetWaitsForTheOperation(t *testing.T) {
 	tr := New[string, int](0, nil)
 	defer tr.Stop()
-	var ended atomic.Bool
+	cancelled, release := make(chan struct{}), make(chan struct{})
 	tr.Ensure("a", "v1", func(ctx context.Context) (int, error) {
 		<-ctx.Done()
-		time.Sleep(10 * time.Millisecond) // still cleaning up after the cancel
-		ended.Store(true)
+		close(cancelled)
+		<-release // still cleaning up after the cancel
 		return 0, ctx.Err()
 	})
-	tr.Forget("a")
-	if !ended.Load() {
+	forgotten := make(chan struct{})
+	go func() { tr.Forget("a"); close(forgotten) }()
+	<-cancelled
+	select {
+	case <-forgotten:
 		t.Fatal("Forget returned before the operation did")
+	default: // the operation cannot return before release: Forget must still wait
 	}
+	close(release)
+	<-forgotten
 	if n := tr.Running(); n != 0 {
 		t.Fatalf("Running() = %d after Forget", n)
 	}

@@ -85,7 +85,7 @@ func TestCPUWeights(t *testing.T) {
 	r, _ := newRuntime(t)
 	r.CPU = cpuHierarchy(t, r)
 	if r.CPU.Version != cpuweight.V1 {
-		t.Skip("cgroup v2 cpu controller: not on this host") // hybrid hosts here are v1
+		prereq.Missing(t, "a cgroup-v1 cpu hierarchy (this test checks v1 groups; hosts here are v1 hybrids)")
 	}
 	id := "0f4c6a2e-1111-4e7e-9d51-000000000011"
 	s := spec(id)
@@ -152,7 +152,7 @@ func TestCPUAdopt(t *testing.T) {
 	r, _ := newRuntime(t)
 	h := cpuHierarchy(t, r)
 	if h.Version != cpuweight.V1 {
-		t.Skip("cgroup v2 cpu controller: not on this host")
+		prereq.Missing(t, "a cgroup-v1 cpu hierarchy (this test checks v1 groups; hosts here are v1 hybrids)")
 	}
 	id := "0f4c6a2e-1111-4e7e-9d51-000000000012"
 	st, err := r.Ensure(context.Background(), spec(id))

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -38,7 +39,6 @@ func TestHandOverDHCP(t *testing.T) {
 	go l.serveTaps(lis)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fdsBefore := openFDs(t)
 
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	plan := dhcp.LeasePlan{
@@ -53,6 +53,7 @@ func TestHandOverDHCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	handed := socketInodes(t, socks.Files())
 	v4only := plan
 	v4only.DHCP6, v4only.RA = nil, nil
 	if err := HandOverDHCP(ctx, sock, v4only, socks); !errors.Is(err, ErrInvalidRequest) {
@@ -76,21 +77,42 @@ func TestHandOverDHCP(t *testing.T) {
 	if names, _ := l.dhcp.snapshot(); len(names) != 0 {
 		t.Errorf("served interfaces after StopDHCP: %v", names)
 	}
-	// The launcher's serving goroutines closed their sockets: nothing is left open.
-	deadline := time.Now().Add(5 * time.Second)
-	for n := openFDs(t); n > fdsBefore; n = openFDs(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d files open after StopDHCP, %d before the hand-overs", n, fdsBefore)
+	// Closing a service waits for its server goroutines: once StopDHCP (and the replacing and
+	// the refused hand-overs) returned, no copy of a handed-over socket is open anywhere in
+	// this process (the launcher's copies included).
+	for fd, ino := range openSockets(t) {
+		if slices.Contains(handed, ino) {
+			t.Errorf("fd %s still holds handed-over socket %s after StopDHCP", fd, ino)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func openFDs(t *testing.T) int {
+// socketInodes names the sockets files are ("socket:[inode]", as /proc/self/fd links them).
+func socketInodes(t *testing.T, files []*os.File) []string {
+	t.Helper()
+	var out []string
+	for _, f := range files {
+		l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// openSockets maps this process's open fds to what they link to.
+func openSockets(t *testing.T) map[string]string {
 	t.Helper()
 	des, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(des)
+	out := map[string]string{}
+	for _, de := range des {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", de.Name())); err == nil {
+			out[de.Name()] = l
+		}
+	}
+	return out
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/vmlet/vmlet/internal/mountinfo"
 )
 
 // mounts is what mountinfo says about cgroup file systems.
@@ -36,7 +37,7 @@ func parseMounts(r io.Reader) (mounts, error) {
 		if lf[3] != "/" {
 			dst = &sub
 		}
-		mnt := unescape(lf[4])
+		mnt := mountinfo.Unescape(lf[4])
 		switch {
 		case rf[0] == "cgroup2" && dst.v2 == "":
 			dst.v2 = mnt
@@ -54,23 +55,4 @@ func parseMounts(r io.Reader) (mounts, error) {
 		m.v2 = sub.v2
 	}
 	return m, nil
-}
-
-// unescape undoes the kernel's octal escapes in mountinfo (\040 for space, \011, \012, \134).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"github.com/vmlet/vmlet/internal/mountinfo"
 )
 
 // cgroup2MountIn returns the mount point of the cgroup2 filesystem listed in r, in the
@@ -25,7 +26,7 @@ func cgroup2MountIn(r io.Reader) (string, error) {
 		if len(lf) < 5 || len(rf) < 1 || rf[0] != "cgroup2" {
 			continue
 		}
-		mnt := unescapeMountinfo(lf[4])
+		mnt := mountinfo.Unescape(lf[4])
 		if lf[3] == "/" {
 			return mnt, nil
 		}
@@ -40,23 +41,4 @@ func cgroup2MountIn(r io.Reader) (string, error) {
 		return "", ErrNoCgroup2
 	}
 	return sub, nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for space, \011, \012, \134).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

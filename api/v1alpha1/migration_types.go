@@ -168,4 +168,99 @@ type VirtualMachineInstanceMigrationState struct {
 	// Lets us know if the vmi is currently running pre or post copy migration.
 	// +optional
 	Mode MigrationMode `json:"mode,omitempty"`
+	// The list of ports opened for live migration on the destination node: node port →
+	// what it relays to ("0": the memory migration stream, "49153": the disk copy).
+	// +optional
+	TargetDirectMigrationNodePorts map[string]int `json:"targetDirectMigrationNodePorts,omitempty"`
+	// Indicates the final status of the live migration abortion.
+	// +optional
+	AbortStatus MigrationAbortStatus `json:"abortStatus,omitempty"`
+	// Migration configurations to apply (resolved when the migration was scheduled).
+	// +optional
+	MigrationConfiguration *MigrationConfiguration `json:"migrationConfiguration,omitempty"`
+	// SourceDomain is vmlet-specific: the device layout the source runs (machine type, CPU
+	// model, the PCIe port of every disk and NIC, hotplugged ones included), which the target
+	// reproduces.
+	// +optional
+	SourceDomain *MigrationDomainLayout `json:"sourceDomain,omitempty"`
+	// Progress is vmlet-specific: the live progress of the migration (KubeVirt exposes it only
+	// as metrics), refreshed at most every second while it runs; the downtime once it completed.
+	// +optional
+	Progress *MigrationProgress `json:"progress,omitempty"`
+}
+
+// MigrationAbortStatus is the outcome of an abort request.
+// +kubebuilder:validation:Enum=Succeeded;Failed;Aborting
+type MigrationAbortStatus string
+
+// Abort outcomes.
+const (
+	// MigrationAbortSucceeded: the migration was cancelled; the guest runs on the source.
+	MigrationAbortSucceeded MigrationAbortStatus = "Succeeded"
+	// MigrationAbortFailed: the migration had completed before it could be cancelled.
+	MigrationAbortFailed MigrationAbortStatus = "Failed"
+	// MigrationAbortInProgress: the cancellation is under way.
+	MigrationAbortInProgress MigrationAbortStatus = "Aborting"
+)
+
+// MigrationDomainLayout is vmlet-specific: how the source domain's devices are placed.
+type MigrationDomainLayout struct {
+	// Machine is the versioned machine type the source runs, e.g. pc-q35-7.2.
+	// +kubebuilder:validation:MaxLength=64
+	Machine string `json:"machine"`
+	// CPUModel is the QEMU CPU model the source runs.
+	// +kubebuilder:validation:MaxLength=64
+	CPUModel string `json:"cpuModel"`
+	// HotplugPorts is the number of free PCIe root ports the source has.
+	HotplugPorts int32 `json:"hotplugPorts"`
+	// SCSI says the source has a virtio-scsi controller.
+	// +optional
+	SCSI bool `json:"scsi,omitempty"`
+	// Devices are the source's disks and NICs with their ports.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Devices []MigrationDevicePort `json:"devices,omitempty"`
+}
+
+// MigrationDevicePort is where one of the source's devices sits.
+type MigrationDevicePort struct {
+	// Kind is disk or nic.
+	// +kubebuilder:validation:Enum=disk;nic
+	Kind string `json:"kind"`
+	// ID is the device's QEMU id.
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+	// Port is its PCIe root port (or SCSI/SATA unit) number.
+	Port int32 `json:"port"`
+	// Hotplugged says the device was plugged after the source started.
+	// +optional
+	Hotplugged bool `json:"hotplugged,omitempty"`
+}
+
+// MigrationProgress is vmlet-specific: what QEMU reports of a running migration.
+type MigrationProgress struct {
+	// DataProcessedBytes is the guest memory sent so far.
+	// +optional
+	DataProcessedBytes int64 `json:"dataProcessedBytes,omitempty"`
+	// DataRemainingBytes is the guest memory left to send in this pass.
+	// +optional
+	DataRemainingBytes int64 `json:"dataRemainingBytes,omitempty"`
+	// DataTotalBytes is the guest memory size.
+	// +optional
+	DataTotalBytes int64 `json:"dataTotalBytes,omitempty"`
+	// DirtyRatePagesPerSecond is how fast the guest dirties memory.
+	// +optional
+	DirtyRatePagesPerSecond int64 `json:"dirtyRatePagesPerSecond,omitempty"`
+	// Iteration is the number of passes over guest memory.
+	// +optional
+	Iteration int64 `json:"iteration,omitempty"`
+	// DowntimeMilliseconds is how long the guest was paused at switchover (once completed).
+	// +optional
+	DowntimeMilliseconds int64 `json:"downtimeMilliseconds,omitempty"`
+	// TotalTimeMilliseconds is the migration's duration as QEMU measured it (once completed).
+	// +optional
+	TotalTimeMilliseconds int64 `json:"totalTimeMilliseconds,omitempty"`
+	// UpdateTimestamp is when these figures were read.
+	// +optional
+	UpdateTimestamp *metav1.Time `json:"updateTimestamp,omitempty"`
 }

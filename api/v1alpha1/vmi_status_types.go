@@ -93,6 +93,14 @@ type VirtualMachineInstanceStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
 	VolumeStatus []VolumeStatus `json:"volumeStatus,omitempty"`
+	// Machine is the machine type the guest runs: the versioned one QEMU resolved (e.g.
+	// pc-q35-7.2), which a migration target reproduces.
+	// +optional
+	Machine *Machine `json:"machine,omitempty"`
+	// MigrationMethod is how the vmi migrates: BlockMigration when node-local disks are
+	// copied with it, LiveMigration when every disk is shared.
+	// +optional
+	MigrationMethod VirtualMachineInstanceMigrationMethod `json:"migrationMethod,omitempty"`
 	// Launcher is vmlet-specific (not part of kubevirt.io/v1): the QEMU process that runs this
 	// vmi and how it accelerates the guest.
 	// +optional
@@ -255,3 +263,15 @@ type LauncherStatus struct {
 	// +optional
 	QEMUVersion string `json:"qemuVersion,omitempty"`
 }
+
+// VirtualMachineInstanceMigrationMethod says how a vmi's disks move with it.
+// +kubebuilder:validation:Enum=BlockMigration;LiveMigration
+type VirtualMachineInstanceMigrationMethod string
+
+// Migration methods.
+const (
+	// BlockMigration: node-local disks are copied during the migration.
+	BlockMigration VirtualMachineInstanceMigrationMethod = "BlockMigration"
+	// LiveMigration: every disk is shared storage; only memory and device state move.
+	LiveMigration VirtualMachineInstanceMigrationMethod = "LiveMigration"
+)

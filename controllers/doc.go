@@ -20,6 +20,7 @@
 //
 // The cluster side lives in subpackages: cluster (launcher pods, status.nodeName) and
 // launcherpod (the pod it builds). Both sides write phases, conditions and reasons with package
-// vmistatus, the one status vocabulary. No controller drives VirtualMachineInstanceMigrations yet:
-// VMIs report LiveMigratable=False, reason MigrationControllerMissing.
+// vmistatus, the one status vocabulary. Package migration is the VirtualMachineInstanceMigration
+// controller; the node agent plays the migration's source and target (migration_source.go,
+// migration_target.go), on the vmi's status.migrationState.
 package controllers

@@ -76,6 +76,9 @@ type VMIReconciler struct {
 	// Workers is how many VMIs are reconciled at once (one VMI never twice at a time); 0
 	// means the default.
 	Workers int
+	// Migration is how this node reaches the others for live migration; nil: the node is
+	// neither a migration source nor a target (its migrations fail with the reason).
+	Migration *MigrationNet
 
 	gate drainGate // closed by Drain (node shutdown)
 
@@ -88,6 +91,8 @@ type VMIReconciler struct {
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]
+	// migs are the migrations this agent drives, by vmi (migration_run.go).
+	migs map[types.UID]*migrationRun
 }
 
 type launcherConn struct {
@@ -118,7 +123,7 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
-		return ok && vmi.Status.NodeName == r.NodeName
+		return ok && (vmi.Status.NodeName == r.NodeName || roleOf(vmi, r.NodeName) != roleNone)
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("vmi-node").
@@ -165,10 +170,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	defer r.gate.exit()
 	vmi := &vmletv1.VirtualMachineInstance{}
-	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err := r.Client.Get(ctx, req.NamespacedName, vmi); apierrors.IsNotFound(err) {
+		return ctrl.Result{}, r.gone(ctx, req.NamespacedName)
+	} else if err != nil {
+		return ctrl.Result{}, err
 	}
-	if vmi.Status.NodeName != r.NodeName {
+	if vmi.Status.NodeName != r.NodeName && roleOf(vmi, r.NodeName) == roleNone {
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
@@ -211,6 +218,20 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 }
 
 func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	switch roleOf(vmi, r.NodeName) {
+	case roleTarget:
+		return r.targetStep(ctx, vmi)
+	case roleTargetFailed:
+		return ctrl.Result{}, r.leaveNode(ctx, vmi)
+	case roleSourceDone:
+		return r.sourceDone(ctx, vmi)
+	case roleSource:
+		if vmi.DeletionTimestamp.IsZero() && !vmistatus.IsFinal(vmi.Status.Phase) {
+			if res, handled, err := r.sourceStep(ctx, vmi); handled {
+				return res, err
+			}
+		}
+	}
 	if !vmi.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, vmi)
 	}

@@ -197,6 +197,9 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	hotErr = errors.Join(cpuErr, nicErr, hotErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
+	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
+		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom))
+	}
 	return ctrl.Result{}, hotErr
 }
 

@@ -4,6 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -45,10 +46,7 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		AccelerationReason: d.AccelReason,
 		QEMUVersion:        d.QEMUVersion,
 	}
-	// The launcher can migrate (PrepareMigrationTarget/Migrate), but no migration controller
-	// drives VirtualMachineInstanceMigrations yet: say so rather than promise it.
-	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, false, vmistatus.ReasonMigrationControllerMissing,
-		"this vmlet build has no migration controller yet")
+	setMigratable(vmi)
 	if d.AgentConnected {
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceAgentConnected, true, vmistatus.ReasonAgentConnected, "qemu-guest-agent answers")
 	} else {
@@ -81,4 +79,15 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonStarting, "the domain is starting")
 	}
+}
+
+// setMigratable sets LiveMigratable from the vmi's spec (migration.Migratable), as
+// virt-handler does; the reason of False is KubeVirt's.
+func setMigratable(vmi *vmletv1.VirtualMachineInstance) {
+	v := migration.Migratable(vmi)
+	if v.OK {
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, true, vmistatus.Reason(v.Reason), "")
+		return
+	}
+	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, false, vmistatus.Reason(v.Reason), v.Message)
 }

@@ -38,4 +38,4 @@ cp "$tmp"/*.yaml config/crd/bases/
 
 # 4. The cluster controller's ClusterRole from the +kubebuilder:rbac markers of
 #    controllers/cluster: config/rbac/role.yaml.
-controller_gen rbac:roleName=vmlet-controller paths=./controllers/cluster/... output:rbac:artifacts:config=config/rbac
+controller_gen rbac:roleName=vmlet-controller paths="{./controllers/cluster/...,./controllers/migration/...}" output:rbac:artifacts:config=config/rbac

@@ -41,7 +41,10 @@ type Config struct {
 	// kubelet does: only where vmlet is the node's only agent (local mode). A node with a
 	// kubelet keeps its conditions the kubelet's.
 	OwnsNodeReady bool
-	Log           logr.Logger
+	// Migration is how this node's agent reaches the others' for live migration; nil: the
+	// node neither sends nor receives migrations.
+	Migration *controllers.MigrationNet
+	Log       logr.Logger
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -113,6 +116,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		Env: func(runDir string) translate.NodeEnv {
 			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB}
 		},
+		Migration: cfg.Migration,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up VMI reconciler: %w", err)

@@ -81,13 +81,11 @@ const (
 
 // Reasons of the other conditions.
 const (
-	// ReasonMigrationControllerMissing: LiveMigratable=False, no controller drives migrations.
-	ReasonMigrationControllerMissing Reason = "MigrationControllerMissing"
-	ReasonAgentConnected             Reason = "AgentConnected"
-	ReasonNotPaused                  Reason = "NotPaused"
-	ReasonPausedByUser               Reason = "PausedByUser"
-	ReasonPausedForMigration         Reason = "PausedForMigration"
-	ReasonPausedIOError              Reason = "PausedIOError"
+	ReasonAgentConnected     Reason = "AgentConnected"
+	ReasonNotPaused          Reason = "NotPaused"
+	ReasonPausedByUser       Reason = "PausedByUser"
+	ReasonPausedForMigration Reason = "PausedForMigration"
+	ReasonPausedIOError      Reason = "PausedIOError"
 )
 
 // Reasons of hotplugged volumes' status (status.volumeStatus[].reason).

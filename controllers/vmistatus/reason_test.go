@@ -48,7 +48,6 @@ func TestReasonStrings(t *testing.T) {
 		{vmistatus.ReasonImagePullBackOff, "ImagePullBackOff"},
 		{vmistatus.ReasonFailedCreate, "FailedCreate"},
 
-		{vmistatus.ReasonMigrationControllerMissing, "MigrationControllerMissing"},
 		{vmistatus.ReasonAgentConnected, "AgentConnected"},
 		{vmistatus.ReasonNotPaused, "NotPaused"},
 		{vmistatus.ReasonPausedByUser, "PausedByUser"},

@@ -79,6 +79,9 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 		_ = d.stop(stopKill, 0) // cleanup after the failure returned below; stop logs its own
 		return nil, fmt.Errorf("prepare migration target: %w", err)
 	}
+	if ss := req.GetSyncSpec(); ss != nil {
+		d.spec = cloneSpec(ss) // what a later Sync compares with (under syncMu, as Sync)
+	}
 	return &pb.PrepareMigrationTargetResponse{Uri: uri}, nil
 }
 
@@ -192,5 +195,6 @@ func migrationStatus(role string, m qemu.MigrationInfo) *pb.MigrationStatus {
 		TotalBytes:       uint64(max(m.RAMTotal, 0)),
 		DirtySyncCount:   uint64(max(m.DirtySyncCount, 0)),
 		PostcopyRequests: uint64(max(m.PostcopyRequests, 0)),
+		DirtyPagesRate:   m.DirtyPagesRate,
 	}
 }

@@ -2338,7 +2338,11 @@ type PrepareMigrationTargetRequest struct {
 	ListenUri string `protobuf:"bytes,2,opt,name=listen_uri,json=listenUri,proto3" json:"listen_uri,omitempty"`
 	// options must match the source's Migrate options (capabilities and multifd channels are
 	// negotiated per side).
-	Options       *MigrationOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	Options *MigrationOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// sync_spec is the spec the agent will Sync once the migration completed (its own
+	// translation of the vmi, without the source's pinned layout): Sync with it is then a no-op
+	// rather than "runs with another spec". Empty: spec.
+	SyncSpec      *DomainSpec `protobuf:"bytes,20,opt,name=sync_spec,json=syncSpec,proto3" json:"sync_spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2390,6 +2394,13 @@ func (x *PrepareMigrationTargetRequest) GetListenUri() string {
 func (x *PrepareMigrationTargetRequest) GetOptions() *MigrationOptions {
 	if x != nil {
 		return x.Options
+	}
+	return nil
+}
+
+func (x *PrepareMigrationTargetRequest) GetSyncSpec() *DomainSpec {
+	if x != nil {
+		return x.SyncSpec
 	}
 	return nil
 }
@@ -2821,6 +2832,7 @@ type MigrationStatus struct {
 	TotalBytes       uint64                 `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	DirtySyncCount   uint64                 `protobuf:"varint,10,opt,name=dirty_sync_count,json=dirtySyncCount,proto3" json:"dirty_sync_count,omitempty"`
 	PostcopyRequests uint64                 `protobuf:"varint,11,opt,name=postcopy_requests,json=postcopyRequests,proto3" json:"postcopy_requests,omitempty"`
+	DirtyPagesRate   int64                  `protobuf:"varint,20,opt,name=dirty_pages_rate,json=dirtyPagesRate,proto3" json:"dirty_pages_rate,omitempty"` // pages per second the guest dirties (source)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2928,6 +2940,13 @@ func (x *MigrationStatus) GetDirtySyncCount() uint64 {
 func (x *MigrationStatus) GetPostcopyRequests() uint64 {
 	if x != nil {
 		return x.PostcopyRequests
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDirtyPagesRate() int64 {
+	if x != nil {
+		return x.DirtyPagesRate
 	}
 	return 0
 }
@@ -4384,12 +4403,13 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x12HotplugNICResponse\"\"\n" +
 	"\x10UnplugNICRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x13\n" +
-	"\x11UnplugNICResponse\"\xb0\x01\n" +
+	"\x11UnplugNICResponse\"\xec\x01\n" +
 	"\x1dPrepareMigrationTargetRequest\x121\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"listen_uri\x18\x02 \x01(\tR\tlistenUri\x12=\n" +
-	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"2\n" +
+	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12:\n" +
+	"\tsync_spec\x18\x14 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bsyncSpec\"2\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\"\xd6\x01\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
@@ -4412,7 +4432,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"keepPaused\"W\n" +
 	"\x19FinalizeMigrationResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"\x1b\n" +
-	"\x19GetMigrationStatusRequest\"\x8a\x03\n" +
+	"\x19GetMigrationStatusRequest\"\xb4\x03\n" +
 	"\x0fMigrationStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -4427,7 +4447,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"totalBytes\x12(\n" +
 	"\x10dirty_sync_count\x18\n" +
 	" \x01(\x04R\x0edirtySyncCount\x12+\n" +
-	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\"\x12\n" +
+	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\x12(\n" +
+	"\x10dirty_pages_rate\x18\x14 \x01(\x03R\x0edirtyPagesRate\"\x12\n" +
 	"\x10GuestPingRequest\"\x13\n" +
 	"\x11GuestPingResponse\"\x12\n" +
 	"\x10GuestInfoRequest\"\xbd\x02\n" +
@@ -4684,67 +4705,68 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	7,  // 22: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
 	3,  // 23: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
 	40, // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	40, // 25: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	48, // 26: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	53, // 27: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	54, // 28: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	55, // 29: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	56, // 30: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	61, // 31: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	62, // 32: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	63, // 33: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	64, // 34: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 35: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 36: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 37: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 38: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 39: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 40: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 41: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	23, // 42: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	30, // 43: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	32, // 44: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	34, // 45: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	36, // 46: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	38, // 47: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	41, // 48: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	43, // 49: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	45, // 50: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	47, // 51: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	49, // 52: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	51, // 53: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	57, // 54: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	59, // 55: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	65, // 56: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	67, // 57: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 58: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 59: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 60: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 61: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 62: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 63: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 64: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 65: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 66: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 67: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 68: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 69: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 70: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	42, // 71: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	44, // 72: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	46, // 73: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	48, // 74: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	50, // 75: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	52, // 76: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	58, // 77: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	60, // 78: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	66, // 79: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	68, // 80: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	58, // [58:81] is the sub-list for method output_type
-	35, // [35:58] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	3,  // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	40, // 26: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	48, // 27: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	53, // 28: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	54, // 29: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	55, // 30: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	56, // 31: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	61, // 32: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	62, // 33: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	63, // 34: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	64, // 35: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	8,  // 36: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 37: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 38: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 39: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 40: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 41: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 42: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	23, // 43: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	30, // 44: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	32, // 45: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	34, // 46: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	36, // 47: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	38, // 48: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	41, // 49: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	43, // 50: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	45, // 51: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	47, // 52: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	49, // 53: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	51, // 54: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	57, // 55: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	59, // 56: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	65, // 57: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	67, // 58: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 59: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 60: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 61: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 62: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 63: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 64: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 65: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 66: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 67: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 68: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 69: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 70: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 71: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	42, // 72: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	44, // 73: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	46, // 74: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	48, // 75: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	50, // 76: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	52, // 77: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	58, // 78: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	60, // 79: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	66, // 80: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	68, // 81: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	59, // [59:82] is the sub-list for method output_type
+	36, // [36:59] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }

@@ -1,0 +1,425 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+)
+
+// Finalizer keeps a migration until an abort its deletion asked for has ended.
+const Finalizer = "vmlet.dev/migration-abort"
+
+// vmiNameIndex indexes migrations by spec.vmiName.
+const vmiNameIndex = "spec.vmiName"
+
+// KeepFinished is how many ended migrations of one vmi are kept (the newest); older ones are
+// deleted, as KubeVirt's garbage collection does.
+const KeepFinished = 5
+
+// SchedulingTimeout fails a migration whose target cannot be placed for this long (KubeVirt's
+// unschedulable-target-pod timeout).
+const SchedulingTimeout = 5 * time.Minute
+
+// Picker chooses the node a vmi migrates to (never its current node); an error says why none
+// can take it (the scheduler's message).
+type Picker func(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (string, error)
+
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+
+// Controller is the VirtualMachineInstanceMigration controller.
+type Controller struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Pick places migration targets. Local mode picks among its nodes; nil fails every
+	// migration with NoTargetNode (cluster mode places no target launcher pods yet).
+	Pick Picker
+	// APIReader reads the configuration ConfigMap (uncached, the controller does not watch
+	// ConfigMaps); nil means Client.
+	APIReader client.Reader
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the controller: it watches migrations and the vmis they name.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &vmletv1.VirtualMachineInstanceMigration{}, vmiNameIndex,
+		func(o client.Object) []string {
+			return []string{o.(*vmletv1.VirtualMachineInstanceMigration).Spec.VMIName}
+		}); err != nil {
+		return fmt.Errorf("index migrations by vmi: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("vmi-migration").
+		For(&vmletv1.VirtualMachineInstanceMigration{}).
+		Watches(&vmletv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(c.forVMI)).
+		Complete(c)
+}
+
+// forVMI maps a vmi to its migrations.
+func (c *Controller) forVMI(ctx context.Context, o client.Object) []reconcile.Request {
+	var l vmletv1.VirtualMachineInstanceMigrationList
+	if err := c.Client.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{vmiNameIndex: o.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(l.Items))
+	for _, m := range l.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}})
+	}
+	return out
+}
+
+func (c *Controller) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Controller) reader() client.Reader {
+	if c.APIReader != nil {
+		return c.APIReader
+	}
+	return c.Client
+}
+
+// Reconcile moves one migration along.
+func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	if err := c.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	vmi := &vmletv1.VirtualMachineInstance{}
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, vmi); apierrors.IsNotFound(err) {
+		vmi = nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !m.DeletionTimestamp.IsZero() {
+		return c.abort(ctx, m, vmi)
+	}
+	if !Final(m.Status.Phase) && controllerutil.AddFinalizer(m, Finalizer) {
+		if err := c.Client.Update(ctx, m); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	before := m.Status.DeepCopy()
+	res, err := c.step(ctx, m, vmi)
+	if !equality.Semantic.DeepEqual(before, &m.Status) {
+		if uerr := c.Client.Status().Update(ctx, m); uerr != nil {
+			if apierrors.IsConflict(uerr) {
+				return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+			}
+			return ctrl.Result{}, errors.Join(err, uerr)
+		}
+		if Final(m.Status.Phase) && !Final(before.Phase) {
+			c.ended(m, vmi)
+			if err := c.collect(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	return res, err
+}
+
+// step is one pass over a migration that is not being deleted.
+func (c *Controller) step(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	switch m.Status.Phase {
+	case vmletv1.MigrationSucceeded, vmletv1.MigrationFailed:
+		if controllerutil.RemoveFinalizer(m, Finalizer) {
+			return ctrl.Result{}, c.Client.Update(ctx, m)
+		}
+		return ctrl.Result{}, nil
+	case vmletv1.MigrationPhaseUnset:
+		c.advance(m, vmletv1.MigrationPending)
+		fallthrough
+	case vmletv1.MigrationPending:
+		return c.admit(ctx, m, vmi)
+	case vmletv1.MigrationScheduling:
+		return c.schedule(ctx, m, vmi)
+	}
+	return c.follow(m, vmi)
+}
+
+// admit starts a pending migration when the vmi can migrate and a slot is free.
+func (c *Controller) admit(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	all, err := c.migrations(ctx, "")
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var others []string
+	running, fromNode := 0, 0
+	for _, o := range all {
+		if o.UID == m.UID || !Active(o.Status.Phase) {
+			continue
+		}
+		running++
+		if o.Namespace == m.Namespace && o.Spec.VMIName == m.Spec.VMIName {
+			others = append(others, o.Name)
+		}
+		if vmi != nil && o.Status.MigrationState != nil && o.Status.MigrationState.SourceNode == vmi.Status.NodeName {
+			fromNode++
+		}
+	}
+	if r := Admit(vmi, others); r.Reason != "" {
+		c.fail(m, r.Reason, r.Message)
+		return ctrl.Result{}, nil
+	}
+	cfg, err := c.config(ctx)
+	if err != nil {
+		c.fail(m, ReasonBadConfig, err.Error())
+		return ctrl.Result{}, nil
+	}
+	if ok, why := Slots(cfg, running, fromNode); !ok {
+		setCondition(m, "Throttled", true, "WaitingForSlot", why)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil // other migrations' ends also wake it (their vmis change)
+	}
+	setCondition(m, "Throttled", false, "SlotFree", "")
+	c.advance(m, vmletv1.MigrationScheduling)
+	return c.schedule(ctx, m, vmi)
+}
+
+// schedule picks the target node and hands the migration to the node agents through the vmi's
+// migrationState.
+func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	if r := Admit(vmi, nil); r.Reason != "" {
+		c.fail(m, r.Reason, r.Message)
+		return ctrl.Result{}, nil
+	}
+	var target string
+	err := errors.New("no migration target placement in this mode (cluster mode places no target launcher pods yet)")
+	if c.Pick != nil {
+		target, err = c.Pick(ctx, vmi)
+	}
+	if err != nil {
+		since := phaseTime(m, vmletv1.MigrationScheduling)
+		if c.now().Sub(since) >= SchedulingTimeout {
+			c.fail(m, ReasonTargetTimeout, fmt.Sprintf("no node could take the target for %s: %v", SchedulingTimeout, err))
+			return ctrl.Result{}, nil
+		}
+		setCondition(m, "TargetScheduled", false, ReasonNoTarget, err.Error())
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	cfg, err := c.config(ctx)
+	if err != nil {
+		c.fail(m, ReasonBadConfig, err.Error())
+		return ctrl.Result{}, nil
+	}
+	orig := vmi.DeepCopy()
+	vmi.Status.MigrationState = &vmletv1.VirtualMachineInstanceMigrationState{
+		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: target,
+		SourcePod: launcherPod(vmi), MigrationConfiguration: &cfg, Mode: vmletv1.MigrationPreCopy,
+	}
+	vmi.Status.MigrationMethod = Migratable(vmi).Method
+	if err := c.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil // read the vmi again
+		}
+		return ctrl.Result{}, fmt.Errorf("hand the migration to the nodes: %w", err)
+	}
+	setCondition(m, "TargetScheduled", true, "Scheduled", "target node "+target)
+	m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()
+	c.advance(m, vmletv1.MigrationScheduled)
+	c.Recorder.Eventf(m, vmi, corev1.EventTypeNormal, "Scheduled", "Migrate", "migrating vmi %s from node %s to node %s", vmi.Name, vmi.Status.NodeName, target)
+	return ctrl.Result{}, nil
+}
+
+// follow mirrors the vmi's migrationState and derives the phase from it.
+func (c *Controller) follow(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	if vmi == nil {
+		c.fail(m, ReasonVMINotFound, "the vmi was deleted during the migration")
+		return ctrl.Result{}, nil
+	}
+	ms := vmi.Status.MigrationState
+	if ms == nil || ms.MigrationUID != m.UID {
+		c.fail(m, ReasonMigrationFailed, "the vmi no longer carries this migration's state")
+		return ctrl.Result{}, nil
+	}
+	m.Status.MigrationState = ms.DeepCopy()
+	p := Progress(ms, vmi.Status.NodeName)
+	if p == vmletv1.MigrationFailed {
+		c.advance(m, p)
+		setCondition(m, "Failed", true, ReasonMigrationFailed, ms.FailureReason)
+		return ctrl.Result{}, nil
+	}
+	c.advance(m, p)
+	return ctrl.Result{}, nil
+}
+
+// abort handles a deleted migration: one that the nodes run is cancelled first (the source
+// agent aborts on abortRequested and says how it went); the finalizer goes once it ended.
+func (c *Controller) abort(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(m, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if vmi != nil {
+		if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationUID == m.UID && !ms.Completed && !ms.Failed {
+			if !ms.AbortRequested {
+				orig := vmi.DeepCopy()
+				ms.AbortRequested, ms.AbortStatus = true, vmletv1.MigrationAbortInProgress
+				if err := c.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+					if apierrors.IsConflict(err) {
+						return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+					}
+					return ctrl.Result{}, fmt.Errorf("request abort: %w", err)
+				}
+				c.Recorder.Eventf(m, vmi, corev1.EventTypeNormal, "AbortRequested", "Abort", "migration deleted: aborting it; the guest stays on node %s", ms.SourceNode)
+			}
+			return ctrl.Result{}, nil // the vmi's change wakes us
+		}
+	}
+	controllerutil.RemoveFinalizer(m, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(c.Client.Update(ctx, m))
+}
+
+// ended records a migration's end as events on it and on its vmi.
+func (c *Controller) ended(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) {
+	var related runtime.Object // a nil *VirtualMachineInstance would not be a nil Object
+	if vmi != nil {
+		related = vmi
+	}
+	if m.Status.Phase == vmletv1.MigrationSucceeded {
+		ms := m.Status.MigrationState
+		c.Recorder.Eventf(m, related, corev1.EventTypeNormal, "Succeeded", "Migrate", "vmi %s migrated from node %s to node %s", m.Spec.VMIName, ms.SourceNode, ms.TargetNode)
+		if vmi != nil {
+			c.Recorder.Eventf(vmi, m, corev1.EventTypeNormal, "Migrated", "Migrate", "migrated from node %s to node %s (%s)", ms.SourceNode, ms.TargetNode, m.Name)
+		}
+		return
+	}
+	why := failure(m)
+	c.Recorder.Eventf(m, related, corev1.EventTypeWarning, "Failed", "Migrate", "%s", why)
+	if vmi != nil {
+		c.Recorder.Eventf(vmi, m, corev1.EventTypeWarning, "MigrationFailed", "Migrate", "migration %s failed: %s", m.Name, why)
+	}
+}
+
+func failure(m *vmletv1.VirtualMachineInstanceMigration) string {
+	if ms := m.Status.MigrationState; ms != nil && ms.FailureReason != "" {
+		return ms.FailureReason
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, "Failed"); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return "failed"
+}
+
+// fail ends a migration the controller refused or lost. The vmi's state is the agents'.
+func (c *Controller) fail(m *vmletv1.VirtualMachineInstanceMigration, reason, msg string) {
+	c.advance(m, vmletv1.MigrationFailed)
+	setCondition(m, "Failed", true, reason, msg)
+	if m.Status.MigrationState == nil {
+		now := metav1.NewTime(c.now())
+		m.Status.MigrationState = &vmletv1.VirtualMachineInstanceMigrationState{
+			MigrationUID: m.UID, Failed: true, FailureReason: reason + ": " + msg, EndTimestamp: &now,
+		}
+	}
+}
+
+// advance moves the phase forward, recording the transition time of each phase passed.
+func (c *Controller) advance(m *vmletv1.VirtualMachineInstanceMigration, next vmletv1.VirtualMachineInstanceMigrationPhase) {
+	for _, p := range Advance(m.Status.Phase, next) {
+		m.Status.Phase = p
+		if len(m.Status.PhaseTransitionTimestamps) < 16 {
+			m.Status.PhaseTransitionTimestamps = append(m.Status.PhaseTransitionTimestamps,
+				vmletv1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: metav1.NewTime(c.now())})
+		}
+	}
+}
+
+func phaseTime(m *vmletv1.VirtualMachineInstanceMigration, p vmletv1.VirtualMachineInstanceMigrationPhase) time.Time {
+	for _, t := range m.Status.PhaseTransitionTimestamps {
+		if t.Phase == p {
+			return t.PhaseTransitionTimestamp.Time
+		}
+	}
+	return m.CreationTimestamp.Time
+}
+
+func setCondition(m *vmletv1.VirtualMachineInstanceMigration, typ string, status bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
+}
+
+// migrations lists the migrations of vmiName ("" = all).
+func (c *Controller) migrations(ctx context.Context, vmiName string, opts ...client.ListOption) ([]vmletv1.VirtualMachineInstanceMigration, error) {
+	var l vmletv1.VirtualMachineInstanceMigrationList
+	if vmiName != "" {
+		opts = append(opts, client.MatchingFields{vmiNameIndex: vmiName})
+	}
+	if err := c.Client.List(ctx, &l, opts...); err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	return l.Items, nil
+}
+
+// collect deletes the ended migrations of m's vmi beyond the KeepFinished newest.
+func (c *Controller) collect(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration) error {
+	all, err := c.migrations(ctx, m.Spec.VMIName, client.InNamespace(m.Namespace))
+	if err != nil {
+		return err
+	}
+	var ended []vmletv1.VirtualMachineInstanceMigration
+	for _, o := range all {
+		if Final(o.Status.Phase) || o.UID == m.UID {
+			ended = append(ended, o)
+		}
+	}
+	slices.SortFunc(ended, func(a, b vmletv1.VirtualMachineInstanceMigration) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(b.Name, a.Name)
+	})
+	for i := KeepFinished; i < len(ended); i++ {
+		if err := c.Client.Delete(ctx, &ended[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete old migration %s: %w", ended[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// config reads the cluster's migration configuration (defaults when the ConfigMap is absent).
+func (c *Controller) config(ctx context.Context) (vmletv1.MigrationConfiguration, error) {
+	cm := &corev1.ConfigMap{}
+	err := c.reader().Get(ctx, types.NamespacedName{Namespace: ConfigNamespace, Name: ConfigName}, cm)
+	if apierrors.IsNotFound(err) {
+		return Resolve(vmletv1.MigrationConfiguration{}), nil
+	}
+	if err != nil {
+		return vmletv1.MigrationConfiguration{}, fmt.Errorf("read ConfigMap %s/%s: %w", ConfigNamespace, ConfigName, err)
+	}
+	return ParseConfig(cm.Data[ConfigKey])
+}
+
+// launcherPod names where the vmi runs: its launcher pod, or (local mode) its launcher on the
+// node.
+func launcherPod(vmi *vmletv1.VirtualMachineInstance) string {
+	if l := vmi.Status.Launcher; l != nil && l.Pod != "" {
+		return l.Pod
+	}
+	return "launcher/" + vmi.Status.NodeName
+}

@@ -1,0 +1,104 @@
+package migration
+
+import (
+	"fmt"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+)
+
+// Reasons of LiveMigratable=False: KubeVirt's strings, plus one of vmlet's.
+const (
+	ReasonDisksNotMigratable      = "DisksNotLiveMigratable"
+	ReasonInterfaceNotMigratable  = "InterfaceNotLiveMigratable"
+	ReasonCPUModeNotMigratable    = "CPUModeLiveMigratable" // sic: KubeVirt's value
+	// ReasonHostDeviceNotMigratable never applies today: the API refuses host devices.
+	ReasonHostDeviceNotMigratable = "HostDeviceNotLiveMigratable"
+	// ReasonHotplugNotMigratable is vmlet's: a disk or NIC plugged into the running guest
+	// cannot be reproduced on a target yet.
+	ReasonHotplugNotMigratable = "HotplugNotLiveMigratable"
+	// ReasonMigratable is LiveMigratable=True's reason.
+	ReasonMigratable = "Migratable"
+)
+
+// Verdict is whether a vmi can be live-migrated, and why not.
+type Verdict struct {
+	OK      bool
+	Reason  string
+	Message string
+	// Method says how its disks move: BlockMigration when node-local ones are copied.
+	Method vmletv1.VirtualMachineInstanceMigrationMethod
+}
+
+// Migratable decides LiveMigratable from the vmi's spec (and its hotplug status). Node-local
+// disks the migration copies (containerDisk and emptyDisk overlays) and media rebuilt on the
+// target (cloud-init, kernel boot files) are fine; claims and unshared hostDisks are not (vmlet
+// does not know them to be shared, and does not copy them); a bridge binding on the pod network
+// is not (the guest holds the pod's address, which the target pod does not have); neither is a
+// host CPU model or a host device. Pure.
+func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
+	copied := false
+	for _, v := range vmi.Spec.Volumes {
+		switch {
+		case v.HostDisk != nil:
+			if v.HostDisk.Shared == nil || !*v.HostDisk.Shared {
+				return no(ReasonDisksNotMigratable, "hostDisk %s is not shared between nodes (hostDisk.shared: true says it is)", v.Name)
+			}
+		case v.PersistentVolumeClaim != nil:
+			return no(ReasonDisksNotMigratable, "cannot migrate: claim %s is node-local here (vmlet does not copy or share claims yet)", v.PersistentVolumeClaim.ClaimName)
+		case v.DataVolume != nil:
+			return no(ReasonDisksNotMigratable, "cannot migrate: dataVolume %s is node-local here (vmlet does not copy or share claims yet)", v.DataVolume.Name)
+		case v.Ephemeral != nil:
+			return no(ReasonDisksNotMigratable, "cannot migrate: ephemeral volume %s lies over a node-local claim", v.Name)
+		case v.ContainerDisk != nil, v.EmptyDisk != nil:
+			copied = true
+		}
+	}
+	pod := map[string]bool{}
+	for _, n := range vmi.Spec.Networks {
+		if n.Pod != nil {
+			pod[n.Name] = true
+		}
+	}
+	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+		if i.Bridge != nil && pod[i.Name] {
+			return no(ReasonInterfaceNotMigratable, "cannot migrate VMI which does not use masquerade to connect to the pod network (interface %s uses a bridge binding)", i.Name)
+		}
+	}
+	if c := vmi.Spec.Domain.CPU; c != nil && c.Model == "host-passthrough" {
+		return no(ReasonCPUModeNotMigratable, "cannot migrate a VMI with cpu model host-passthrough: the target's CPU may differ")
+	}
+	if hotplugged(vmi) {
+		return no(ReasonHotplugNotMigratable, "cannot migrate yet: a disk or interface was hotplugged into the running guest")
+	}
+	v := Verdict{OK: true, Reason: ReasonMigratable, Method: vmletv1.LiveMigration}
+	if copied {
+		v.Method = vmletv1.BlockMigration
+	}
+	return v
+}
+
+func no(reason, format string, args ...any) Verdict {
+	return Verdict{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// hotplugged reports whether the running guest has (or gets) hotplugged devices: volumes the
+// status says were hotplugged, and the interfaces of secondary (multus) networks, which the
+// agent always hot-plugs.
+func hotplugged(vmi *vmletv1.VirtualMachineInstance) bool {
+	for _, n := range vmi.Spec.Networks {
+		if n.Multus != nil {
+			return true
+		}
+	}
+	for _, s := range vmi.Status.VolumeStatus {
+		if s.HotplugVolume != nil {
+			return true
+		}
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable {
+			return true
+		}
+	}
+	return false
+}

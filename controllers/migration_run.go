@@ -1,0 +1,171 @@
+package controllers
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/migration"
+)
+
+// MigrationNet is how a node agent reaches the other nodes' agents for live migration: the
+// node's address and sockets on it (in the node's network namespace). QEMU only ever sees a
+// unix socket in its run folder; the agents relay the stream between the node addresses
+// (network/relay), as KubeVirt's virt-handler migration proxy does.
+type MigrationNet struct {
+	// Addr is this node's address (published as targetNodeAddress).
+	Addr netip.Addr
+	// Listen opens a TCP listener on addr ("ip:port") on this node.
+	Listen func(addr string) (net.Listener, error)
+	// Dial connects to another node's agent at addr from this node.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// migrationRun is one migration this agent drives for a vmi, as source or target: the
+// goroutine that waits on the launcher, what it has seen, and how it ended. Reconciles read it;
+// only the goroutine writes it (under mu).
+type migrationRun struct {
+	migration types.UID // the VirtualMachineInstanceMigration's
+	source    bool
+	cancel    context.CancelFunc
+	stop      func() // closes the relay
+
+	mu       sync.Mutex
+	started  time.Time // source: QEMU accepted the migration
+	status   MigrationStatus
+	read     time.Time // when status was read
+	ended    bool
+	err      error
+	abortMsg string // why the run cancelled the migration itself (a timeout)
+}
+
+func (m *migrationRun) snapshot() (started time.Time, st MigrationStatus, read time.Time, ended bool, err error, why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started, m.status, m.read, m.ended, m.err, m.abortMsg
+}
+
+func (m *migrationRun) setStatus(st MigrationStatus) {
+	m.mu.Lock()
+	m.status, m.read = st, time.Now()
+	m.mu.Unlock()
+}
+
+// migrationRun returns the vmi's migration run, nil if none.
+func (r *VMIReconciler) migrationRun(uid types.UID) *migrationRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.migs[uid]
+}
+
+// startRun records and starts a run for the vmi: fn runs in its own goroutine, which wakes the
+// vmi when it ends.
+func (r *VMIReconciler) startRun(uid types.UID, m *migrationRun, fn func(ctx context.Context, m *migrationRun) (MigrationStatus, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	r.mu.Lock()
+	if r.migs == nil {
+		r.migs = map[types.UID]*migrationRun{}
+	}
+	r.migs[uid] = m
+	r.mu.Unlock()
+	go func() {
+		st, err := fn(ctx, m)
+		m.mu.Lock()
+		if st.Status != "" {
+			m.status, m.read = st, time.Now()
+		}
+		m.ended, m.err = true, err
+		m.mu.Unlock()
+		r.WakeByID(string(uid))
+	}()
+}
+
+// forgetRun cancels and drops the vmi's run (its relay closes).
+func (r *VMIReconciler) forgetRun(uid types.UID) {
+	r.mu.Lock()
+	m := r.migs[uid]
+	delete(r.migs, uid)
+	r.mu.Unlock()
+	if m != nil {
+		m.cancel()
+		if m.stop != nil {
+			m.stop()
+		}
+	}
+}
+
+// migrationRole is what this agent is to a vmi's migration.
+type migrationRole int
+
+const (
+	roleNone         migrationRole = iota
+	roleSource                     // the vmi runs here and a migration of it is under way
+	roleSourceDone                 // the vmi left this node: remove what it had here
+	roleTarget                     // the vmi is migrating to this node
+	roleTargetFailed               // the migration to this node failed: remove what it made
+)
+
+// roleOf says what this node is to the vmi's current migration (pure).
+func roleOf(vmi *vmletv1.VirtualMachineInstance, node string) migrationRole {
+	ms := vmi.Status.MigrationState
+	if ms == nil || ms.MigrationUID == "" || ms.SourceNode == ms.TargetNode {
+		return roleNone
+	}
+	switch node {
+	case ms.SourceNode:
+		switch {
+		case vmi.Status.NodeName != node:
+			return roleSourceDone // the target took the vmi over
+		case ms.Completed:
+			return roleSourceDone
+		case ms.Failed:
+			return roleNone // the guest stays here: the ordinary reconcile
+		}
+		return roleSource
+	case ms.TargetNode:
+		switch {
+		case vmi.Status.NodeName == node:
+			return roleNone // taken over: the ordinary reconcile (the source says Completed)
+		case ms.Failed || !vmi.DeletionTimestamp.IsZero():
+			return roleTargetFailed
+		case ms.Completed && ms.TargetNodeDomainReadyTimestamp != nil:
+			return roleTargetFailed // completed but another node owns the vmi: not ours
+		}
+		return roleTarget
+	}
+	return roleNone
+}
+
+// timeouts are a migration's limits from its resolved configuration: the whole migration may
+// take completionTimeoutPerGiB per GiB of guest memory (and copied disks), and may go
+// progressTimeout without progress.
+func timeouts(vmi *vmletv1.VirtualMachineInstance, memBytes int64) (completion, progress time.Duration) {
+	cfg := vmletv1.MigrationConfiguration{}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
+		cfg = *ms.MigrationConfiguration
+	}
+	cfg = migration.Resolve(cfg)
+	gib := max(float64(memBytes)/(1<<30), 1)
+	completion = time.Duration(float64(*cfg.CompletionTimeoutPerGiB)*gib) * time.Second
+	progress = time.Duration(*cfg.ProgressTimeout) * time.Second
+	return completion, progress
+}
+
+// migrationOptions are the QEMU options of the vmi's migration.
+func migrationOptions(vmi *vmletv1.VirtualMachineInstance) MigrationOptions {
+	cfg := vmletv1.MigrationConfiguration{}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
+		cfg = *ms.MigrationConfiguration
+	}
+	cfg = migration.Resolve(cfg)
+	return MigrationOptions{
+		AutoConverge:         *cfg.AllowAutoConverge,
+		BandwidthBytesPerSec: cfg.BandwidthPerMigration.Value(),
+	}
+}

@@ -1,0 +1,320 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/network/relay"
+)
+
+// The source's socket the launcher's QEMU migrates to, in its run folder; the agent relays it to
+// the target node.
+const migrationOutSocket = "migration-out.sock"
+
+// progressEvery is the most often the migration's progress is written into the vmi's status.
+const progressEvery = time.Second
+
+// sourceStep is the source's part of a pass while a migration of the vmi, which runs here, is
+// under way. handled says the pass ends here: the migration runs (the ordinary pass would read
+// QEMU's switchover pause as the guest's), ended, or waits on the target after an agent
+// restart. Before the migration started the ordinary pass runs, and sourceBegin at its end.
+func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (_ ctrl.Result, handled bool, _ error) {
+	ms := vmi.Status.MigrationState
+	run := r.migrationRun(vmi.UID)
+	if run != nil && run.migration != ms.MigrationUID {
+		r.forgetRun(vmi.UID) // an older migration's
+		run = nil
+	}
+	if run == nil {
+		switch {
+		case ms.AbortRequested:
+			r.sourceFailed(vmi, "aborted before the migration started")
+			return ctrl.Result{}, true, nil
+		case r.Migration == nil:
+			r.sourceFailed(vmi, fmt.Sprintf("node %s has no migration network (its agent runs without one)", r.NodeName))
+			return ctrl.Result{}, true, nil
+		case ms.StartTimestamp != nil:
+			return r.sourceAdopt(ctx, vmi)
+		}
+		return ctrl.Result{}, false, nil
+	}
+	started, st, read, ended, err, why := run.snapshot()
+	if ms.StartTimestamp == nil && !started.IsZero() {
+		t := metav1.NewTime(started)
+		ms.StartTimestamp = &t
+	}
+	if !read.IsZero() && (ended || ms.Progress == nil || ms.Progress.UpdateTimestamp == nil || read.Sub(ms.Progress.UpdateTimestamp.Time) >= progressEvery) {
+		ms.Progress = progressOf(st, read)
+	}
+	if !ended {
+		if ms.AbortRequested {
+			if err := r.cancelMigration(ctx, vmi); err != nil {
+				return ctrl.Result{}, true, err
+			}
+		}
+		if ms.Failed {
+			// The target failed (it says so): end the stream here too.
+			_ = r.cancelMigration(ctx, vmi)
+		}
+		return ctrl.Result{RequeueAfter: progressEvery}, true, nil
+	}
+	r.forgetRun(vmi.UID)
+	now := metav1.Now()
+	ms.EndTimestamp = &now
+	if err == nil {
+		ms.Completed = true
+		if ms.AbortRequested {
+			ms.AbortStatus = vmletv1.MigrationAbortFailed // it had completed first
+		}
+		return ctrl.Result{}, true, nil
+	}
+	msg := err.Error()
+	switch {
+	case why != "":
+		msg = why + ": " + msg
+	case ms.AbortRequested:
+		msg = "aborted: " + msg
+	}
+	r.sourceFailed(vmi, msg)
+	return ctrl.Result{}, true, nil
+}
+
+// sourceFailed ends the migration as failed from the source's side; the guest keeps running
+// here.
+func (r *VMIReconciler) sourceFailed(vmi *vmletv1.VirtualMachineInstance, msg string) {
+	ms := vmi.Status.MigrationState
+	now := metav1.Now()
+	ms.Failed, ms.EndTimestamp = true, &now
+	if ms.FailureReason == "" {
+		ms.FailureReason = "source: " + msg
+	}
+	if ms.AbortRequested {
+		ms.AbortStatus = vmletv1.MigrationAbortSucceeded
+	}
+	r.Recorder.Eventf(vmi, nil, "Warning", "MigrationFailed", "Migrate", "the migration to node %s failed, the guest keeps running on node %s: %s", ms.TargetNode, r.NodeName, ms.FailureReason)
+}
+
+// cancelMigration cancels the outgoing migration (QMP migrate_cancel); the run sees it end.
+func (r *VMIReconciler) cancelMigration(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return err
+	}
+	ml, ok := l.(MigrationLauncher)
+	if !ok {
+		return errors.New("the launcher cannot migrate")
+	}
+	if err := ml.CancelMigration(ctx); err != nil {
+		return fmt.Errorf("cancel migration: %w", err)
+	}
+	return nil
+}
+
+// sourceAdopt handles a migration this agent started before it was restarted: its relay to the
+// target went with the old process, so a migration still running can only fail; one that
+// completed is finished (QEMU stopped).
+func (r *VMIReconciler) sourceAdopt(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, bool, error) {
+	st, err := r.Runtime.State(string(vmi.UID))
+	if err == nil && st.Exited != nil {
+		// QEMU was stopped after the migration completed (or it died): the target says which
+		// by taking the vmi over or by failing the migration; its status change wakes us.
+		return ctrl.Result{}, true, nil
+	}
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	ml, ok := l.(MigrationLauncher)
+	if !ok {
+		return ctrl.Result{}, true, errors.New("the launcher cannot migrate")
+	}
+	mst, err := ml.MigrationStatus(ctx)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	m := &migrationRun{migration: vmi.Status.MigrationState.MigrationUID, source: true}
+	if mst.Status == "completed" {
+		r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
+			return ml.FinalizeMigration(ctx, time.Minute, false)
+		})
+		return ctrl.Result{}, true, nil
+	}
+	if mst.Status != "failed" && mst.Status != "cancelled" && mst.Status != "none" {
+		if err := ml.CancelMigration(ctx); err != nil {
+			return ctrl.Result{}, true, err
+		}
+	}
+	r.sourceFailed(vmi, fmt.Sprintf("the source node agent restarted during the migration (QEMU's migration was %s)", mst.Status))
+	return ctrl.Result{}, true, nil
+}
+
+// sourceBegin runs at the end of an ordinary pass of a vmi that is to migrate from here: it
+// publishes the domain's layout for the target and, once the target listens, starts the
+// migration.
+func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) error {
+	ms := vmi.Status.MigrationState
+	if dom.State != DomainRunning && dom.State != DomainPaused {
+		return nil // not yet (or no longer) a guest to migrate
+	}
+	ml, ok := l.(MigrationLauncher)
+	if !ok {
+		r.sourceFailed(vmi, "the launcher cannot migrate")
+		return nil
+	}
+	if ms.SourceDomain == nil {
+		layout, err := ml.Layout(ctx)
+		if err != nil {
+			return err
+		}
+		ms.SourceDomain = layout
+		vmi.Status.Machine = &vmletv1.Machine{Type: layout.Machine}
+		return nil // the target reads it from the status this pass writes
+	}
+	addr, ok := targetAddr(ms)
+	if !ok {
+		return nil // the target is not listening yet; its status change wakes us
+	}
+	mem := int64(0)
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
+		mem = m.Guest.Value()
+	}
+	completion, progress := timeouts(vmi, mem)
+	m := &migrationRun{migration: ms.MigrationUID, source: true}
+	opts := migrationOptions(vmi)
+	sock := filepath.Join(r.Runtime.Dir(string(vmi.UID)), migrationOutSocket)
+	ln, err := r.listenForQEMU(vmi, sock)
+	if err != nil {
+		return err
+	}
+	dial := r.Migration.Dial
+	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return dial(ctx, addr) })
+	m.stop = func() {
+		_ = rel.Close()
+		_ = os.Remove(sock)
+	}
+	r.startRun(vmi.UID, m, func(ctx context.Context, m *migrationRun) (MigrationStatus, error) {
+		defer m.stop()
+		return migrateOut(ctx, ml, m, "unix:"+sock, opts, completion, progress, func() { r.WakeByID(string(vmi.UID)) })
+	})
+	return nil
+}
+
+// targetAddr is where the target listens for the memory stream ("ip:port").
+func targetAddr(ms *vmletv1.VirtualMachineInstanceMigrationState) (string, bool) {
+	if ms.TargetNodeAddress == "" {
+		return "", false
+	}
+	for port, to := range ms.TargetDirectMigrationNodePorts {
+		if to == 0 {
+			return net.JoinHostPort(ms.TargetNodeAddress, port), true
+		}
+	}
+	return "", false
+}
+
+// listenForQEMU listens on a unix socket the vmi's launcher (its user) may connect to.
+func (r *VMIReconciler) listenForQEMU(vmi *vmletv1.VirtualMachineInstance, path string) (net.Listener, error) {
+	_ = os.Remove(path) // a previous agent's
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the migration stream: %w", err)
+	}
+	if env := r.Env(r.Runtime.Dir(string(vmi.UID))); env.Storage.Owner != nil {
+		if err := os.Chown(path, env.Storage.Owner.UID, env.Storage.Owner.GID); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("listen for the migration stream: %w", err)
+		}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("listen for the migration stream: %w", err)
+	}
+	return ln, nil
+}
+
+// migrateOut drives the outgoing migration: start it, follow its progress every second (waking
+// the vmi), cancel it when it makes no progress for progress or runs longer than completion,
+// and finalize it (QEMU stops once it completed).
+func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, uri string, opts MigrationOptions,
+	completion, progress time.Duration, wake func()) (MigrationStatus, error) {
+	if err := ml.Migrate(ctx, uri, opts); err != nil {
+		return MigrationStatus{}, err
+	}
+	start := time.Now()
+	m.mu.Lock()
+	m.started = start
+	m.mu.Unlock()
+	wake()
+	type result struct {
+		st  MigrationStatus
+		err error
+	}
+	fin := make(chan result, 1)
+	go func() {
+		st, err := ml.FinalizeMigration(ctx, completion+progress, false)
+		fin <- result{st, err}
+	}()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	lowest, moved := int64(-1), start
+	var iter int64
+	cancel := func(why string) {
+		m.mu.Lock()
+		first := m.abortMsg == ""
+		if first {
+			m.abortMsg = why
+		}
+		m.mu.Unlock()
+		if first {
+			cctx, done := context.WithTimeout(context.Background(), callCancelMigration)
+			_ = ml.CancelMigration(cctx)
+			done()
+		}
+	}
+	for {
+		select {
+		case res := <-fin:
+			return res.st, res.err
+		case <-ctx.Done():
+			cancel("the agent stopped following the migration")
+			res := <-fin
+			return res.st, errors.Join(ctx.Err(), res.err)
+		case now := <-tick.C:
+			st, err := ml.MigrationStatus(ctx)
+			if err != nil {
+				continue // the finalize call reports what matters
+			}
+			m.setStatus(st)
+			wake()
+			if lowest < 0 || st.Remaining < lowest || st.Iterations > iter {
+				lowest, iter, moved = st.Remaining, st.Iterations, now
+			}
+			switch {
+			case now.Sub(moved) >= progress:
+				cancel("no progress for " + progress.String() + " (progressTimeout)")
+			case now.Sub(start) >= completion:
+				cancel("not completed within " + completion.String() + " (completionTimeoutPerGiB)")
+			}
+		}
+	}
+}
+
+// progressOf is the status figure of a launcher's migration status.
+func progressOf(st MigrationStatus, read time.Time) *vmletv1.MigrationProgress {
+	t := metav1.NewTime(read)
+	return &vmletv1.MigrationProgress{
+		DataProcessedBytes: st.Transferred, DataRemainingBytes: st.Remaining, DataTotalBytes: st.Total,
+		DirtyRatePagesPerSecond: st.DirtyRate, Iteration: st.Iterations,
+		DowntimeMilliseconds: st.Downtime.Milliseconds(), TotalTimeMilliseconds: st.TotalTime.Milliseconds(),
+		UpdateTimestamp: &t,
+	}
+}

@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/lifecycle"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/network/relay"
+)
+
+// targetStep is the target's pass for a vmi migrating to this node: storage, network and a
+// launcher as for a start, then a QEMU waiting for the stream with the source's layout, a relay
+// from this node's address to it, and the address published in migrationState; once the stream
+// completed and the guest runs here, the vmi is taken over (status.nodeName). The vmi's other
+// status (phase, Ready, launcher) stays the source's until then: the steps that would write it
+// act on a scratch copy.
+func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	ms := vmi.Status.MigrationState
+	id := string(vmi.UID)
+	run := r.migrationRun(vmi.UID)
+	if run != nil && run.migration != ms.MigrationUID {
+		r.forgetRun(vmi.UID)
+		run = nil
+	}
+	if run != nil {
+		_, st, _, ended, err, _ := run.snapshot()
+		if !ended {
+			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
+		}
+		r.forgetRun(vmi.UID)
+		if err != nil {
+			r.targetFailed(vmi, fmt.Sprintf("incoming migration (%s): %v", st.Status, err))
+			return ctrl.Result{}, nil
+		}
+		now := metav1.Now()
+		ms.TargetNodeDomainReadyTimestamp = &now
+		vmi.Status.NodeName = r.NodeName // from here on the ordinary reconcile of this node
+		r.Recorder.Eventf(vmi, nil, "Normal", "Migrated", "Migrate", "the guest runs on node %s now", r.NodeName)
+		return ctrl.Result{}, nil
+	}
+	if r.Migration == nil {
+		r.targetFailed(vmi, fmt.Sprintf("node %s has no migration network (its agent runs without one)", r.NodeName))
+		return ctrl.Result{}, nil
+	}
+	if ms.TargetNodeDomainDetected {
+		// This agent prepared the target before it was restarted: the relay went with the old
+		// process, so the stream cannot arrive. Fail it cleanly; the next pass removes it.
+		r.targetFailed(vmi, "the target node agent restarted during the migration")
+		return ctrl.Result{}, nil
+	}
+	scratch := vmi.DeepCopy() // what the start steps say of the vmi is not for its status
+	o := r.observe(ctx, scratch)
+	switch step := lifecycle.Next(o.facts); step {
+	case lifecycle.EndFromExit:
+		r.targetFailed(vmi, "the target launcher exited before the migration: "+exitText(o.found.Exited))
+		return ctrl.Result{}, nil
+	case lifecycle.WaitForSecrets, lifecycle.WaitForNetworks, lifecycle.WaitForStorage:
+		return ctrl.Result{}, nil // the operation or the object's change wakes the vmi
+	case lifecycle.BackOffStorage:
+		return r.waitForImage(scratch, o.backOff()), nil
+	case lifecycle.ReportUntranslatable, lifecycle.FailUntranslatable:
+		r.targetFailed(vmi, "the vmi does not translate on this node: "+o.translateErr.Error())
+		return ctrl.Result{}, nil
+	case lifecycle.FailStorage:
+		r.targetFailed(vmi, "storage: "+o.storageErr.Error())
+		return ctrl.Result{}, nil
+	case lifecycle.EnsureLauncher:
+	default:
+		return ctrl.Result{}, fmt.Errorf("unknown step %s", step)
+	}
+	if o.facts.Storage != lifecycle.StorageReady {
+		return ctrl.Result{}, nil // the storage operation's end wakes the vmi
+	}
+	if ms.SourceDomain == nil {
+		return ctrl.Result{}, nil // the source publishes its layout; its status change wakes us
+	}
+	l, res, err := r.ensureLauncher(ctx, scratch, o)
+	if l == nil {
+		if st, serr := r.Runtime.State(id); serr == nil && st.Exited != nil {
+			r.targetFailed(vmi, "the target launcher exited before the migration: "+exitText(st.Exited))
+			return ctrl.Result{}, nil
+		}
+		return res, err
+	}
+	ml, ok := l.(MigrationLauncher)
+	if !ok {
+		r.targetFailed(vmi, "the launcher cannot migrate")
+		return ctrl.Result{}, nil
+	}
+	dom, err := l.Domain(ctx)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
+	}
+	if dom.State != DomainNone {
+		r.targetFailed(vmi, "the target launcher runs a domain this agent did not prepare")
+		return ctrl.Result{}, nil
+	}
+	spec := o.spec
+	nics, netns, err := r.ensureNetwork(ctx, scratch, o.want, spec.NICs)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
+	}
+	spec.NICs = nics
+	if _, err := r.ensureDHCP(ctx, scratch, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false); err != nil {
+		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
+	}
+	in, err := translate.MigrationTarget(spec, ms.SourceDomain)
+	if err != nil {
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	}
+	sync := *spec
+	sync.StartPaused = false
+	uri, err := ml.PrepareTarget(ctx, in, &sync, netns, migrationOptions(vmi))
+	if err != nil {
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	}
+	sock, ok := strings.CutPrefix(uri, "unix:")
+	if !ok {
+		r.targetFailed(vmi, fmt.Sprintf("the target launcher listens on %q, not a unix socket", uri))
+		return ctrl.Result{}, nil
+	}
+	ln, err := r.Migration.Listen(net.JoinHostPort(r.Migration.Addr.String(), "0"))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("listen for the migration: %w", err) // retried; the launcher waits
+	}
+	var d net.Dialer
+	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+	port := ln.Addr().(*net.TCPAddr).Port
+	mem := int64(0)
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
+		mem = m.Guest.Value()
+	}
+	completion, progress := timeouts(vmi, mem)
+	keepPaused := vmi.Spec.Paused
+	m := &migrationRun{migration: ms.MigrationUID, stop: func() { _ = rel.Close() }}
+	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
+		return ml.FinalizeMigration(ctx, completion+progress, keepPaused)
+	})
+	ms.TargetNodeAddress = r.Migration.Addr.String()
+	ms.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(port): 0}
+	ms.TargetNodeDomainDetected = true
+	ms.TargetPod = "launcher/" + r.NodeName
+	return ctrl.Result{}, nil
+}
+
+// targetFailed ends the migration as failed from the target's side; the source cancels its
+// stream and the next pass here removes what the target had.
+func (r *VMIReconciler) targetFailed(vmi *vmletv1.VirtualMachineInstance, msg string) {
+	ms := vmi.Status.MigrationState
+	r.forgetRun(vmi.UID)
+	if ms.Failed {
+		return
+	}
+	now := metav1.Now()
+	ms.Failed, ms.EndTimestamp = true, &now
+	ms.FailureReason = "target: " + msg
+	r.Recorder.Eventf(vmi, nil, "Warning", "MigrationFailed", "Migrate", "the migration to node %s failed: %s", r.NodeName, msg)
+}
+
+// leaveNode removes what the vmi had on this node after it left it (the source after a
+// completed migration, the target after a failed one). Idempotent.
+func (r *VMIReconciler) leaveNode(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	r.forgetRun(vmi.UID)
+	if err := r.teardown(ctx, vmi); err != nil {
+		return err
+	}
+	return nil
+}
+
+func exitText(ex *process.Exit) string {
+	if ex == nil {
+		return "unknown"
+	}
+	if ex.Signal != "" {
+		return "killed by " + ex.Signal
+	}
+	if !ex.Known {
+		return "gone without a trace"
+	}
+	return "exit code " + strconv.Itoa(ex.Code)
+}
+
+// sourceDone removes what a vmi that migrated away had here. A vmi taken over while this
+// agent did not follow (it was restarted) is marked completed here, the source's say; one
+// deleted between the source's end and the target's take-over loses the finalizer here, as
+// nobody else holds it then.
+func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	ms := vmi.Status.MigrationState
+	if !ms.Completed && vmi.Status.NodeName == ms.TargetNode {
+		now := metav1.Now()
+		ms.Completed, ms.EndTimestamp = true, &now
+	}
+	if err := r.leaveNode(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !vmi.DeletionTimestamp.IsZero() && vmi.Status.NodeName == r.NodeName {
+		r.mu.Lock()
+		delete(r.keys, vmi.UID)
+		r.mu.Unlock()
+		if err := patchFinalizer(ctx, r.Client, vmi, false); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// gone handles a vmi deleted from the API: a migration target this agent prepared for it (no
+// finalizer of this node kept the vmi) is removed.
+func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) error {
+	r.mu.Lock()
+	var uid types.UID
+	for u, k := range r.keys {
+		if k == key {
+			uid = u
+		}
+	}
+	if uid != "" {
+		delete(r.keys, uid)
+	}
+	r.mu.Unlock()
+	if uid == "" {
+		return nil
+	}
+	stub := &vmletv1.VirtualMachineInstance{}
+	stub.Namespace, stub.Name, stub.UID = key.Namespace, key.Name, uid
+	return r.leaveNode(ctx, stub)
+}

@@ -1,0 +1,65 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu"
+)
+
+// MigrationTarget returns the spec a migration target starts with: spec (this node's own
+// translation of the vmi, with this node's paths and taps) placed as the source runs it — the
+// source's machine type and CPU model, its number of free root ports, and every disk and NIC
+// on the port it has there — waiting for the incoming stream. The target must have exactly
+// the source's devices: one missing on either side is an error that names it (QEMU would
+// refuse the stream, or the guest would lose a device).
+func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.Spec, error) {
+	if l == nil {
+		return nil, fmt.Errorf("migration target: no source layout")
+	}
+	s := *spec
+	s.Disks, s.NICs = slices.Clone(spec.Disks), slices.Clone(spec.NICs)
+	ports := map[string]int32{}
+	for _, d := range l.Devices {
+		ports[d.Kind+"/"+d.ID] = d.Port
+	}
+	take := func(kind, id string) (int, error) {
+		p, ok := ports[kind+"/"+id]
+		if !ok {
+			return 0, fmt.Errorf("migration target: %s %s is not on the source (was it unplugged or hot-plugged?)", kind, id)
+		}
+		delete(ports, kind+"/"+id)
+		return int(p), nil
+	}
+	for i := range s.Disks {
+		p, err := take("disk", s.Disks[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		s.Disks[i].Port = p
+	}
+	for i := range s.NICs {
+		p, err := take("nic", s.NICs[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		s.NICs[i].Port = p
+	}
+	if len(ports) > 0 {
+		left := make([]string, 0, len(ports))
+		for k := range ports {
+			left = append(left, k)
+		}
+		slices.Sort(left)
+		return nil, fmt.Errorf("migration target: the source has %v, which this node's translation lacks (hot-plugged devices do not migrate yet)", left)
+	}
+	if l.Machine == "" || l.CPUModel == "" {
+		return nil, fmt.Errorf("migration target: the source layout names no machine type or CPU model")
+	}
+	s.Machine, s.CPU.Model = l.Machine, l.CPUModel
+	s.HotplugPorts = int(l.HotplugPorts)
+	s.SCSI = l.SCSI || s.SCSI
+	s.Incoming, s.StartPaused = true, false
+	return &s, nil
+}

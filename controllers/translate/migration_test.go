@@ -1,0 +1,71 @@
+package translate
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu"
+)
+
+func TestMigrationTarget(t *testing.T) {
+	own := &qemu.Spec{
+		Name: "vm", Machine: "q35", MemoryMiB: 256, CPU: qemu.CPU{Cores: 2},
+		Disks: []qemu.Disk{{ID: "disk-root", Path: "/target/root.qcow2"}, {ID: "disk-data", Path: "/target/data.img", Bus: qemu.BusSCSI}},
+		NICs:  []qemu.NIC{{ID: "net-default", TapName: "tap0"}},
+	}
+	layout := &vmletv1.MigrationDomainLayout{
+		Machine: "pc-q35-7.2", CPUModel: "max", HotplugPorts: 3, SCSI: true,
+		Devices: []vmletv1.MigrationDevicePort{
+			{Kind: "disk", ID: "disk-root", Port: 2}, {Kind: "disk", ID: "disk-data", Port: 1}, {Kind: "nic", ID: "net-default", Port: 1},
+		},
+	}
+	for _, tc := range []struct {
+		name    string
+		spec    *qemu.Spec
+		layout  *vmletv1.MigrationDomainLayout
+		want    *qemu.Spec
+		wantErr string
+	}{{
+		name: "placed as the source", spec: own, layout: layout,
+		want: &qemu.Spec{
+			Name: "vm", Machine: "pc-q35-7.2", MemoryMiB: 256, CPU: qemu.CPU{Model: "max", Cores: 2},
+			Disks:        []qemu.Disk{{ID: "disk-root", Path: "/target/root.qcow2", Port: 2}, {ID: "disk-data", Path: "/target/data.img", Bus: qemu.BusSCSI, Port: 1}},
+			NICs:         []qemu.NIC{{ID: "net-default", TapName: "tap0", Port: 1}},
+			HotplugPorts: 3, SCSI: true, Incoming: true,
+		},
+	}, {
+		name: "a device only the source has", spec: &qemu.Spec{Name: "vm", Disks: own.Disks}, layout: layout,
+		wantErr: "the source has [nic/net-default]",
+	}, {
+		name: "a device only the target has",
+		spec: &qemu.Spec{Name: "vm", Disks: append([]qemu.Disk{{ID: "disk-new"}}, own.Disks...), NICs: own.NICs}, layout: layout,
+		wantErr: "disk disk-new is not on the source",
+	}, {
+		name: "no layout", spec: own, wantErr: "no source layout",
+	}, {
+		name: "no machine", spec: own, layout: &vmletv1.MigrationDomainLayout{Devices: layout.Devices},
+		wantErr: "names no machine type",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MigrationTarget(tc.spec, tc.layout)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Fatalf("spec (-want +got):\n%s", d)
+			}
+			if own.Disks[0].Port != 0 || own.NICs[0].Port != 0 || own.Incoming {
+				t.Fatal("the input spec was changed")
+			}
+		})
+	}
+}

@@ -67,9 +67,12 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		return ctrl.Result{RequeueAfter: progressEvery}, true, nil
 	}
-	r.forgetRun(vmi.UID)
-	now := metav1.Now()
-	ms.EndTimestamp = &now
+	// The run stays until its outcome is in the status (a write that conflicts is redone
+	// from it); the next pass, no longer the source's, forgets it.
+	if ms.EndTimestamp == nil {
+		now := metav1.Now()
+		ms.EndTimestamp = &now
+	}
 	if err == nil {
 		ms.Completed = true
 		if ms.AbortRequested {
@@ -93,7 +96,10 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 func (r *VMIReconciler) sourceFailed(vmi *vmletv1.VirtualMachineInstance, msg string) {
 	ms := vmi.Status.MigrationState
 	now := metav1.Now()
-	ms.Failed, ms.EndTimestamp = true, &now
+	ms.Failed = true
+	if ms.EndTimestamp == nil {
+		ms.EndTimestamp = &now
+	}
 	if ms.FailureReason == "" {
 		ms.FailureReason = "source: " + msg
 	}

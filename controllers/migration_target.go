@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -38,7 +40,8 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		if !ended {
 			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
 		}
-		r.forgetRun(vmi.UID)
+		// The run stays until the take-over is in the status (a write that conflicts is redone
+		// from it): the next pass, the ordinary one, forgets it.
 		if err != nil {
 			r.targetFailed(vmi, fmt.Sprintf("incoming migration (%s): %v", st.Status, err))
 			return ctrl.Result{}, nil
@@ -167,6 +170,12 @@ func (r *VMIReconciler) targetFailed(vmi *vmletv1.VirtualMachineInstance, msg st
 	now := metav1.Now()
 	ms.Failed, ms.EndTimestamp = true, &now
 	ms.FailureReason = "target: " + msg
+	if b, err := os.ReadFile(filepath.Join(r.Runtime.Dir(string(vmi.UID)), "logs", "qemu.log")); err == nil {
+		fmt.Fprintf(os.Stderr, "DEBUG target qemu.log:\n%s\n", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.Runtime.Dir(string(vmi.UID)), "launcher.log")); err == nil {
+		fmt.Fprintf(os.Stderr, "DEBUG launcher.log:\n%s\n", b)
+	}
 	r.Recorder.Eventf(vmi, nil, "Warning", "MigrationFailed", "Migrate", "the migration to node %s failed: %s", r.NodeName, msg)
 }
 
@@ -199,6 +208,14 @@ func exitText(ex *process.Exit) string {
 // nobody else holds it then.
 func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
 	ms := vmi.Status.MigrationState
+	if m := r.migrationRun(vmi.UID); m != nil && m.migration == ms.MigrationUID {
+		// The target may take the vmi over before the source's run returned: keep its figures.
+		if _, st, read, ended, _, _ := m.snapshot(); ended && !read.IsZero() {
+			ms.Progress = progressOf(st, read)
+		} else if !ended && vmi.Status.NodeName == ms.TargetNode {
+			return ctrl.Result{}, nil // the run ends soon (QEMU stops): it wakes the vmi
+		}
+	}
 	if !ms.Completed && vmi.Status.NodeName == ms.TargetNode {
 		now := metav1.Now()
 		ms.Completed, ms.EndTimestamp = true, &now

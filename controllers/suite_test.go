@@ -30,6 +30,8 @@ import (
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/test/apienv"
@@ -52,6 +54,8 @@ var (
 	// cpuGroups is the cpu controller's hierarchy for cgroupParent (the test agents' CPU
 	// weights, agentOptions.CPUWeights); nil where the host has none.
 	cpuGroups *cpuweight.Hierarchy
+	// nodeMachine is the versioned q35 type of this machine's QEMU, as the node agent probes it.
+	nodeMachine string
 )
 
 // launcherUser is who the test agents' launchers run as: the default of --launcher-uid/gid.
@@ -98,6 +102,9 @@ func run(m *testing.M) int {
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build launcher:", err)
 		return 1
+	}
+	if m, err := qemu.DefaultQ35Machine(context.Background(), ""); err == nil {
+		nodeMachine = m
 	}
 	runRoot = filepath.Join(tmp, "run")
 	volumeRoot = filepath.Join(tmp, "volumes")
@@ -190,6 +197,20 @@ type agentOptions struct {
 	// CPUWeights gives the agent's launchers CPU weights (process.Runtime.CPU = cpuGroups), as
 	// `vmlet local` does; the test process itself stays where it is.
 	CPUWeights bool
+	// Node is a second test node (migration tests); nil means testNode with the package's run
+	// root, volume root and node network.
+	Node *testNodeDirs
+	// Migration is the agent's migration network; nil: none.
+	Migration *controllers.MigrationNet
+	// NoScheduler leaves the local scheduler out (a second node's agent).
+	NoScheduler bool
+}
+
+// testNodeDirs are another test node's name, folders and node network.
+type testNodeDirs struct {
+	Name, RunRoot, VolumeRoot string
+	CgroupParent              string // below the package's cgroupParent
+	Net                       network.NodeConfig
 }
 
 // startAgent runs a node agent and local scheduler for testNode, as `vmlet local` wires them.
@@ -222,7 +243,11 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		t.Fatal(err)
 	}
 	// Launchers run as `vmlet agent`'s default user, 107 with no capabilities.
-	rt := &process.Runtime{Binary: launcherBinary, RunRoot: runRoot, CgroupParent: cgroupParent, User: launcherUser}
+	node, rr, vr, cg := testNode, runRoot, volumeRoot, cgroupParent
+	if o.Node != nil {
+		node, rr, vr, cg = o.Node.Name, o.Node.RunRoot, o.Node.VolumeRoot, o.Node.CgroupParent
+	}
+	rt := &process.Runtime{Binary: launcherBinary, RunRoot: rr, CgroupParent: cg, User: launcherUser}
 	if o.CPUWeights {
 		if cpuGroups == nil {
 			prereq.Missing(t, "no cgroup cpu controller for CPU weights")
@@ -233,31 +258,41 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.Node != nil {
+		n, err := network.NewNode(o.Node.Net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nn = &controllers.NodeNetwork{Pods: n, ResolvConf: testNet.resolv}
+	}
 	nn.Secondary = o.Secondary
 	senv := translate.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	events := &recordedEvents{EventRecorder: mgr.GetEventRecorder("vmlet-agent")}
 	senv.Owner = &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)} // the VMIs' files are the launchers'
 	r := &controllers.VMIReconciler{
-		Client: mgr.GetClient(), Recorder: events, NodeName: testNode,
+		Client: mgr.GetClient(), Recorder: events, NodeName: node,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
-		Storage: controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: volumeRoot,
+		Storage: controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: vr,
 			PullBackOff: o.PullBackOff, PullBackOffMax: o.PullBackOffMax},
 		APIReader: mgr.GetAPIReader(),
 		Network:   nn,
 		Env: func(runDir string) translate.NodeEnv {
-			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB}
+			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: o.TCGCacheMiB, Machine: nodeMachine}
 		},
-		Trace:   o.Trace,
-		Workers: o.Workers,
+		Trace:     o.Trace,
+		Workers:   o.Workers,
+		Migration: o.Migration,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	rt.OnExit = r.WakeByID
-	s := &controllers.LocalScheduler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sched"), NodeName: testNode,
-		NodeLabels: controllers.NodeFacts{}.Labels()}
-	if err := s.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
+	if !o.NoScheduler {
+		s := &controllers.LocalScheduler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sched"), NodeName: testNode,
+			NodeLabels: controllers.NodeFacts{}.Labels()}
+		if err := s.SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &agent{runtime: rt, net: nn, r: r, events: events, cancel: cancel, done: make(chan error, 1)}

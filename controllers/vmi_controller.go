@@ -218,7 +218,13 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 }
 
 func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
-	switch roleOf(vmi, r.NodeName) {
+	role := roleOf(vmi, r.NodeName)
+	if m := r.migrationRun(vmi.UID); m != nil && role == roleNone {
+		if _, _, _, ended, _, _ := m.snapshot(); ended {
+			r.forgetRun(vmi.UID) // its outcome is in the status
+		}
+	}
+	switch role {
 	case roleTarget:
 		return r.targetStep(ctx, vmi)
 	case roleTargetFailed:
@@ -406,6 +412,7 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 // teardown removes everything the VMI's launcher left on the node. A launcher still running is
 // killed with its cgroup.
 func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	r.forgetRun(vmi.UID)
 	r.disconnect(vmi.UID)
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -102,6 +104,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		nn = &controllers.NodeNetwork{Pods: cfg.Pods, Secondary: []string{}}
 	}
 	senv := cfg.Storage.env()
+	// The versioned q35 type this node's QEMU runs for "q35" (written into every vmi's status;
+	// a migration keeps it). Without QEMU here (a cluster node: QEMU is in the launcher
+	// image), vmis get the alias.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	machine, err := qemu.DefaultQ35Machine(pctx, "")
+	cancel()
+	if err != nil {
+		cfg.Log.Info("no versioned machine type: vmis get the q35 alias", "reason", err.Error())
+		machine = ""
+	}
 	r := &controllers.VMIReconciler{
 		Client:    mgr.GetClient(),
 		Recorder:  mgr.GetEventRecorder("vmlet-agent"),
@@ -114,7 +126,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		Storage:   st,
 		APIReader: mgr.GetAPIReader(),
 		Env: func(runDir string) translate.NodeEnv {
-			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB}
+			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB, Machine: machine}
 		},
 		Migration: cfg.Migration,
 	}

@@ -24,6 +24,10 @@ type NodeEnv struct {
 	Storage   StorageEnv
 	// TCGCacheMiB bounds QEMU's TCG translation cache (RSS) when TCG is used; 0 = QEMU default.
 	TCGCacheMiB int
+	// Machine is the node's versioned q35 machine type (qemu.DefaultQ35Machine, e.g.
+	// pc-q35-7.2), which a vmi that names no machine type gets: the guest ABI it starts with is
+	// then written down (status.machine) and kept by a migration. Empty: the "q35" alias.
+	Machine string
 }
 
 // Desired is everything a VMI wants on this node, translated once per reconcile pass.
@@ -100,6 +104,8 @@ func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced
 	}
 	if d.Machine != nil {
 		s.Machine = d.Machine.Type
+	} else {
+		s.Machine = env.Machine
 	}
 	if d.Devices.Rng != nil {
 		s.RNG = true

@@ -1,0 +1,369 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+const secondNode = "node-b"
+
+// twoNodes are two node agents (testNode and secondNode, each with its own run folder, volume
+// folder and node network namespace) and the migration controller, which places every
+// migration target on the other node.
+type twoNodes struct {
+	a, b   *agent
+	dirsB  *testNodeDirs
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// loopbackMigration is a node's migration network on a loopback address of its own: the
+// agents' relays are what is tested here; the node fabric (separate node namespaces with
+// their own addresses) is the local mode's (local/).
+func loopbackMigration(addr string) *controllers.MigrationNet {
+	var d net.Dialer
+	return &controllers.MigrationNet{
+		Addr:   netip.MustParseAddr(addr),
+		Listen: func(a string) (net.Listener, error) { return net.Listen("tcp", a) },
+		Dial:   func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) },
+	}
+}
+
+func startTwoNodes(t *testing.T) *twoNodes {
+	t.Helper()
+	dir := filepath.Join(tmpRoot, "node-b")
+	pods := filepath.Join(testNet.dir, "pods-b")
+	if err := os.MkdirAll(pods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodeNS := filepath.Join(testNet.dir, "node-b")
+	if err := createNetns(nodeNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := removeNetns(nodeNS); err != nil {
+			t.Error(err)
+		}
+	})
+	cg := filepath.Join(cgroupParent, secondNode) // launcher cgroups are named by vmi: one parent per node
+	if err := os.Mkdir(cg, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(cg) })
+	dirs := &testNodeDirs{Name: secondNode, RunRoot: filepath.Join(dir, "run"), VolumeRoot: filepath.Join(dir, "volumes"),
+		CgroupParent: cg, Net: network.NodeConfig{NetnsPath: nodeNS, NetnsDir: pods}}
+	n := &twoNodes{dirsB: dirs, done: make(chan error, 1)}
+	n.a = startAgent(t, agentOptions{Migration: loopbackMigration("127.0.0.1")})
+	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: loopbackMigration("127.0.0.2")})
+	mgr, err := ctrl.NewManager(env.Config, manager.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: controllerConfig(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := &migration.Controller{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-migration"), APIReader: mgr.GetAPIReader(),
+		Pick: func(_ context.Context, v *vmletv1.VirtualMachineInstance) (string, error) {
+			if v.Status.NodeName == testNode {
+				return secondNode, nil
+			}
+			return testNode, nil
+		}}
+	if err := mc.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- mgr.Start(ctx) }()
+	return n
+}
+
+func (n *twoNodes) stop(t *testing.T) {
+	t.Helper()
+	n.cancel()
+	<-n.done
+	n.b.stop(t)
+	n.a.stop(t)
+}
+
+// on is the agent of a node.
+func (n *twoNodes) on(node string) *agent {
+	if node == secondNode {
+		return n.b
+	}
+	return n.a
+}
+
+// migrate creates a migration of vmi and waits until it ends; it returns the migration.
+func migrate(t *testing.T, vmi *vmletv1.VirtualMachineInstance, name string) *vmletv1.VirtualMachineInstanceMigration {
+	t.Helper()
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	m.Namespace, m.Name, m.Spec.VMIName = vmi.Namespace, name, vmi.Name
+	if err := env.Client.Create(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return waitMigration(t, client.ObjectKeyFromObject(m), 2*time.Minute)
+}
+
+func waitMigration(t *testing.T, key client.ObjectKey, d time.Duration) *vmletv1.VirtualMachineInstanceMigration {
+	t.Helper()
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	eventually(t, d, key.Name+" ended", func() (bool, string) {
+		if err := env.Client.Get(context.Background(), key, m); err != nil {
+			return false, err.Error()
+		}
+		return migration.Final(m.Status.Phase), fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+	})
+	return m
+}
+
+// readyWatch records every Ready status the vmi's updates carry until stopped.
+type readyWatch struct {
+	mu   sync.Mutex
+	seen []string
+	stop func()
+}
+
+func watchReady(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *readyWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &vmletv1.VirtualMachineInstanceList{}, client.InNamespace(vmi.Namespace),
+		client.MatchingFields{"metadata.name": vmi.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := &readyWatch{stop: w.Stop}
+	go func() {
+		for ev := range w.ResultChan() {
+			v, ok := ev.Object.(*vmletv1.VirtualMachineInstance)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+			s := "none"
+			if c != nil {
+				s = string(c.Status) + "/" + c.Reason
+			}
+			rw.mu.Lock()
+			rw.seen = append(rw.seen, v.Status.NodeName+":"+s)
+			rw.mu.Unlock()
+		}
+	}()
+	return rw
+}
+
+func (rw *readyWatch) notReady() []string {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	var out []string
+	for _, s := range rw.seen {
+		if !strings.Contains(s, ":True/") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// guestCounter starts a counter in the guest's memory (a shell loop writing to tmpfs) and a
+// token, and returns the loop's pid.
+func guestCounter(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance, token string) string {
+	t.Helper()
+	guestShell(t, a, v, "echo "+token+" > /tmp/token; (i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/counter.pid")
+	return strings.TrimSpace(guestShell(t, a, v, "cat /tmp/counter.pid"))
+}
+
+func guestCount(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(guestShell(t, a, v, "cat /tmp/count")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitLeft waits until the node agent a has nothing of the vmi any more: no launcher, run
+// folder, pod network namespace or volume folder.
+func waitLeft(t *testing.T, a *agent, netnsDir, volumes string, uid string) {
+	t.Helper()
+	eventually(t, 30*time.Second, a.r.NodeName+" cleaned up", func() (bool, string) {
+		if _, err := a.runtime.State(uid); !errors.Is(err, process.ErrNotFound) {
+			return false, fmt.Sprintf("launcher still there: %v", err)
+		}
+		for _, p := range []string{a.runtime.Dir(uid), filepath.Join(netnsDir, "vmlet-"+uid), filepath.Join(volumes, uid)} {
+			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+				return false, fmt.Sprintf("%s left: %v", p, err)
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestMigrateBetweenNodes: a running guest with a masquerade interface moves to the other node
+// through a VirtualMachineInstanceMigration and back again. Its memory state survives (a counter
+// process keeps counting, a token in tmpfs stays), Ready never drops, the migration goes through
+// KubeVirt's phases, migrationState says who, where and how, the target's QMP log shows the
+// incoming migration, and the node the guest left has nothing of it.
+func TestMigrateBetweenNodes(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	testguest.Assets(t)
+	n := startTwoNodes(t)
+	defer n.stop(t)
+	vmi := masqueradeVMI("mig")
+	if err := env.Client.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(context.Background(), vmi) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	vmi = waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	if vmi.Status.NodeName != testNode {
+		t.Fatalf("runs on %s, want %s", vmi.Status.NodeName, testNode)
+	}
+	uid := string(vmi.UID)
+	pid := guestCounter(t, n.a, vmi, "tok-"+uid[:8])
+	rw := watchReady(t, vmi)
+	defer rw.stop()
+
+	from, to := testNode, secondNode
+	for i, name := range []string{"mig-there", "mig-back"} {
+		before := guestCount(t, n.on(from), vmi)
+		m := migrate(t, vmi, name)
+		if ms := m.Status.MigrationState; ms != nil && ms.SourceDomain != nil {
+			t.Logf("%s: source layout %+v", name, *ms.SourceDomain)
+		}
+		if m.Status.Phase != vmletv1.MigrationSucceeded {
+			t.Fatalf("%s: phase %s, state %+v, conditions %+v", name, m.Status.Phase, m.Status.MigrationState, m.Status.Conditions)
+		}
+		var phases []string
+		for _, p := range m.Status.PhaseTransitionTimestamps {
+			phases = append(phases, string(p.Phase))
+		}
+		if got := strings.Join(phases, " "); got != "Pending Scheduling Scheduled PreparingTarget TargetReady Running Succeeded" {
+			t.Errorf("%s: phases %s", name, got)
+		}
+		vmi = mustGetVMI(t, vmi)
+		ms := vmi.Status.MigrationState
+		switch {
+		case vmi.Status.NodeName != to:
+			t.Fatalf("%s: the vmi is on %s, want %s", name, vmi.Status.NodeName, to)
+		case ms == nil || ms.MigrationUID != m.UID || ms.SourceNode != from || ms.TargetNode != to || !ms.Completed || ms.Failed:
+			t.Fatalf("%s: migrationState %+v", name, ms)
+		case ms.StartTimestamp == nil || ms.EndTimestamp == nil || ms.TargetNodeDomainReadyTimestamp == nil || !ms.TargetNodeDomainDetected:
+			t.Fatalf("%s: migrationState timestamps %+v", name, ms)
+		case ms.TargetNodeAddress == "" || len(ms.TargetDirectMigrationNodePorts) != 1 || ms.SourceDomain == nil || ms.MigrationConfiguration == nil:
+			t.Fatalf("%s: migrationState target and layout %+v", name, ms)
+		case vmi.Status.Machine == nil || !strings.HasPrefix(vmi.Status.Machine.Type, "pc-q35-"):
+			t.Errorf("%s: status.machine %+v, want the versioned q35 type", name, vmi.Status.Machine)
+		case vmi.Status.MigrationMethod != vmletv1.LiveMigration:
+			t.Errorf("%s: migrationMethod %q", name, vmi.Status.MigrationMethod)
+		}
+		if ms.Progress == nil || ms.Progress.DataTotalBytes == 0 {
+			t.Errorf("%s: no progress recorded: %+v", name, ms.Progress)
+		} else {
+			t.Logf("%s: downtime %d ms, total %d ms, %d MiB sent in %d passes", name, ms.Progress.DowntimeMilliseconds,
+				ms.Progress.TotalTimeMilliseconds, ms.Progress.DataProcessedBytes>>20, ms.Progress.Iteration)
+		}
+		waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 10*time.Second)
+		ta := n.on(to)
+		waitLauncherAgent(t, ta, uid)
+		if got := strings.TrimSpace(guestShell(t, ta, vmi, "cat /tmp/counter.pid")); got != pid {
+			t.Fatalf("%s: counter pid %s, want %s (the guest's memory did not survive)", name, got, pid)
+		}
+		if got := strings.TrimSpace(guestShell(t, ta, vmi, "cat /tmp/token")); got != "tok-"+uid[:8] {
+			t.Fatalf("%s: token %q", name, got)
+		}
+		eventually(t, 10*time.Second, "the counter counts on "+to, func() (bool, string) {
+			c := guestCount(t, ta, vmi)
+			return c > before, fmt.Sprintf("count %d, before the migration %d", c, before)
+		})
+		if i == 0 {
+			assertIncomingLogged(t, ta, uid)
+		}
+		netnsDir, volumes := testNet.cfg.NetnsDir, volumeRoot
+		if from == secondNode {
+			netnsDir, volumes = n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot
+		}
+		waitLeft(t, n.on(from), netnsDir, volumes, uid)
+		from, to = to, from
+	}
+	if bad := rw.notReady(); len(bad) > 0 {
+		t.Errorf("Ready dropped during the migrations: %v", bad)
+	}
+}
+
+// assertIncomingLogged checks the target launcher's QMP log for the incoming migration.
+func assertIncomingLogged(t *testing.T, a *agent, uid string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, a.runtime.Socket(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	found := false
+	err = c.QMPLog(ctx, 10000, false, func(e *pb.QMPLogEntry) error {
+		if strings.Contains(e.String(), "migrate-incoming") {
+			found = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Error("the target's QMP log has no migrate-incoming")
+	}
+}
+
+// waitLauncherAgent waits until the vmi's launcher on a node talks to the guest agent.
+func waitLauncherAgent(t *testing.T, a *agent, uid string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "guest agent connected on "+a.r.NodeName, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := launcher.Dial(ctx, a.runtime.Socket(uid))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer c.Close()
+		d, err := c.GetDomain(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.GetAgentConnected(), d.GetState().String()
+	})
+}

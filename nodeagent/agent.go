@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -41,7 +42,14 @@ type Config struct {
 	// kubelet does: only where vmlet is the node's only agent (local mode). A node with a
 	// kubelet keeps its conditions the kubelet's.
 	OwnsNodeReady bool
-	Log           logr.Logger
+	// NodeAddress is the node's address as other nodes reach it (local mode's fabric: the
+	// node's address on it, network.FabricNode.Addr); invalid when unknown (a single node).
+	NodeAddress netip.Addr
+	// NodeNetns is the network namespace the node's own sockets belong in (local mode's
+	// fabric: network.FabricNode.NetnsPath, for network.ListenTCP/DialTCP); empty means the
+	// host's, the process's own.
+	NodeNetns string
+	Log       logr.Logger
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -196,7 +204,11 @@ type ProcessOptions struct {
 	// later: local mode's control plane) the highest, in a group of its own (package
 	// cpuweight). A host without a cpu controller runs without weights (logged).
 	CPUWeights bool
-	Log        logr.Logger
+	// OtherNode skips moving the calling process into this runtime's system CPU group: the
+	// process is another node's agent first (local mode with several nodes, where only the
+	// first node's system group holds it).
+	OtherNode bool
+	Log       logr.Logger
 }
 
 // ProcessRuntime is the process launcher runtime with each launcher in its own cgroup-v2 jail
@@ -228,6 +240,10 @@ func ProcessRuntime(o ProcessOptions) (*process.Runtime, error) {
 	}
 	if err := h.Setup(); err != nil {
 		return nil, fmt.Errorf("make process runtime: %w", err)
+	}
+	if o.OtherNode {
+		rt.CPU = h
+		return rt, nil
 	}
 	if err := h.JoinSystem(os.Getpid()); err != nil {
 		return nil, fmt.Errorf("make process runtime: %w", err)

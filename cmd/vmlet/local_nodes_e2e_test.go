@@ -33,8 +33,10 @@ import (
 // TestLocalNodes: `vmlet local --nodes 2` registers two Nodes, each with its own namespace on
 // the node fabric; two VMIs are placed on different nodes and run; the pod netns of the first
 // reaches the second's pod address over TCP across the fabric without NAT, and the second's
-// guest behind it (its forwarded port answers with the guest kernel's reset); Ctrl-C leaves no
-// VM, namespace, fabric link, nft table, cgroup or run folder.
+// guest behind it (its forwarded port answers with the guest kernel's reset). Ctrl-C with
+// --keep-vms leaves the VMs and the fabric, and the next start adopts them (same launcher and
+// QEMU, still reachable across the fabric); its Ctrl-C leaves no VM, namespace, fabric link,
+// nft table, cgroup or run folder.
 func TestLocalNodes(t *testing.T) {
 	s := newLocalSetup(t)
 	b := make([]byte, 2)
@@ -44,7 +46,7 @@ func TestLocalNodes(t *testing.T) {
 	t.Cleanup(func() { cleanupNodes(t, s, fabric, nodes) })
 	uplinkBefore := uplinkState(t, s.nodeNetns)
 
-	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
+	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name, "--keep-vms")...)
 	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
 	c := s.client(t)
 	ctx := context.Background()
@@ -80,13 +82,10 @@ func TestLocalNodes(t *testing.T) {
 	a, bv := vms[0], vms[1]
 	t.Logf("%s on %s (pod %s), %s on %s (pod %s)", a.key.Name, a.node, a.podAddr, bv.key.Name, bv.node, bv.podAddr)
 
-	// a's pod netns -> b's pod address, on a port b does not forward to its guest: b's pod
-	// netns answers and sees a's pod address (routed, no NAT).
 	ln, err := network.ListenTCP(bv.podNetns, ":7300")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -97,30 +96,32 @@ func TestLocalNodes(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := network.DialTCP(dctx, a.podNetns, netip.AddrPortFrom(bv.podAddr, 7300).String())
-	if err != nil {
-		t.Fatalf("pod %s (node %s) -> pod %s (node %s): %v", a.key.Name, a.node, bv.key.Name, bv.node, err)
-	}
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	got, err := io.ReadAll(conn)
-	conn.Close()
-	if want := "hello " + a.podAddr.String() + ":"; err != nil || !strings.HasPrefix(string(got), want) {
-		t.Errorf("pod a -> pod b: %q, %v; want %s… (no NAT between nodes)", got, err, want)
-	}
-	t.Logf("pod a -> pod b: %q", got)
-	// a's pod netns -> b's forwarded port 22: DNATed to b's guest, whose kernel resets (no
-	// sshd): the guest is reachable across the fabric.
-	poll.Until(t, 2*time.Minute, "b's guest answers its forwarded port 22", func() (bool, string) {
-		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		conn, err := network.DialTCP(dctx, a.podNetns, netip.AddrPortFrom(bv.podAddr, 22).String())
-		if err == nil {
-			conn.Close()
+	assertCrossNode(t, a, bv)
+
+	// --keep-vms leaves the VMs and the fabric; the next start adopts both.
+	p.interrupt(t)
+	for _, vm := range vms {
+		if !poll.Alive(vm.launcherPid) || !poll.Alive(vm.qemuPid) {
+			t.Fatalf("--keep-vms: %s: launcher alive %v, QEMU alive %v", vm.key.Name, poll.Alive(vm.launcherPid), poll.Alive(vm.qemuPid))
 		}
-		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
-	})
+	}
+	for _, fn := range plan {
+		if _, err := os.Stat(fn.NetnsPath); err != nil {
+			t.Fatalf("--keep-vms: node netns %s: %v", fn.NetnsPath, err)
+		}
+	}
+	s.assertControlPlaneGone(t, 10*time.Second)
+	p = s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
+	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
+	c = s.client(t)
+	for _, vm := range vms {
+		again := s.runningOn(t, c, vm.key.Name)
+		if again.uid != vm.uid || again.node != vm.node || again.qemuPid != vm.qemuPid || again.launcherPid != vm.launcherPid {
+			t.Errorf("%s after the restart: %+v, want the same VM adopted: %+v", vm.key.Name, again, vm)
+		}
+	}
+	assertCrossNode(t, a, bv)
+	ln.Close() // its socket would keep b's pod netns alive
 
 	p.interrupt(t)
 	s.assertControlPlaneGone(t, 10*time.Second)
@@ -270,4 +271,36 @@ func cleanupNodes(t *testing.T, s *localSetup, fabric network.FabricConfig, node
 	if err := network.RemoveFabric(fabric); err != nil {
 		t.Errorf("remove fabric: %v", err)
 	}
+}
+
+// assertCrossNode: a's pod netns reaches b's pod address on a port b does not forward to its
+// guest (7300, where the test listens in b's pod netns), seen from a's pod address (routed, no
+// NAT), and b's forwarded port 22, DNATed to b's guest, whose kernel resets (no sshd): the
+// guest is reachable across the fabric.
+func assertCrossNode(t *testing.T, a, b nodeVM) {
+	t.Helper()
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := network.DialTCP(dctx, a.podNetns, netip.AddrPortFrom(b.podAddr, 7300).String())
+	if err != nil {
+		t.Fatalf("pod %s (node %s) -> pod %s (node %s): %v", a.key.Name, a.node, b.key.Name, b.node, err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(conn)
+	conn.Close()
+	if want := "hello " + a.podAddr.String() + ":"; err != nil || !strings.HasPrefix(string(got), want) {
+		t.Errorf("pod a -> pod b: %q, %v; want %s… (no NAT between nodes)", got, err, want)
+	}
+	t.Logf("pod a -> pod b: %q", got)
+	// a's pod netns -> b's forwarded port 22: DNATed to b's guest, whose kernel resets (no
+	// sshd): the guest is reachable across the fabric.
+	poll.Until(t, 2*time.Minute, "b's guest answers its forwarded port 22", func() (bool, string) {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		conn, err := network.DialTCP(dctx, a.podNetns, netip.AddrPortFrom(b.podAddr, 22).String())
+		if err == nil {
+			conn.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
+	})
 }

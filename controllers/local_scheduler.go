@@ -3,9 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sort"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,14 +17,72 @@ import (
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
-// LocalScheduler is local mode's cluster controller: with one node and no kubelet there are no
-// launcher pods, so it places every new VMI on the local node (when the node matches the VMI's
-// nodeSelector) by setting status.nodeName.
+// LocalScheduler is local mode's cluster controller: with no kubelet there are no launcher
+// pods, so it places every new VMI on one of the local nodes by setting status.nodeName
+// (PickNode: a node matching the VMI's nodeSelector, the one with the fewest VMIs that have
+// not ended).
 type LocalScheduler struct {
-	Client     client.Client
-	Recorder   events.EventRecorder
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Nodes are the nodes to place VMIs on (`vmlet local --nodes N`). Empty means the single
+	// node NodeName with NodeLabels.
+	Nodes      []LocalNode
 	NodeName   string
 	NodeLabels map[string]string
+
+	mu sync.Mutex
+	// placed remembers the nodes this scheduler chose until its cache shows them, so that
+	// VMIs created together spread although the cache lags behind the status updates.
+	placed map[types.UID]string
+}
+
+// LocalNode is a node the local scheduler may place VMIs on.
+type LocalNode struct {
+	Name   string
+	Labels map[string]string
+}
+
+// NodeCandidate is a node as PickNode weighs it.
+type NodeCandidate struct {
+	Name   string
+	Labels map[string]string
+	// VMIs is how many VMIs on the node have not ended (not Succeeded or Failed).
+	VMIs int
+}
+
+// PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
+// nodeSelector and that are not exclude (a migration's source; "" excludes none), the one with
+// the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
+func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclude string) (string, string) {
+	sel := labels.SelectorFromSet(vmi.Spec.NodeSelector)
+	var best *NodeCandidate
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Name == exclude || !sel.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		if best == nil || n.VMIs < best.VMIs || n.VMIs == best.VMIs && n.Name < best.Name {
+			best = n
+		}
+	}
+	if best != nil {
+		return best.Name, ""
+	}
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Name != exclude {
+			names = append(names, n.Name)
+		}
+	}
+	sort.Strings(names)
+	switch {
+	case len(names) == 0 && exclude != "":
+		return "", fmt.Sprintf("no node other than %s", exclude)
+	case len(names) == 1:
+		return "", fmt.Sprintf("node %s does not match nodeSelector %s", names[0], sel)
+	default:
+		return "", fmt.Sprintf("none of the nodes %v matches nodeSelector %s", names, sel)
+	}
 }
 
 // SetupWithManager registers the scheduler.
@@ -38,15 +99,20 @@ func (s *LocalScheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if vmi.Status.NodeName != "" || vmistatus.IsFinal(vmi.Status.Phase) || !vmi.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodes, err := s.candidates(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	before := vmi.Status.DeepCopy()
 	vmistatus.SetPhase(vmi, vmletv1.Pending)
-	if sel := labels.SelectorFromSet(vmi.Spec.NodeSelector); !sel.Matches(labels.Set(s.NodeLabels)) {
-		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnschedulable,
-			fmt.Sprintf("node %s does not match nodeSelector %s", s.NodeName, sel))
+	node, why := PickNode(nodes, vmi, "")
+	if node == "" {
+		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnschedulable, why)
 	} else {
-		vmi.Status.NodeName = s.NodeName
+		vmi.Status.NodeName = node
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
-		s.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonScheduled), "Schedule", "assigned to node %s", s.NodeName)
 	}
 	if equality.Semantic.DeepEqual(before, &vmi.Status) {
 		return ctrl.Result{}, nil
@@ -54,5 +120,42 @@ func (s *LocalScheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := s.Client.Status().Update(ctx, vmi); err != nil {
 		return ctrl.Result{}, fmt.Errorf("update status: %w", err)
 	}
+	if node != "" {
+		s.placed[vmi.UID] = node
+		s.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonScheduled), "Schedule", "assigned to node %s", node)
+	}
 	return ctrl.Result{}, nil
+}
+
+// candidates counts each node's VMIs that have not ended, from the cache and what this
+// scheduler placed that the cache does not show yet. Call with s.mu held.
+func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error) {
+	nodes := s.Nodes
+	if len(nodes) == 0 {
+		nodes = []LocalNode{{Name: s.NodeName, Labels: s.NodeLabels}}
+	}
+	var l vmletv1.VirtualMachineInstanceList
+	if err := s.Client.List(ctx, &l); err != nil {
+		return nil, fmt.Errorf("list VMIs: %w", err)
+	}
+	if s.placed == nil {
+		s.placed = map[types.UID]string{}
+	}
+	count := map[string]int{}
+	pending := map[types.UID]string{}
+	for _, v := range l.Items {
+		node := v.Status.NodeName
+		if p, ok := s.placed[v.UID]; ok && node == "" {
+			node, pending[v.UID] = p, p
+		}
+		if node != "" && !vmistatus.IsFinal(v.Status.Phase) {
+			count[node]++
+		}
+	}
+	s.placed = pending // seen placed by the cache, or gone: forgotten
+	out := make([]NodeCandidate, len(nodes))
+	for i, n := range nodes {
+		out[i] = NodeCandidate{Name: n.Name, Labels: n.Labels, VMIs: count[n.Name]}
+	}
+	return out, nil
 }

@@ -25,6 +25,21 @@
 //   - vmlet owns the local Node's Ready condition (VmletReady; Ready=False NodeShutdown or
 //     VmletStopped when it stops), as a kubelet does: nothing else would write it here.
 //
+// Several nodes (Config.Nodes > 1, `vmlet local --nodes N`, what live migration needs on one
+// machine): nodes NodeName-1 … NodeName-N, each a node agent with a controller-runtime manager
+// of its own (as if each were its own process: the nodes' controllers share names, so name
+// validation is off), its own Node, run root (RunRoot/NODE), cgroup parent (CgroupParent/NODE),
+// storage (StateDir/nodes/NODE/{images,volumes}) and pod netns folder (DefaultPodNetnsRoot/NODE
+// unless Network.NetnsDir is set), so two nodes can hold a pod netns for the same VMI at once.
+// Their pod networks live in node namespaces on a node fabric (network.EnsureFabric: routed pod
+// subnets, no NAT between nodes, its uplink veth in Network.NetnsPath, the host's by default,
+// masquerading what leaves the fabric). The first node's manager runs the scheduler, which
+// places VMIs across the nodes (controllers.PickNode); only the first node's runtime moves
+// vmlet into its system CPU group. Shutdown removes the fabric after the last node's pods;
+// Leave (--keep-vms) keeps it, and the next start adopts it (EnsureFabric is idempotent), as it
+// does after a crash. A start that fails after creating the fabric leaves it for the next start.
+// VMIs placed on a node that a later start with fewer nodes does not run stay where they are.
+//
 // The node agent itself is package nodeagent's, the same one `vmlet agent` runs; local mode adds
-// the control plane and a scheduler that places every VMI on this machine.
+// the control plane and a scheduler that places every VMI on this machine (on one of its nodes).
 package local

@@ -10,14 +10,17 @@ import (
 
 	"github.com/go-logr/logr"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
 )
 
@@ -45,34 +48,64 @@ type Config struct {
 	Network nodeagent.NetworkConfig
 	// NoCPUWeights turns nodeagent.ProcessOptions.CPUWeights off.
 	NoCPUWeights bool
+	// Nodes is how many node agents run on this machine (`--nodes`). 0 or 1: one, NodeName,
+	// with its bridge in Network.NetnsPath, as always. More: nodes NodeName-1 … NodeName-N,
+	// each with a network namespace on a node fabric (network.EnsureFabric, its uplink in
+	// Network.NetnsPath) and folders of its own (see planNodes); Network.Subnet is unused.
+	Nodes int
+	// Fabric is the node fabric's configuration with Nodes > 1 (zero: network's defaults,
+	// namespaces vmlet-fabric and vmlet-node-NODE in /run/netns, 198.19.128.0/17).
+	Fabric network.FabricConfig
 }
 
-// Stack is a running local mode: control plane, node agent and local scheduler.
+// Stack is a running local mode: control plane, node agents and local scheduler.
 type Stack struct {
-	CP      *ControlPlane
+	CP *ControlPlane
+	// Runtime and Agent are the first node's (the only one's with Config.Nodes <= 1).
 	Runtime *process.Runtime
 	Agent   *nodeagent.Agent
-	cancel  context.CancelFunc
-	mgrDone chan error
-	cfg     Config
+	// Nodes are all node agents, the first one first.
+	Nodes []*LocalNode
+	cfg   Config
 }
 
-// Start brings the local stack up: control plane with CRDs, Node registration, and a manager
-// running the local scheduler and the node agent with the process runtime.
+// Start brings the local stack up: the node fabric (Config.Nodes > 1), control plane with
+// CRDs, and per node a manager running its node agent (which registers its Node) with the
+// process runtime; the first node's manager also runs the local scheduler for all of them.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	ctrl.SetLogger(cfg.Log)
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "vmlet"
 	}
-	// Before the control plane: with CPU weights, etcd and kube-apiserver are born in the
-	// agent's high-weight group.
-	rt, err := nodeagent.ProcessRuntime(nodeagent.ProcessOptions{
-		Binary: cfg.LauncherBinary, RunRoot: cfg.RunRoot, CgroupParent: cfg.CgroupParent,
-		User: cfg.LauncherUser, CPUWeights: !cfg.NoCPUWeights, Log: cfg.Log,
-	})
+	var fabric []network.FabricNode
+	if cfg.multi() {
+		var err error
+		if fabric, err = network.EnsureFabric(cfg.fabricConfig(), cfg.NodeNames()); err != nil {
+			return nil, fmt.Errorf("start local mode: %w", err)
+		}
+	}
+	specs, err := planNodes(cfg, fabric)
 	if err != nil {
 		return nil, fmt.Errorf("start local mode: %w", err)
 	}
+	s := &Stack{cfg: cfg}
+	// Before the control plane: with CPU weights, etcd and kube-apiserver are born in the
+	// agent's high-weight group.
+	for i, sp := range specs {
+		rt, err := nodeagent.ProcessRuntime(nodeagent.ProcessOptions{
+			Binary: cfg.LauncherBinary, RunRoot: sp.runRoot, CgroupParent: sp.cgroupParent,
+			User: cfg.LauncherUser, CPUWeights: !cfg.NoCPUWeights, OtherNode: !sp.joinSystem, Log: cfg.Log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start local mode: node %s: %w", sp.name, err)
+		}
+		n := &LocalNode{Name: sp.name, Runtime: rt, spec: sp, mgrDone: make(chan error, 1)}
+		if fabric != nil {
+			n.Fabric = fabric[i]
+		}
+		s.Nodes = append(s.Nodes, n)
+	}
+	s.Runtime = s.Nodes[0].Runtime
 	cp, err := StartControlPlane(ctx, Options{
 		StateDir:    cfg.StateDir,
 		AssetsDir:   cfg.AssetsDir,
@@ -83,51 +116,72 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{CP: cp, Runtime: rt, cfg: cfg, mgrDone: make(chan error, 1)}
-	if err := s.startManager(ctx); err != nil {
+	s.CP = cp
+	if err := s.startManagers(ctx); err != nil {
+		_ = s.stopManagers()
 		_ = cp.Stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Stack) startManager(ctx context.Context) error {
+// startManagers sets every node's agent up in a manager of its own (as if each were its own
+// process), adds the scheduler to the first node's, then starts them.
+func (s *Stack) startManagers(ctx context.Context) error {
 	cfg := s.cfg
-	mgr, err := ctrl.NewManager(s.CP.Config, manager.Options{
-		Scheme:                 s.CP.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return fmt.Errorf("new manager: %w", err)
+	mgrs := make([]manager.Manager, len(s.Nodes))
+	for i, n := range s.Nodes {
+		opts := manager.Options{
+			Scheme:                 s.CP.Scheme,
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+		}
+		if cfg.multi() {
+			// The nodes' controllers have the same names: each manager stands for a process.
+			opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+		}
+		mgr, err := ctrl.NewManager(s.CP.Config, opts)
+		if err != nil {
+			return fmt.Errorf("new manager for node %s: %w", n.Name, err)
+		}
+		netCfg := n.spec.network
+		agent, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
+			NodeName:    n.Name,
+			Runtime:     n.Runtime,
+			Storage:     n.spec.storage,
+			Network:     &netCfg,
+			TCGCacheMiB: cfg.TCGCacheMiB,
+			Register:    true,
+			// vmlet is this node's only agent: it owns the Node's Ready condition.
+			OwnsNodeReady: true,
+			NodeAddress:   n.Fabric.Addr,
+			NodeNetns:     n.Fabric.NetnsPath,
+			Log:           n.log(cfg),
+		})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		n.Agent = agent
+		mgrs[i] = mgr
 	}
-	cfg.Defaults(cfg.StateDir)
-	netCfg := cfg.Network
-	agent, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
-		NodeName:    cfg.NodeName,
-		Runtime:     s.Runtime,
-		Storage:     cfg.StorageConfig,
-		Network:     &netCfg,
-		TCGCacheMiB: cfg.TCGCacheMiB,
-		Register:    true,
-		// vmlet is this node's only agent: it owns the Node's Ready condition.
-		OwnsNodeReady: true,
-		Log:           cfg.Log,
-	})
-	if err != nil {
-		return err
-	}
-	s.Agent = agent
+	s.Agent = s.Nodes[0].Agent
 	sched := &controllers.LocalScheduler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-local-scheduler"),
-		NodeName: cfg.NodeName, NodeLabels: agent.Facts.Labels(),
+		Client: mgrs[0].GetClient(), Recorder: mgrs[0].GetEventRecorder("vmlet-local-scheduler"),
+		NodeName: cfg.NodeName, NodeLabels: s.Agent.Facts.Labels(),
 	}
-	if err := sched.SetupWithManager(mgr); err != nil {
+	if cfg.multi() {
+		for _, n := range s.Nodes {
+			sched.Nodes = append(sched.Nodes, controllers.LocalNode{Name: n.Name, Labels: n.Agent.Facts.Labels()})
+		}
+	}
+	if err := sched.SetupWithManager(mgrs[0]); err != nil {
 		return fmt.Errorf("setup scheduler: %w", err)
 	}
-	mctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() { s.mgrDone <- mgr.Start(mctx) }()
+	for i, n := range s.Nodes {
+		mctx, cancel := context.WithCancel(context.Background())
+		n.cancel = cancel
+		go func(mgr manager.Manager, done chan<- error) { done <- mgr.Start(mctx) }(mgrs[i], n.mgrDone)
+	}
 	return nil
 }
 
@@ -155,4 +209,12 @@ func logFile(dir string) io.Writer {
 		return io.Discard
 	}
 	return f
+}
+
+// log is the node's logger: the stack's, with the node's name when there are several.
+func (n *LocalNode) log(cfg Config) logr.Logger {
+	if !cfg.multi() {
+		return cfg.Log
+	}
+	return cfg.Log.WithValues("node", n.Name)
 }

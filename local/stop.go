@@ -4,60 +4,98 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"sync"
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
 )
 
-// Shutdown is a graceful node shutdown, as the kubelet's: the node agent stops reconciling, every
-// guest is shut down within its grace period (in parallel), each VMI of this node ends Failed
-// with reason NodeShutdown (a Warning Event; a VMI is one run and must be created again) and
-// its launcher, cgroup, netns and volumes go; then the Node is marked Ready=False
-// (NodeShutdown), the node network removed and the control plane stopped. VMIs stay in etcd.
+// Shutdown is a graceful node shutdown, as the kubelet's, of every node: the node agents stop
+// reconciling, every guest is shut down within its grace period (in parallel, all nodes at
+// once), each VMI ends Failed with reason NodeShutdown (a Warning Event; a VMI is one run and
+// must be created again) and its launcher, cgroup, netns and volumes go; then each Node is
+// marked Ready=False (NodeShutdown), the node networks are removed (with several nodes the
+// fabric too) and the control plane stopped. VMIs stay in etcd.
 func (s *Stack) Shutdown(ctx context.Context) error {
-	var errs []error
-	if s.Agent != nil {
-		if err := s.Agent.Reconciler.ShutdownNode(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("shut the node down: %w", err))
+	errs := make([]error, len(s.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range s.Nodes {
+		if n.Agent == nil {
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Agent.Reconciler.ShutdownNode(ctx); err != nil {
+				errs[i] = fmt.Errorf("shut node %s down: %w", n.Name, err)
+			}
+		}()
 	}
-	errs = append(errs, s.stopManager())
-	if s.Agent != nil {
-		errs = append(errs, s.Agent.Heartbeat.SetNotReady(ctx, string(vmistatus.ReasonNodeShutdown),
+	wg.Wait()
+	errs = append(errs, s.stopManagers())
+	for _, n := range s.Nodes {
+		if n.Agent == nil {
+			continue
+		}
+		errs = append(errs, n.Agent.Heartbeat.SetNotReady(ctx, string(vmistatus.ReasonNodeShutdown),
 			"vmlet local shut the node down: its VMIs ended Failed (NodeShutdown)"))
-		errs = append(errs, nodeagent.CloseNetwork(s.Agent.Reconciler.Network))
+		errs = append(errs, nodeagent.CloseNetwork(n.Agent.Reconciler.Network))
+	}
+	if s.cfg.multi() {
+		errs = append(errs, s.removeFabric())
 	}
 	errs = append(errs, s.CP.Stop())
 	return errors.Join(errs...)
+}
+
+// removeFabric removes the node fabric and the nodes' (now empty) pod netns folders.
+func (s *Stack) removeFabric() error {
+	err := network.RemoveFabric(s.cfg.fabricConfig())
+	for _, n := range s.Nodes {
+		_ = os.Remove(n.spec.network.NetnsDir) // only if empty: a pod netns left stays visible
+	}
+	return err
 }
 
 // Leave stops vmlet and the control plane and leaves the VMs running (`--keep-vms`): launchers,
-// QEMU, their cgroups and networks stay and the VMIs are not touched; the Node is marked
-// Ready=False (VmletStopped). The next start adopts the launchers, as after a crash.
+// QEMU, their cgroups and networks (the fabric included) stay and the VMIs are not touched; each
+// Node is marked Ready=False (VmletStopped). The next start adopts the launchers, as after a
+// crash.
 func (s *Stack) Leave(ctx context.Context) error {
 	var errs []error
-	if s.Agent != nil {
-		s.Agent.Reconciler.Drain()
+	for _, n := range s.Nodes {
+		if n.Agent != nil {
+			n.Agent.Reconciler.Drain()
+		}
 	}
-	errs = append(errs, s.stopManager())
-	if s.Agent != nil {
-		errs = append(errs, s.Agent.Heartbeat.SetNotReady(ctx, controllers.ReasonVmletStopped,
+	errs = append(errs, s.stopManagers())
+	for _, n := range s.Nodes {
+		if n.Agent == nil {
+			continue
+		}
+		errs = append(errs, n.Agent.Heartbeat.SetNotReady(ctx, controllers.ReasonVmletStopped,
 			"vmlet local stopped and left its VMs running; the next start manages them again"))
-		errs = append(errs, s.Agent.Close()) // the launchers keep serving their guests' DHCP
+		errs = append(errs, n.Agent.Close()) // the launchers keep serving their guests' DHCP
 	}
 	errs = append(errs, s.CP.Stop())
 	return errors.Join(errs...)
 }
 
-func (s *Stack) stopManager() error {
-	if s.cancel == nil {
-		return nil
+// stopManagers stops the nodes' managers (those started) and waits for them.
+func (s *Stack) stopManagers() error {
+	var errs []error
+	for _, n := range s.Nodes {
+		if n.cancel == nil {
+			continue
+		}
+		n.cancel()
+		n.cancel = nil
+		if err := <-n.mgrDone; err != nil {
+			errs = append(errs, fmt.Errorf("manager of node %s: %w", n.Name, err))
+		}
 	}
-	s.cancel()
-	s.cancel = nil
-	if err := <-s.mgrDone; err != nil {
-		return fmt.Errorf("manager: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }

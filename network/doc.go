@@ -13,6 +13,15 @@
 // carries "vmlet-pod ID ADDR" in its alias. PlanPod is the pure part, Node.CreatePod and
 // Node.DeletePod apply it.
 //
+// Node fabric (several nodes on one machine, `vmlet local --nodes N`): PlanFabric is the pure
+// part, EnsureFabric and RemoveFabric apply it. A fabric namespace (vmlet-fabric) holds a
+// bridge; every node gets a namespace (vmlet-node-NAME) joined to it by a veth (fabric0) with
+// an address on the link subnet and its own pod subnet (DefaultFabricSubnet, 198.19.128.0/17,
+// cut into /24s), where an ordinary Node (NodeConfig.NetnsPath, NoMasquerade) builds its pod
+// network. Nodes route each other's pod subnets without NAT; a veth from the fabric to the host
+// (vmlet-fabric) is every node's default gateway and masquerades what leaves the fabric
+// (table inet vmlet_fabric). ListenTCP and DialTCP make sockets inside a namespace.
+//
 // Bindings in the launcher's netns (Discover, PlanBindings, ApplyPlan, RemovePlan, or
 // Attach which does all and starts DHCP):
 //   - masquerade (KubeVirt's default): bridge k6t-eth0 with 10.0.2.1/24 and the guest's

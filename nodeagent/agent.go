@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -43,8 +46,17 @@ type Config struct {
 	// kubelet does: only where vmlet is the node's only agent (local mode). A node with a
 	// kubelet keeps its conditions the kubelet's.
 	OwnsNodeReady bool
-	// Migration is how this node's agent reaches the others' for live migration; nil: the
-	// node neither sends nor receives migrations.
+	// NodeAddress is the node's address as other nodes reach it (local mode's fabric: the
+	// node's address on it, network.FabricNode.Addr); invalid when unknown (a single node).
+	// With it the agent sends and receives live migrations on that address.
+	NodeAddress netip.Addr
+	// NodeNetns is the network namespace the node's own sockets belong in (local mode's
+	// fabric: network.FabricNode.NetnsPath, for network.ListenTCP/DialTCP); empty means the
+	// host's, the process's own.
+	NodeNetns string
+	// Migration overrides how this node's agent reaches the others' for live migration (by
+	// default: NodeAddress in NodeNetns); nil and no NodeAddress: the node neither sends nor
+	// receives migrations.
 	Migration *controllers.MigrationNet
 	Log       logr.Logger
 }
@@ -128,7 +140,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		Env: func(runDir string) translate.NodeEnv {
 			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB, Machine: machine}
 		},
-		Migration: cfg.Migration,
+		Migration: migrationNet(cfg),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up VMI reconciler: %w", err)
@@ -212,7 +224,11 @@ type ProcessOptions struct {
 	// later: local mode's control plane) the highest, in a group of its own (package
 	// cpuweight). A host without a cpu controller runs without weights (logged).
 	CPUWeights bool
-	Log        logr.Logger
+	// OtherNode skips moving the calling process into this runtime's system CPU group: the
+	// process is another node's agent first (local mode with several nodes, where only the
+	// first node's system group holds it).
+	OtherNode bool
+	Log       logr.Logger
 }
 
 // ProcessRuntime is the process launcher runtime with each launcher in its own cgroup-v2 jail
@@ -245,10 +261,30 @@ func ProcessRuntime(o ProcessOptions) (*process.Runtime, error) {
 	if err := h.Setup(); err != nil {
 		return nil, fmt.Errorf("make process runtime: %w", err)
 	}
+	if o.OtherNode {
+		rt.CPU = h
+		return rt, nil
+	}
 	if err := h.JoinSystem(os.Getpid()); err != nil {
 		return nil, fmt.Errorf("make process runtime: %w", err)
 	}
 	o.Log.Info("CPU weights on", "cgroup", h.Root, "version", h.Version, "system", h.SystemPath())
 	rt.CPU = h
 	return rt, nil
+}
+
+// migrationNet is the node's migration network: cfg.Migration, or sockets on NodeAddress in
+// NodeNetns.
+func migrationNet(cfg Config) *controllers.MigrationNet {
+	if cfg.Migration != nil || !cfg.NodeAddress.IsValid() {
+		return cfg.Migration
+	}
+	ns := cfg.NodeNetns
+	return &controllers.MigrationNet{
+		Addr:   cfg.NodeAddress,
+		Listen: func(addr string) (net.Listener, error) { return network.ListenTCP(ns, addr) },
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			return network.DialTCP(ctx, ns, addr)
+		},
+	}
 }

@@ -27,10 +27,13 @@ type NetworkConfig struct {
 	// ResolvConf is the resolv.conf whose nameservers DHCP offers guests; empty means
 	// /etc/resolv.conf.
 	ResolvConf string
+	// NoMasquerade leaves pod traffic leaving the pod subnet un-NATed: the pod subnet is routed
+	// (local mode's fabric, where the uplink masquerades what leaves the fabric).
+	NoMasquerade bool
 }
 
 func (cfg NetworkConfig) node() network.NodeConfig {
-	return network.NodeConfig{Subnet: cfg.Subnet, Subnet6: cfg.Subnet6, NetnsPath: cfg.NetnsPath, NetnsDir: cfg.NetnsDir}
+	return network.NodeConfig{Subnet: cfg.Subnet, Subnet6: cfg.Subnet6, NetnsPath: cfg.NetnsPath, NetnsDir: cfg.NetnsDir, NoMasquerade: cfg.NoMasquerade}
 }
 
 // openNetwork is the agent's network side for cfg. It changes nothing on the host: the node

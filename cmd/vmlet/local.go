@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,14 +15,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/local"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/nodeagent"
 )
 
 // localOptions are `vmlet local`'s flags beyond local.Config.
 type localOptions struct {
-	bootTimeout time.Duration
-	keepVMs     bool
+	bootTimeout  time.Duration
+	keepVMs      bool
+	fabricSubnet string
 }
 
 func localCmd() *cobra.Command {
@@ -43,11 +48,24 @@ a final demo VMI and creates it again. With --keep-vms, Ctrl-C leaves the VMs ru
 and QEMU untouched, VMIs untouched) and stops only vmlet and the control plane; the next start
 adopts them, as it does after vmlet was killed.
 
+--nodes N (N > 1) runs N node agents on this machine, nodes <node-name>-1 … <node-name>-N, as if
+each were a machine of its own (what live migration needs): each gets a network namespace
+vmlet-node-<node> joined to the others by a node fabric (namespace vmlet-fabric, a bridge; subnet
+--fabric-subnet: a /24 for the fabric's links, then a routed /24 pod subnet per node, no NAT
+between nodes; the fabric reaches the host, or --node-netns, through the veth vmlet-fabric,
+which masquerades what leaves the fabric), its own run folders (<run-root>/<node>), cgroups
+(<cgroup-parent>/<node>), storage (<state-dir>/nodes/<node>/{images,volumes}) and pod
+namespaces (<pod-netns-dir, default /run/vmlet-pods>/<node>). VMIs go to the matching node with
+the fewest VMIs. A node shutdown removes the fabric; --keep-vms leaves it for the next start.
+
 One vmlet local per --state-dir: a second one fails at once. etcd and kube-apiserver die with the
 vmlet that started them; those a killed vmlet left are stopped by the next start.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, nc, err := nf.parse()
 			if err != nil {
+				return err
+			}
+			if err := o.parseNodes(cmd, &cfg); err != nil {
 				return err
 			}
 			cfg.StorageConfig, cfg.Network, cfg.TCGCacheMiB, cfg.LauncherUser = sc, nc, nf.tcgCacheMiB, nf.user
@@ -69,6 +87,9 @@ vmlet that started them; those a killed vmlet left are stopped by the next start
 	f.StringVar(&cfg.LauncherBinary, "launcher", filepath.Join(filepath.Dir(self), "vmlet-launcher"), "vmlet-launcher binary")
 	f.StringVar(&cfg.Demo, "demo", "config/samples/vmi-demo.yaml", "VMI manifest to apply at start (empty: none); a final one of that name is deleted and created again")
 	f.BoolVar(&o.keepVMs, "keep-vms", false, "on Ctrl-C leave the VMs running (launchers, QEMU and VMIs untouched) and stop only vmlet and the control plane; the next start adopts them")
+	f.IntVar(&cfg.Nodes, "nodes", 1, "how many nodes to run on this machine, each with its own network namespace on a node fabric (1: this machine is the node, bridge vmlet0 in the host's network namespace)")
+	f.StringVar(&o.fabricSubnet, "fabric-subnet", network.DefaultFabricSubnet.String(), "with --nodes > 1: the node fabric's subnet (a /24 for the nodes' links, then one /24 pod subnet per node)")
+	f.StringVar(&cfg.Fabric.Name, "fabric-name", "vmlet", "with --nodes > 1: prefix of the fabric's namespaces (NAME-fabric, NAME-node-NODE), uplink veth (NAME-fabric) and nft table (NAME_fabric); at most 8 of [a-z0-9]")
 	nf = addNodeFlags(f, true)
 	f.DurationVar(&o.bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
 	return c
@@ -107,7 +128,14 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 		fmt.Fprintln(out, "vmlet local: stopped")
 	}()
 	kc := s.CP.Kubeconfig
-	fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
+	if len(s.Nodes) > 1 {
+		fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; nodes %s registered\n", kc, strings.Join(s.NodeNames(), ", "))
+		for _, n := range s.Nodes {
+			fmt.Fprintf(out, "vmlet local: node %s: netns %s, address %s, pods %s\n", n.Name, n.Fabric.NetnsPath, n.Fabric.Addr, n.Fabric.PodSubnet)
+		}
+	} else {
+		fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
+	}
 	if cfg.Demo != "" {
 		if err := demo(ctx, s, cfg, o); err != nil && ctx.Err() == nil { // not Ctrl-C meanwhile
 			return err
@@ -166,7 +194,39 @@ Try (kubectl from %[4]s, built with the control plane):
   kubectl delete vmi %[2]s
 
 %[5]s
-`, s.CP.Kubeconfig, d.Key.Name, s.Runtime.Dir(string(vmi.UID)), cfg.AssetsDir, stop)
+`, s.CP.Kubeconfig, d.Key.Name, runtimeOf(s, vmi).Dir(string(vmi.UID)), cfg.AssetsDir, stop)
+	return nil
+}
+
+// runtimeOf is the launcher runtime of the node the VMI runs on (the first node's if unknown).
+func runtimeOf(s *local.Stack, vmi *vmletv1.VirtualMachineInstance) *process.Runtime {
+	if n := s.Node(vmi.Status.NodeName); n != nil {
+		return n.Runtime
+	}
+	return s.Runtime
+}
+
+// parseNodes checks --nodes and the flags that go with it.
+func (o localOptions) parseNodes(cmd *cobra.Command, cfg *local.Config) error {
+	if cfg.Nodes < 1 {
+		return fmt.Errorf("--nodes %d: %w: want at least 1", cfg.Nodes, nodeagent.ErrBadFlag)
+	}
+	if cfg.Nodes == 1 {
+		return nil
+	}
+	for _, name := range []string{"node-subnet", "node-subnet6"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s with --nodes %d: %w: each node's pod subnet comes from --fabric-subnet", name, cfg.Nodes, nodeagent.ErrBadFlag)
+		}
+	}
+	p, err := netip.ParsePrefix(o.fabricSubnet)
+	if err != nil {
+		return fmt.Errorf("parse --fabric-subnet: %w", err)
+	}
+	cfg.Fabric.Subnet = p
+	if _, err := network.PlanFabric(cfg.Fabric, cfg.NodeNames()); err != nil {
+		return fmt.Errorf("check --nodes/--fabric-subnet/--fabric-name: %w", err)
+	}
 	return nil
 }
 

@@ -142,12 +142,24 @@ func (s *localSetup) cleanup(t *testing.T) {
 
 func (s *localSetup) start(t *testing.T, extra ...string) *localProc {
 	t.Helper()
-	args := append([]string{"local", "--state-dir", s.stateDir, "--run-root", s.runRoot, "--cgroup-parent", s.cg,
+	args := append(s.commonArgs(), "--demo", filepath.Join(apienv.RepoRoot(), "config", "samples", "vmi-demo.yaml"),
+		"--node-subnet", "198.19.201.0/24")
+	return s.run(t, append(args, extra...)...)
+}
+
+// commonArgs are the `vmlet local` arguments every start of the setup uses: its folders, node
+// name and netns, control plane and guest image.
+func (s *localSetup) commonArgs() []string {
+	return []string{"local", "--state-dir", s.stateDir, "--run-root", s.runRoot, "--cgroup-parent", s.cg,
 		"--assets", s.assets, "--crds", filepath.Join(apienv.RepoRoot(), "config", "crd", "bases"),
-		"--demo", filepath.Join(apienv.RepoRoot(), "config", "samples", "vmi-demo.yaml"),
-		"--node-name", localNode, "--node-netns", s.nodeNetns, "--node-subnet", "198.19.201.0/24",
+		"--node-name", localNode, "--node-netns", s.nodeNetns,
 		"--pod-netns-dir", s.podNetns, "--resolv-conf", s.resolvConf,
-		"--image", demoImage + "=" + s.guestSource}, extra...)
+		"--image", demoImage + "=" + s.guestSource}
+}
+
+// run starts `vmlet ARGS...` (args include the "local" subcommand).
+func (s *localSetup) run(t *testing.T, args ...string) *localProc {
+	t.Helper()
 	cmd := exec.Command(s.vmlet, args...)
 	p := &localProc{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out

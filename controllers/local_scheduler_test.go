@@ -1,0 +1,45 @@
+package controllers_test
+
+import (
+	"testing"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+)
+
+func TestPickNode(t *testing.T) {
+	amd := map[string]string{"kubernetes.io/arch": "amd64"}
+	gpu := map[string]string{"kubernetes.io/arch": "amd64", "gpu": "yes"}
+	nodes := []controllers.NodeCandidate{
+		{Name: "n-2", Labels: amd, VMIs: 1},
+		{Name: "n-1", Labels: gpu, VMIs: 1},
+		{Name: "n-3", Labels: amd, VMIs: 2},
+	}
+	vmi := func(sel map[string]string) *vmletv1.VirtualMachineInstance {
+		v := &vmletv1.VirtualMachineInstance{}
+		v.Spec.NodeSelector = sel
+		return v
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   []controllers.NodeCandidate
+		sel     map[string]string
+		exclude string
+		want    string
+		wantWhy string
+	}{
+		{name: "fewest, tie by name", nodes: nodes, want: "n-1"},
+		{name: "selector", nodes: nodes, sel: map[string]string{"gpu": "yes"}, want: "n-1"},
+		{name: "exclude the source", nodes: nodes, exclude: "n-1", want: "n-2"},
+		{name: "fewest wins over name", nodes: []controllers.NodeCandidate{{Name: "a", VMIs: 3}, {Name: "b", VMIs: 0}}, want: "b"},
+		{name: "selector excludes all but the source", nodes: nodes, sel: map[string]string{"gpu": "yes"}, exclude: "n-1",
+			wantWhy: "none of the nodes [n-2 n-3] matches nodeSelector gpu=yes"},
+		{name: "single node", nodes: nodes[2:], sel: map[string]string{"gpu": "yes"}, wantWhy: "node n-3 does not match nodeSelector gpu=yes"},
+		{name: "only the source", nodes: nodes[1:2], exclude: "n-1", wantWhy: "no node other than n-1"},
+	} {
+		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel), tc.exclude)
+		if got != tc.want || tc.wantWhy != "" && why != tc.wantWhy {
+			t.Errorf("%s: PickNode = %q, %q; want %q, %q", tc.name, got, why, tc.want, tc.wantWhy)
+		}
+	}
+}

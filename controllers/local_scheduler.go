@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -158,4 +159,20 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 		out[i] = NodeCandidate{Name: n.Name, Labels: n.Labels, VMIs: count[n.Name]}
 	}
 	return out, nil
+}
+
+// PickTarget chooses the node a migration of vmi goes to: as PickNode, its current node
+// excluded (migration.Picker).
+func (s *LocalScheduler) PickTarget(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodes, err := s.candidates(ctx)
+	if err != nil {
+		return "", err
+	}
+	node, why := PickNode(nodes, vmi, vmi.Status.NodeName)
+	if node == "" {
+		return "", errors.New(why)
+	}
+	return node, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
@@ -176,6 +177,14 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	}
 	if err := sched.SetupWithManager(mgrs[0]); err != nil {
 		return fmt.Errorf("setup scheduler: %w", err)
+	}
+	// The cluster side of live migration runs beside the scheduler, which places the targets.
+	mc := &migration.Controller{
+		Client: mgrs[0].GetClient(), Recorder: mgrs[0].GetEventRecorder("vmlet-migration"),
+		APIReader: mgrs[0].GetAPIReader(), Pick: sched.PickTarget,
+	}
+	if err := mc.SetupWithManager(mgrs[0]); err != nil {
+		return fmt.Errorf("setup migration controller: %w", err)
 	}
 	for i, n := range s.Nodes {
 		mctx, cancel := context.WithCancel(context.Background())

@@ -53,13 +53,14 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 			copied = true
 		}
 	}
+	ifaces, nets := vmletv1.EffectiveNetworks(&vmi.Spec) // with KubeVirt's auto-attached bridge
 	pod := map[string]bool{}
-	for _, n := range vmi.Spec.Networks {
+	for _, n := range nets {
 		if n.Pod != nil {
 			pod[n.Name] = true
 		}
 	}
-	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+	for _, i := range ifaces {
 		if i.Bridge != nil && pod[i.Name] {
 			return no(ReasonInterfaceNotMigratable, "cannot migrate VMI which does not use masquerade to connect to the pod network (interface %s uses a bridge binding)", i.Name)
 		}

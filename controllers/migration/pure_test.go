@@ -18,6 +18,7 @@ func running(mut ...func(*vmletv1.VirtualMachineInstance)) *vmletv1.VirtualMachi
 	v.Status.Phase = vmletv1.Running
 	v.Status.NodeName = "node-1"
 	v.Spec.Volumes = []vmletv1.Volume{{Name: "root", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "img"}}}}
+	v.Spec.Domain.Devices.AutoattachPodInterface = ptr.To(false)
 	for _, m := range mut {
 		m(v)
 	}
@@ -54,6 +55,9 @@ func TestMigratable(t *testing.T) {
 			v.Spec.Networks = []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{Pod: &vmletv1.PodNetwork{}}}}
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default", InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Masquerade: &vmletv1.InterfaceMasquerade{}}}}
 		}), ReasonMigratable, vmletv1.BlockMigration},
+		{"no interfaces listed: KubeVirt's auto-attached bridge", running(func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.AutoattachPodInterface = nil
+		}), ReasonInterfaceNotMigratable, ""},
 		{"host-passthrough", running(func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Domain.CPU = &vmletv1.CPU{Model: "host-passthrough"}
 		}), ReasonCPUModeNotMigratable, ""},

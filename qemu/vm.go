@@ -31,6 +31,9 @@ type VM struct {
 	rootPorts int
 	disks     []Disk // attached, in attach order, Port pinned to the slot
 	nics      []NIC  // attached, in attach order, Port pinned, TapFDs dropped
+	nbdSocket string   // the NBD server's socket while one runs (nbd.go)
+	exports   []string // disk ids exported by the NBD server
+	mirrors   []string // disk ids with a mirror job and an NBD client node (mirror.go)
 
 	killed     atomic.Bool
 	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen

@@ -2338,7 +2338,14 @@ type PrepareMigrationTargetRequest struct {
 	ListenUri string `protobuf:"bytes,2,opt,name=listen_uri,json=listenUri,proto3" json:"listen_uri,omitempty"`
 	// options must match the source's Migrate options (capabilities and multifd channels are
 	// negotiated per side).
-	Options       *MigrationOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	Options *MigrationOptions `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	// receive_disks are the ids of the spec's disks whose content the source copies here
+	// (node-local writable disks: the spec's files must be fresh ones of the same size, overlays
+	// over the same backing image). They are served over NBD for the source's mirrors.
+	ReceiveDisks []string `protobuf:"bytes,4,rep,name=receive_disks,json=receiveDisks,proto3" json:"receive_disks,omitempty"`
+	// nbd_listen_uri is where the NBD server listens, "unix:/path"; empty: a unix socket in the
+	// launcher's sockets dir. Used only with receive_disks.
+	NbdListenUri  string `protobuf:"bytes,5,opt,name=nbd_listen_uri,json=nbdListenUri,proto3" json:"nbd_listen_uri,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2394,9 +2401,24 @@ func (x *PrepareMigrationTargetRequest) GetOptions() *MigrationOptions {
 	return nil
 }
 
+func (x *PrepareMigrationTargetRequest) GetReceiveDisks() []string {
+	if x != nil {
+		return x.ReceiveDisks
+	}
+	return nil
+}
+
+func (x *PrepareMigrationTargetRequest) GetNbdListenUri() string {
+	if x != nil {
+		return x.NbdListenUri
+	}
+	return ""
+}
+
 type PrepareMigrationTargetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	NbdUri        string                 `protobuf:"bytes,2,opt,name=nbd_uri,json=nbdUri,proto3" json:"nbd_uri,omitempty"` // with receive_disks: the NBD server's URI, for MigrateRequest.nbd_uri
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2434,6 +2456,13 @@ func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
 func (x *PrepareMigrationTargetResponse) GetUri() string {
 	if x != nil {
 		return x.Uri
+	}
+	return ""
+}
+
+func (x *PrepareMigrationTargetResponse) GetNbdUri() string {
+	if x != nil {
+		return x.NbdUri
 	}
 	return ""
 }
@@ -2515,9 +2544,14 @@ func (x *MigrationOptions) GetDowntimeMs() int64 {
 }
 
 type MigrateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"` // the target's PrepareMigrationTargetResponse.uri
-	Options       *MigrationOptions      `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Uri     string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"` // the target's PrepareMigrationTargetResponse.uri
+	Options *MigrationOptions      `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	// nbd_uri is the target's PrepareMigrationTargetResponse.nbd_uri; with mirror_disks, Migrate
+	// first mirrors those disks into the target and starts the memory migration once all
+	// mirrors are ready (guest writes then reach both sides until the switchover).
+	NbdUri        string        `protobuf:"bytes,3,opt,name=nbd_uri,json=nbdUri,proto3" json:"nbd_uri,omitempty"`
+	MirrorDisks   []*MirrorDisk `protobuf:"bytes,4,rep,name=mirror_disks,json=mirrorDisks,proto3" json:"mirror_disks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2566,6 +2600,75 @@ func (x *MigrateRequest) GetOptions() *MigrationOptions {
 	return nil
 }
 
+func (x *MigrateRequest) GetNbdUri() string {
+	if x != nil {
+		return x.NbdUri
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetMirrorDisks() []*MirrorDisk {
+	if x != nil {
+		return x.MirrorDisks
+	}
+	return nil
+}
+
+// MirrorDisk is a disk the source copies to the target during a migration.
+type MirrorDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// shallow copies only the top image (an overlay whose backing image the target has too);
+	// otherwise the whole disk is copied.
+	Shallow       bool `protobuf:"varint,2,opt,name=shallow,proto3" json:"shallow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorDisk) Reset() {
+	*x = MirrorDisk{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorDisk) ProtoMessage() {}
+
+func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorDisk.ProtoReflect.Descriptor instead.
+func (*MirrorDisk) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MirrorDisk) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MirrorDisk) GetShallow() bool {
+	if x != nil {
+		return x.Shallow
+	}
+	return false
+}
+
 type MigrateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2574,7 +2677,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2689,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2702,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 type CancelMigrationRequest struct {
@@ -2610,7 +2713,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2725,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2738,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
 }
 
 type CancelMigrationResponse struct {
@@ -2646,7 +2749,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2761,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2774,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
 }
 
 type FinalizeMigrationRequest struct {
@@ -2686,7 +2789,7 @@ type FinalizeMigrationRequest struct {
 
 func (x *FinalizeMigrationRequest) Reset() {
 	*x = FinalizeMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2801,7 @@ func (x *FinalizeMigrationRequest) String() string {
 func (*FinalizeMigrationRequest) ProtoMessage() {}
 
 func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2814,7 @@ func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
@@ -2737,7 +2840,7 @@ type FinalizeMigrationResponse struct {
 
 func (x *FinalizeMigrationResponse) Reset() {
 	*x = FinalizeMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2852,7 @@ func (x *FinalizeMigrationResponse) String() string {
 func (*FinalizeMigrationResponse) ProtoMessage() {}
 
 func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2865,7 @@ func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
@@ -2770,6 +2873,86 @@ func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
 		return x.Status
 	}
 	return nil
+}
+
+type ResumeMigrationTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeepPaused    bool                   `protobuf:"varint,1,opt,name=keep_paused,json=keepPaused,proto3" json:"keep_paused,omitempty"` // leave the guest paused (it was paused on the source)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeMigrationTargetRequest) Reset() {
+	*x = ResumeMigrationTargetRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeMigrationTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeMigrationTargetRequest) ProtoMessage() {}
+
+func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeMigrationTargetRequest.ProtoReflect.Descriptor instead.
+func (*ResumeMigrationTargetRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResumeMigrationTargetRequest) GetKeepPaused() bool {
+	if x != nil {
+		return x.KeepPaused
+	}
+	return false
+}
+
+type ResumeMigrationTargetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeMigrationTargetResponse) Reset() {
+	*x = ResumeMigrationTargetResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeMigrationTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeMigrationTargetResponse) ProtoMessage() {}
+
+func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeMigrationTargetResponse.ProtoReflect.Descriptor instead.
+func (*ResumeMigrationTargetResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
 }
 
 type GetMigrationStatusRequest struct {
@@ -2780,7 +2963,7 @@ type GetMigrationStatusRequest struct {
 
 func (x *GetMigrationStatusRequest) Reset() {
 	*x = GetMigrationStatusRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2975,7 @@ func (x *GetMigrationStatusRequest) String() string {
 func (*GetMigrationStatusRequest) ProtoMessage() {}
 
 func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2988,7 @@ func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
 type MigrationStatus struct {
@@ -2821,13 +3004,14 @@ type MigrationStatus struct {
 	TotalBytes       uint64                 `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	DirtySyncCount   uint64                 `protobuf:"varint,10,opt,name=dirty_sync_count,json=dirtySyncCount,proto3" json:"dirty_sync_count,omitempty"`
 	PostcopyRequests uint64                 `protobuf:"varint,11,opt,name=postcopy_requests,json=postcopyRequests,proto3" json:"postcopy_requests,omitempty"`
+	Disks            []*DiskMirrorStatus    `protobuf:"bytes,12,rep,name=disks,proto3" json:"disks,omitempty"` // source: the disk mirrors of this migration
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +3023,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +3036,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -2932,6 +3116,90 @@ func (x *MigrationStatus) GetPostcopyRequests() uint64 {
 	return 0
 }
 
+func (x *MigrationStatus) GetDisks() []*DiskMirrorStatus {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+// DiskMirrorStatus is the progress of one disk's mirror (QMP query-block-jobs).
+type DiskMirrorStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // QEMU's job status ("running", "ready", ...); "none" once ended
+	Ready         bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`  // source and target in sync
+	CopiedBytes   uint64                 `protobuf:"varint,4,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskMirrorStatus) Reset() {
+	*x = DiskMirrorStatus{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskMirrorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskMirrorStatus) ProtoMessage() {}
+
+func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskMirrorStatus.ProtoReflect.Descriptor instead.
+func (*DiskMirrorStatus) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DiskMirrorStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DiskMirrorStatus) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DiskMirrorStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *DiskMirrorStatus) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *DiskMirrorStatus) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 type GuestPingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2940,7 +3208,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3220,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3233,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 type GuestPingResponse struct {
@@ -2976,7 +3244,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3256,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3269,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 type GuestInfoRequest struct {
@@ -3012,7 +3280,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3292,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3305,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 type GuestInfoResponse struct {
@@ -3054,7 +3322,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3334,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3347,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -3140,7 +3408,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3420,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3433,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3235,7 +3503,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3515,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3528,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3295,7 +3563,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3575,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3588,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3357,7 +3625,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3637,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3650,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3432,7 +3700,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3712,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3725,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3500,7 +3768,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3780,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3793,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3564,7 +3832,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3844,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3857,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 type DomainStatsResponse struct {
@@ -3608,7 +3876,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3888,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3901,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -3696,7 +3964,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +3976,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +3989,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -3756,7 +4024,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +4036,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +4049,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -3821,7 +4089,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +4101,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +4114,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BlockStats) GetId() string {
@@ -3922,7 +4190,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4202,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4215,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NetStats) GetId() string {
@@ -4017,7 +4285,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4297,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4310,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -4069,7 +4337,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4349,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4362,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -4114,7 +4382,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4394,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4407,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -4168,7 +4436,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4448,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4461,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -4384,24 +4652,33 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x12HotplugNICResponse\"\"\n" +
 	"\x10UnplugNICRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x13\n" +
-	"\x11UnplugNICResponse\"\xb0\x01\n" +
+	"\x11UnplugNICResponse\"\xfb\x01\n" +
 	"\x1dPrepareMigrationTargetRequest\x121\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"listen_uri\x18\x02 \x01(\tR\tlistenUri\x12=\n" +
-	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"2\n" +
+	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12#\n" +
+	"\rreceive_disks\x18\x04 \x03(\tR\freceiveDisks\x12$\n" +
+	"\x0enbd_listen_uri\x18\x05 \x01(\tR\fnbdListenUri\"K\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri\"\xd6\x01\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x17\n" +
+	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xd6\x01\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
 	"\bpostcopy\x18\x01 \x01(\bR\bpostcopy\x12#\n" +
 	"\rauto_converge\x18\x02 \x01(\bR\fautoConverge\x12)\n" +
 	"\x10multifd_channels\x18\x03 \x01(\x05R\x0fmultifdChannels\x125\n" +
 	"\x17bandwidth_bytes_per_sec\x18\x04 \x01(\x03R\x14bandwidthBytesPerSec\x12\x1f\n" +
 	"\vdowntime_ms\x18\x05 \x01(\x03R\n" +
-	"downtimeMs\"a\n" +
+	"downtimeMs\"\xbc\x01\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12=\n" +
-	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"\x11\n" +
+	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12\x17\n" +
+	"\anbd_uri\x18\x03 \x01(\tR\x06nbdUri\x12@\n" +
+	"\fmirror_disks\x18\x04 \x03(\v2\x1d.vmlet.launcher.v1.MirrorDiskR\vmirrorDisks\"6\n" +
+	"\n" +
+	"MirrorDisk\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\ashallow\x18\x02 \x01(\bR\ashallow\"\x11\n" +
 	"\x0fMigrateResponse\"\x18\n" +
 	"\x16CancelMigrationRequest\"\x19\n" +
 	"\x17CancelMigrationResponse\"Z\n" +
@@ -4411,8 +4688,12 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vkeep_paused\x18\x02 \x01(\bR\n" +
 	"keepPaused\"W\n" +
 	"\x19FinalizeMigrationResponse\x12:\n" +
-	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"\x1b\n" +
-	"\x19GetMigrationStatusRequest\"\x8a\x03\n" +
+	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"?\n" +
+	"\x1cResumeMigrationTargetRequest\x12\x1f\n" +
+	"\vkeep_paused\x18\x01 \x01(\bR\n" +
+	"keepPaused\"\x1f\n" +
+	"\x1dResumeMigrationTargetResponse\"\x1b\n" +
+	"\x19GetMigrationStatusRequest\"\xc5\x03\n" +
 	"\x0fMigrationStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -4427,7 +4708,15 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"totalBytes\x12(\n" +
 	"\x10dirty_sync_count\x18\n" +
 	" \x01(\x04R\x0edirtySyncCount\x12+\n" +
-	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\"\x12\n" +
+	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\x129\n" +
+	"\x05disks\x18\f \x03(\v2#.vmlet.launcher.v1.DiskMirrorStatusR\x05disks\"\x94\x01\n" +
+	"\x10DiskMirrorStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12!\n" +
+	"\fcopied_bytes\x18\x04 \x01(\x04R\vcopiedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x05 \x01(\x04R\n" +
+	"totalBytes\"\x12\n" +
 	"\x10GuestPingRequest\"\x13\n" +
 	"\x11GuestPingResponse\"\x12\n" +
 	"\x10GuestInfoRequest\"\xbd\x02\n" +
@@ -4545,7 +4834,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x13STATE_SHUTTING_DOWN\x10\x05\x12\x11\n" +
 	"\rSTATE_SHUTOFF\x10\x06\x12\x11\n" +
 	"\rSTATE_CRASHED\x10\a\x12\x16\n" +
-	"\x12STATE_MIGRATING_IN\x10\b2\xf3\x0f\n" +
+	"\x12STATE_MIGRATING_IN\x10\b2\xef\x10\n" +
 	"\bLauncher\x12G\n" +
 	"\x04Sync\x12\x1e.vmlet.launcher.v1.SyncRequest\x1a\x1f.vmlet.launcher.v1.SyncResponse\x12J\n" +
 	"\x05Pause\x12\x1f.vmlet.launcher.v1.PauseRequest\x1a .vmlet.launcher.v1.PauseResponse\x12P\n" +
@@ -4564,7 +4853,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x16PrepareMigrationTarget\x120.vmlet.launcher.v1.PrepareMigrationTargetRequest\x1a1.vmlet.launcher.v1.PrepareMigrationTargetResponse\x12P\n" +
 	"\aMigrate\x12!.vmlet.launcher.v1.MigrateRequest\x1a\".vmlet.launcher.v1.MigrateResponse\x12h\n" +
 	"\x0fCancelMigration\x12).vmlet.launcher.v1.CancelMigrationRequest\x1a*.vmlet.launcher.v1.CancelMigrationResponse\x12n\n" +
-	"\x11FinalizeMigration\x12+.vmlet.launcher.v1.FinalizeMigrationRequest\x1a,.vmlet.launcher.v1.FinalizeMigrationResponse\x12f\n" +
+	"\x11FinalizeMigration\x12+.vmlet.launcher.v1.FinalizeMigrationRequest\x1a,.vmlet.launcher.v1.FinalizeMigrationResponse\x12z\n" +
+	"\x15ResumeMigrationTarget\x12/.vmlet.launcher.v1.ResumeMigrationTargetRequest\x1a0.vmlet.launcher.v1.ResumeMigrationTargetResponse\x12f\n" +
 	"\x12GetMigrationStatus\x12,.vmlet.launcher.v1.GetMigrationStatusRequest\x1a\".vmlet.launcher.v1.MigrationStatus\x12V\n" +
 	"\tGuestPing\x12#.vmlet.launcher.v1.GuestPingRequest\x1a$.vmlet.launcher.v1.GuestPingResponse\x12V\n" +
 	"\tGuestInfo\x12#.vmlet.launcher.v1.GuestInfoRequest\x1a$.vmlet.launcher.v1.GuestInfoResponse\x12V\n" +
@@ -4586,7 +4876,7 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
@@ -4630,33 +4920,37 @@ var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(*PrepareMigrationTargetResponse)(nil), // 39: vmlet.launcher.v1.PrepareMigrationTargetResponse
 	(*MigrationOptions)(nil),               // 40: vmlet.launcher.v1.MigrationOptions
 	(*MigrateRequest)(nil),                 // 41: vmlet.launcher.v1.MigrateRequest
-	(*MigrateResponse)(nil),                // 42: vmlet.launcher.v1.MigrateResponse
-	(*CancelMigrationRequest)(nil),         // 43: vmlet.launcher.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil),        // 44: vmlet.launcher.v1.CancelMigrationResponse
-	(*FinalizeMigrationRequest)(nil),       // 45: vmlet.launcher.v1.FinalizeMigrationRequest
-	(*FinalizeMigrationResponse)(nil),      // 46: vmlet.launcher.v1.FinalizeMigrationResponse
-	(*GetMigrationStatusRequest)(nil),      // 47: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*MigrationStatus)(nil),                // 48: vmlet.launcher.v1.MigrationStatus
-	(*GuestPingRequest)(nil),               // 49: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 50: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 51: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 52: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 53: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 54: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 55: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 56: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 57: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 58: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 59: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 60: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 61: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 62: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 63: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 64: vmlet.launcher.v1.NetStats
-	(*QMPRequest)(nil),                     // 65: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 66: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 67: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 68: vmlet.launcher.v1.QMPLogEntry
+	(*MirrorDisk)(nil),                     // 42: vmlet.launcher.v1.MirrorDisk
+	(*MigrateResponse)(nil),                // 43: vmlet.launcher.v1.MigrateResponse
+	(*CancelMigrationRequest)(nil),         // 44: vmlet.launcher.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil),        // 45: vmlet.launcher.v1.CancelMigrationResponse
+	(*FinalizeMigrationRequest)(nil),       // 46: vmlet.launcher.v1.FinalizeMigrationRequest
+	(*FinalizeMigrationResponse)(nil),      // 47: vmlet.launcher.v1.FinalizeMigrationResponse
+	(*ResumeMigrationTargetRequest)(nil),   // 48: vmlet.launcher.v1.ResumeMigrationTargetRequest
+	(*ResumeMigrationTargetResponse)(nil),  // 49: vmlet.launcher.v1.ResumeMigrationTargetResponse
+	(*GetMigrationStatusRequest)(nil),      // 50: vmlet.launcher.v1.GetMigrationStatusRequest
+	(*MigrationStatus)(nil),                // 51: vmlet.launcher.v1.MigrationStatus
+	(*DiskMirrorStatus)(nil),               // 52: vmlet.launcher.v1.DiskMirrorStatus
+	(*GuestPingRequest)(nil),               // 53: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 54: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 55: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 56: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 57: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 58: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 59: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 60: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 61: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 62: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 63: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 64: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 65: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 66: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 67: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 68: vmlet.launcher.v1.NetStats
+	(*QMPRequest)(nil),                     // 69: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 70: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 71: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 72: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
@@ -4669,7 +4963,7 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
 	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	48, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	51, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
 	22, // 11: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
 	25, // 12: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
 	26, // 13: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
@@ -4685,66 +4979,70 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	3,  // 23: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
 	40, // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
 	40, // 25: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	48, // 26: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	53, // 27: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	54, // 28: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	55, // 29: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	56, // 30: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	61, // 31: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	62, // 32: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	63, // 33: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	64, // 34: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 35: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 36: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 37: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 38: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 39: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 40: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 41: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	23, // 42: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	30, // 43: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	32, // 44: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	34, // 45: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	36, // 46: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	38, // 47: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	41, // 48: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	43, // 49: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	45, // 50: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	47, // 51: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	49, // 52: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	51, // 53: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	57, // 54: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	59, // 55: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	65, // 56: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	67, // 57: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 58: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 59: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 60: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 61: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 62: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 63: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 64: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 65: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 66: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 67: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 68: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 69: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 70: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	42, // 71: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	44, // 72: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	46, // 73: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	48, // 74: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	50, // 75: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	52, // 76: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	58, // 77: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	60, // 78: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	66, // 79: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	68, // 80: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	58, // [58:81] is the sub-list for method output_type
-	35, // [35:58] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	42, // 26: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
+	51, // 27: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	52, // 28: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	57, // 29: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	58, // 30: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	59, // 31: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	60, // 32: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	65, // 33: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	66, // 34: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	67, // 35: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	68, // 36: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	8,  // 37: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 38: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 39: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 40: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 41: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 42: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 43: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	23, // 44: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	30, // 45: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	32, // 46: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	34, // 47: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	36, // 48: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	38, // 49: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	41, // 50: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	44, // 51: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	46, // 52: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	48, // 53: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	50, // 54: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	53, // 55: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	55, // 56: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	61, // 57: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	63, // 58: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	69, // 59: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	71, // 60: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 61: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 62: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 63: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 64: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 65: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 66: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 67: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 68: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 69: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 70: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 71: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 72: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 73: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	43, // 74: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	45, // 75: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	47, // 76: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	49, // 77: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	51, // 78: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	54, // 79: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	56, // 80: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	62, // 81: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	64, // 82: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	70, // 83: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	72, // 84: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	61, // [61:85] is the sub-list for method output_type
+	37, // [37:61] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -4765,7 +5063,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

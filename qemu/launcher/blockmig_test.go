@@ -232,4 +232,3 @@ func assertBefore(t *testing.T, path, first, then string) {
 		t.Errorf("qmp log: %s at %d, %s at %d; want the first before the second", first, i, then, j)
 	}
 }
-

@@ -163,7 +163,8 @@ func TestMigrationLocalDisks(t *testing.T) {
 	}
 }
 
-// TestMigrationLocalDisksCancel aborts a migration with mirrored disks (1 MiB/s):
+// TestMigrationLocalDisksCancel refuses bad mirror requests (post-copy, a tcp nbd uri, an
+// unknown disk) without side effects, then aborts a migration with mirrored disks (1 MiB/s):
 // CancelMigration cancels the memory migration and the mirrors; the source keeps running on
 // its own disks, whose files are byte for byte what they were, and reports no mirrors; the
 // target's QEMU gives up.
@@ -173,6 +174,18 @@ func TestMigrationLocalDisksCancel(t *testing.T) {
 	before := sums(t, disks)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	for _, bad := range []*pb.MigrateRequest{
+		{Uri: prep.GetUri(), Options: &pb.MigrationOptions{Postcopy: true}, NbdUri: prep.GetNbdUri(), MirrorDisks: mirrorDisks},
+		{Uri: prep.GetUri(), Options: opts, NbdUri: "tcp:127.0.0.1:1", MirrorDisks: mirrorDisks},
+		{Uri: prep.GetUri(), Options: opts, NbdUri: prep.GetNbdUri(), MirrorDisks: []*pb.MirrorDisk{{Id: "nope"}}},
+	} {
+		if err := src.client.MigrateWith(ctx, bad); err == nil {
+			t.Errorf("Migrate %v succeeded, want a refusal", bad)
+		}
+	}
+	if st, err := src.client.GetMigrationStatus(ctx); err != nil || st.GetStatus() != "none" || len(st.GetDisks()) != 0 {
+		t.Errorf("after refused requests: %v (%v), want no migration and no mirrors", st, err)
+	}
 	if err := src.client.MigrateWith(ctx, &pb.MigrateRequest{Uri: prep.GetUri(), Options: opts, NbdUri: prep.GetNbdUri(), MirrorDisks: mirrorDisks}); err != nil {
 		t.Fatal(err)
 	}

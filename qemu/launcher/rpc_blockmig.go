@@ -16,6 +16,9 @@ import (
 
 // exportDisks starts the target's NBD server for req's receive_disks and returns its URI.
 func (l *api) exportDisks(ctx context.Context, d *domain, req *pb.PrepareMigrationTargetRequest) (string, error) {
+	if req.GetOptions().GetPostcopy() {
+		return "", fmt.Errorf("%w: post-copy with received disks: the target cannot run before the source ended its mirrors", ErrInvalidRequest)
+	}
 	uri := req.GetNbdListenUri()
 	if uri == "" {
 		uri = "unix:" + l.paths.NBDSocket()
@@ -30,16 +33,28 @@ func (l *api) exportDisks(ctx context.Context, d *domain, req *pb.PrepareMigrati
 	return uri, nil
 }
 
+// checkMirrorRequest refuses mirror_disks without a unix nbd_uri or with post-copy, before
+// Migrate changes anything.
+func checkMirrorRequest(req *pb.MigrateRequest) error {
+	if len(req.GetMirrorDisks()) == 0 {
+		return nil
+	}
+	if req.GetOptions().GetPostcopy() {
+		return fmt.Errorf("migrate: %w: post-copy with mirror_disks: the target cannot run before the mirrors ended", ErrInvalidRequest)
+	}
+	if !strings.HasPrefix(req.GetNbdUri(), "unix:") {
+		return fmt.Errorf("migrate: %w: mirror_disks need the target's nbd_uri (unix:), have %q", ErrInvalidRequest, req.GetNbdUri())
+	}
+	return nil
+}
+
 // mirrorDisks mirrors req's mirror_disks into the target's NBD server and waits until every
 // mirror is ready. On failure the mirrors are gone again.
 func (l *api) mirrorDisks(ctx context.Context, d *domain, req *pb.MigrateRequest) error {
 	if len(req.GetMirrorDisks()) == 0 {
 		return nil
 	}
-	path, ok := strings.CutPrefix(req.GetNbdUri(), "unix:")
-	if !ok {
-		return fmt.Errorf("migrate: %w: mirror_disks need the target's nbd_uri (unix:), have %q", ErrInvalidRequest, req.GetNbdUri())
-	}
+	path, _ := strings.CutPrefix(req.GetNbdUri(), "unix:") // checked by checkMirrorRequest
 	o := qemu.MirrorOptions{NBDSocket: path}
 	for _, m := range req.GetMirrorDisks() {
 		o.Disks = append(o.Disks, qemu.MirrorDisk{ID: m.GetId(), Shallow: m.GetShallow()})

@@ -99,6 +99,9 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 	if req.GetUri() == "" {
 		return nil, fmt.Errorf("migrate: %w: uri missing", ErrInvalidRequest)
 	}
+	if err := checkMirrorRequest(req); err != nil {
+		return nil, err
+	}
 	o := req.GetOptions()
 	if err := d.vm.SetMigrationCaps(ctx, migrationCaps(o)); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
@@ -170,10 +173,18 @@ func (l *api) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRe
 	status := migrationStatus(role, info)
 	if role == roleSource {
 		status.Disks = d.mirrorStatus(ctx)
-		// Completed (the guest is paused here) or not: the mirrors end now. A ready mirror
-		// ended after completion leaves the target's disks consistent with the guest's state.
-		if serr := d.vm.StopMirrors(ctx); serr != nil {
-			return &pb.FinalizeMigrationResponse{Status: status}, fmt.Errorf("finalize migration: %w", serr)
+		// Once the migration ended (completed: the guest is paused here; or failed/cancelled)
+		// the mirrors end too. A ready mirror ended after completion leaves the target's disks
+		// consistent with the guest's state. A wait that timed out leaves them running: the
+		// migration may still complete and needs them. Ending them has a deadline of its own:
+		// the wait may have used up the request's.
+		if info.Final() {
+			sctx, scancel := context.WithTimeout(context.Background(), migrationSetupTimeout)
+			serr := d.vm.StopMirrors(sctx)
+			scancel()
+			if serr != nil {
+				return &pb.FinalizeMigrationResponse{Status: status}, fmt.Errorf("finalize migration: %w", serr)
+			}
 		}
 	}
 	if err != nil {

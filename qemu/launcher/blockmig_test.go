@@ -81,7 +81,7 @@ func diskMigration(t *testing.T, name string, opts *pb.MigrationOptions) (src, d
 func TestMigrationLocalDisks(t *testing.T) {
 	opts := &pb.MigrationOptions{BandwidthBytesPerSec: 16 << 20}
 	src, dst, srcRec, dstRec, _, prep := diskMigration(t, "blockmig", opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
 	err := src.client.MigrateWith(ctx, &pb.MigrateRequest{Uri: prep.GetUri(), Options: opts, NbdUri: prep.GetNbdUri(), MirrorDisks: mirrorDisks})

@@ -3130,7 +3130,7 @@ type DiskMirrorStatus struct {
 	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // QEMU's job status ("running", "ready", ...); "none" once ended
 	Ready         bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`  // source and target in sync
 	CopiedBytes   uint64                 `protobuf:"varint,4,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
-	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"` // bytes to copy so far: the disk's size (top image's data when
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -27,6 +27,9 @@ var (
 	ErrMigrationFailed = errors.New("migration failed")
 	// ErrWrongState: the VM is not in a state where the operation makes sense.
 	ErrWrongState = errors.New("wrong vm state")
+	// ErrMirrorFailed: a disk mirror (block job) of a non-shared-storage migration failed or
+	// ended before it was ready.
+	ErrMirrorFailed = errors.New("disk mirror failed")
 	// ErrUnsafe: the operation is known to damage the guest in this configuration (see the
 	// operation's documentation for the evidence).
 	ErrUnsafe = errors.New("unsafe in this configuration")
@@ -87,3 +90,22 @@ func shorten(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// MirrorError is a disk mirror that failed: Disk is the disk id, Event the QMP event that
+// said so (BLOCK_JOB_ERROR, BLOCK_JOB_COMPLETED with an error, BLOCK_JOB_CANCELLED) and Desc
+// QEMU's message if any. It wraps ErrMirrorFailed.
+type MirrorError struct {
+	Disk  string
+	Event string
+	Desc  string
+}
+
+func (e *MirrorError) Error() string {
+	if e.Desc == "" {
+		return fmt.Sprintf("mirror disk %s: %s", e.Disk, e.Event)
+	}
+	return fmt.Sprintf("mirror disk %s: %s: %s", e.Disk, e.Event, e.Desc)
+}
+
+// Unwrap lets errors.Is(err, ErrMirrorFailed) match.
+func (e *MirrorError) Unwrap() error { return ErrMirrorFailed }

@@ -28,6 +28,13 @@ func rootPortID(port int) string      { return fmt.Sprintf("rp_%d", port) }
 func fileNodeName(id string) string   { return "f_" + id }
 func formatNodeName(id string) string { return "d_" + id }
 func netdevID(id string) string       { return "n_" + id }
+
+// Names for non-shared-storage migration (nbd.go, mirror.go): the target's NBD export of a
+// disk, the source's NBD client node for it and the mirror job writing into it. Node names
+// are limited to 31 bytes, hence the two-byte prefixes.
+func nbdExportID(id string) string   { return "e_" + id }
+func nbdClientNode(id string) string { return "b_" + id }
+func mirrorJobID(id string) string   { return "j_" + id }
 func tapFDName(id string, q int) string {
 	return fmt.Sprintf("t_%s_%d", id, q)
 }

@@ -149,6 +149,27 @@ func (c *Client) PrepareMigrationTarget(ctx context.Context, spec *pb.DomainSpec
 	return r.GetUri(), wrap("prepare migration target", err)
 }
 
+// PrepareMigrationTargetWith is PrepareMigrationTarget with every request field, e.g.
+// receive_disks for a migration of node-local disks (the response's nbd_uri then goes to
+// MigrateWith).
+func (c *Client) PrepareMigrationTargetWith(ctx context.Context, req *pb.PrepareMigrationTargetRequest) (*pb.PrepareMigrationTargetResponse, error) {
+	r, err := c.api.PrepareMigrationTarget(ctx, req)
+	return r, wrap("prepare migration target", err)
+}
+
+// MigrateWith is Migrate with every request field, e.g. nbd_uri and mirror_disks.
+func (c *Client) MigrateWith(ctx context.Context, req *pb.MigrateRequest) error {
+	_, err := c.api.Migrate(ctx, req)
+	return wrap("migrate", err)
+}
+
+// ResumeMigrationTarget stops a completed target's NBD server and resumes its guest (unless
+// keepPaused); call it once the source's FinalizeMigration returned.
+func (c *Client) ResumeMigrationTarget(ctx context.Context, keepPaused bool) error {
+	_, err := c.api.ResumeMigrationTarget(ctx, &pb.ResumeMigrationTargetRequest{KeepPaused: keepPaused})
+	return wrap("resume migration target", err)
+}
+
 // Migrate starts migrating to uri.
 func (c *Client) Migrate(ctx context.Context, uri string, o *pb.MigrationOptions) error {
 	_, err := c.api.Migrate(ctx, &pb.MigrateRequest{Uri: uri, Options: o})

@@ -132,6 +132,20 @@
 // waits for completion and quits QEMU (exit 0, reason "migrated"). NICs need taps of their own
 // on the target (a tap cannot be attached twice).
 //
+// Node-local writable disks (containerDisk overlays, emptyDisks) are copied with QEMU block
+// jobs, like libvirt's non-shared-storage migration. The target's live_spec names fresh files
+// of the same size (overlays over the same backing image) and PrepareMigrationTarget lists
+// them in receive_disks: the target serves them over NBD (nbd_uri, a unix socket in its run
+// dir by default). Migrate with nbd_uri and mirror_disks (shallow for an overlay) mirrors each
+// disk into the target (write-blocking: guest writes reach both sides) and starts the memory
+// migration once all mirrors are ready; GetMigrationStatus.disks shows their progress. The
+// target's FinalizeMigration then returns at completion with the guest still paused; the
+// source's FinalizeMigration ends the mirrors (block-job-cancel of ready mirrors: the target
+// holds the final state) and quits QEMU; only after that does the agent call the target's
+// ResumeMigrationTarget, which stops the NBD server and resumes the guest. CancelMigration
+// ends the mirrors too: the source keeps running on its own, unchanged disks. Post-copy is
+// refused with disks (the target could not run before the mirrors ended).
+//
 // # Privileges
 //
 // In local mode the launcher is a child of the node agent (its own session, in a cgroup with a

@@ -81,6 +81,9 @@ func (p Paths) MigrationSocket() string {
 	return filepath.Join(p.Sockets(), "migration.sock")
 }
 
+// NBDSocket is the default NBD server socket of a migration target that receives disks.
+func (p Paths) NBDSocket() string { return filepath.Join(p.Sockets(), "nbd.sock") }
+
 // QMPLog is the log of every QMP line with a timestamp, size-capped and rotated.
 func (p Paths) QMPLog() string { return filepath.Join(p.Logs(), "qmp.log") }
 
@@ -99,7 +102,7 @@ func (p Paths) check() error {
 	if !filepath.IsAbs(p.Root) {
 		return fmt.Errorf("check run dir %q: %w: not absolute", p.Root, ErrInvalidConfig)
 	}
-	for _, s := range []string{p.StartingSocket(), p.DebugSocket(), p.MigrationSocket()} {
+	for _, s := range []string{p.StartingSocket(), p.DebugSocket(), p.MigrationSocket(), p.NBDSocket()} {
 		if len(s) > maxSunPath {
 			return fmt.Errorf("check run dir: %w: socket path %s is %d bytes, the limit is %d",
 				ErrInvalidConfig, s, len(s), maxSunPath)

@@ -72,6 +72,10 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 	if err == nil && o.GetMultifdChannels() > 0 {
 		err = d.vm.SetMigrationParams(sctx, qemu.MigrationParams{MultifdChannels: int(o.GetMultifdChannels())})
 	}
+	var nbdURI string
+	if err == nil && len(req.GetReceiveDisks()) > 0 {
+		nbdURI, err = l.exportDisks(sctx, d, req)
+	}
 	if err == nil {
 		err = d.vm.MigrateIncoming(sctx, uri)
 	}
@@ -82,7 +86,7 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 	if ss := req.GetSyncSpec(); ss != nil {
 		d.spec = cloneSpec(ss) // what a later Sync compares with (under syncMu, as Sync)
 	}
-	return &pb.PrepareMigrationTargetResponse{Uri: uri}, nil
+	return &pb.PrepareMigrationTargetResponse{Uri: uri, NbdUri: nbdURI}, nil
 }
 
 // Migrate implements the Migrate RPC: set capabilities and parameters, start the migration,
@@ -98,6 +102,9 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 	if req.GetUri() == "" {
 		return nil, fmt.Errorf("migrate: %w: uri missing", ErrInvalidRequest)
 	}
+	if err := checkMirrorRequest(req); err != nil {
+		return nil, err
+	}
 	o := req.GetOptions()
 	if err := d.vm.SetMigrationCaps(ctx, migrationCaps(o)); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
@@ -106,7 +113,11 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	d.setMigrationRole(roleSource)
+	if err := l.mirrorDisks(ctx, d, req); err != nil {
+		return nil, err
+	}
 	if err := d.vm.Migrate(ctx, req.GetUri()); err != nil {
+		d.stopMirrors()
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	if o.GetPostcopy() {
@@ -124,6 +135,11 @@ func (l *api) CancelMigration(ctx context.Context, _ *pb.CancelMigrationRequest)
 		return nil, err
 	}
 	if err := d.vm.CancelMigration(ctx); err != nil {
+		return nil, fmt.Errorf("cancel migration: %w", err)
+	}
+	// The mirrors end too (the source keeps running on its own disks). Mirrors still being
+	// set up by Migrate end with it: that Migrate then fails.
+	if err := d.vm.StopMirrors(ctx); err != nil {
 		return nil, fmt.Errorf("cancel migration: %w", err)
 	}
 	return &pb.CancelMigrationResponse{}, nil
@@ -147,15 +163,35 @@ func (l *api) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRe
 	switch role {
 	case roleTarget:
 		// The target QEMU never runs the guest by itself (-S): WaitIncoming resumes it as soon
-		// as that is safe (post-copy start or completion) unless the source was paused.
-		info, err = d.vm.WaitIncoming(ctx, !req.GetKeepPaused())
+		// as that is safe (post-copy start or completion) unless the source was paused. With
+		// received disks it must not run before the source ended its mirrors:
+		// ResumeMigrationTarget resumes it.
+		receiving := len(d.vm.Exports()) > 0
+		info, err = d.vm.WaitIncoming(ctx, !req.GetKeepPaused() && !receiving)
 	case roleSource:
 		info, err = d.vm.WaitMigration(ctx, nil)
 	default:
 		return nil, fmt.Errorf("finalize migration: %w: no migration", ErrWrongState)
 	}
+	status := migrationStatus(role, info)
+	if role == roleSource {
+		status.Disks = d.mirrorStatus(ctx)
+		// Once the migration ended (completed: the guest is paused here; or failed/cancelled)
+		// the mirrors end too. A ready mirror ended after completion leaves the target's disks
+		// consistent with the guest's state. A wait that timed out leaves them running: the
+		// migration may still complete and needs them. Ending them has a deadline of its own:
+		// the wait may have used up the request's.
+		if info.Final() {
+			sctx, scancel := context.WithTimeout(context.Background(), migrationSetupTimeout)
+			serr := d.vm.StopMirrors(sctx)
+			scancel()
+			if serr != nil {
+				return &pb.FinalizeMigrationResponse{Status: status}, fmt.Errorf("finalize migration: %w", serr)
+			}
+		}
+	}
 	if err != nil {
-		return &pb.FinalizeMigrationResponse{Status: migrationStatus(role, info)}, fmt.Errorf("finalize migration: %w", err)
+		return &pb.FinalizeMigrationResponse{Status: status}, fmt.Errorf("finalize migration: %w", err)
 	}
 	d.setMigration(info.Status)
 	if role == roleSource {
@@ -166,7 +202,7 @@ func (l *api) FinalizeMigration(ctx context.Context, req *pb.FinalizeMigrationRe
 	} else {
 		d.refresh("")
 	}
-	return &pb.FinalizeMigrationResponse{Status: migrationStatus(role, info)}, nil
+	return &pb.FinalizeMigrationResponse{Status: status}, nil
 }
 
 // GetMigrationStatus implements the RPC (QMP query-migrate).
@@ -179,7 +215,9 @@ func (l *api) GetMigrationStatus(ctx context.Context, _ *pb.GetMigrationStatusRe
 	if err != nil {
 		return nil, fmt.Errorf("get migration status: %w", err)
 	}
-	return migrationStatus(d.migrationRole(), info), nil
+	st := migrationStatus(d.migrationRole(), info)
+	st.Disks = d.mirrorStatus(ctx)
+	return st, nil
 }
 
 func migrationStatus(role string, m qemu.MigrationInfo) *pb.MigrationStatus {

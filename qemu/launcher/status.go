@@ -39,7 +39,7 @@ var reasons = []struct {
 	{"AGENT_BUSY", codes.Unavailable, ErrAgentBusy, nil},
 	{"EXEC_TIMEOUT", codes.DeadlineExceeded, ErrExecTimeout, nil},
 	{"UNSAFE", codes.FailedPrecondition, ErrUnsafe, []error{qemu.ErrUnsafe}},
-	{"MIGRATION_FAILED", codes.Aborted, ErrMigrationFailed, []error{qemu.ErrMigrationFailed}},
+	{"MIGRATION_FAILED", codes.Aborted, ErrMigrationFailed, []error{qemu.ErrMigrationFailed, qemu.ErrMirrorFailed}},
 	{"QEMU_EXITED", codes.FailedPrecondition, ErrQEMUExited, []error{qemu.ErrExited, qmp.ErrDisconnected}},
 	{"TERMINATING", codes.Unavailable, ErrTerminating, nil},
 	{"WRONG_STATE", codes.FailedPrecondition, ErrWrongState, []error{qemu.ErrWrongState}},

@@ -2342,7 +2342,14 @@ type PrepareMigrationTargetRequest struct {
 	// sync_spec is the spec the agent will Sync once the migration completed (its own
 	// translation of the vmi, without the source's pinned layout): Sync with it is then a no-op
 	// rather than "runs with another spec". Empty: spec.
-	SyncSpec      *DomainSpec `protobuf:"bytes,20,opt,name=sync_spec,json=syncSpec,proto3" json:"sync_spec,omitempty"`
+	SyncSpec *DomainSpec `protobuf:"bytes,20,opt,name=sync_spec,json=syncSpec,proto3" json:"sync_spec,omitempty"`
+	// receive_disks are the ids of the spec's disks whose content the source copies here
+	// (node-local writable disks: the spec's files must be fresh ones of the same size, overlays
+	// over the same backing image). They are served over NBD for the source's mirrors.
+	ReceiveDisks []string `protobuf:"bytes,4,rep,name=receive_disks,json=receiveDisks,proto3" json:"receive_disks,omitempty"`
+	// nbd_listen_uri is where the NBD server listens, "unix:/path"; empty: a unix socket in the
+	// launcher's sockets dir. Used only with receive_disks.
+	NbdListenUri  string `protobuf:"bytes,5,opt,name=nbd_listen_uri,json=nbdListenUri,proto3" json:"nbd_listen_uri,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2405,9 +2412,24 @@ func (x *PrepareMigrationTargetRequest) GetSyncSpec() *DomainSpec {
 	return nil
 }
 
+func (x *PrepareMigrationTargetRequest) GetReceiveDisks() []string {
+	if x != nil {
+		return x.ReceiveDisks
+	}
+	return nil
+}
+
+func (x *PrepareMigrationTargetRequest) GetNbdListenUri() string {
+	if x != nil {
+		return x.NbdListenUri
+	}
+	return ""
+}
+
 type PrepareMigrationTargetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	NbdUri        string                 `protobuf:"bytes,2,opt,name=nbd_uri,json=nbdUri,proto3" json:"nbd_uri,omitempty"` // with receive_disks: the NBD server's URI, for MigrateRequest.nbd_uri
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2445,6 +2467,13 @@ func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
 func (x *PrepareMigrationTargetResponse) GetUri() string {
 	if x != nil {
 		return x.Uri
+	}
+	return ""
+}
+
+func (x *PrepareMigrationTargetResponse) GetNbdUri() string {
+	if x != nil {
+		return x.NbdUri
 	}
 	return ""
 }
@@ -2526,9 +2555,14 @@ func (x *MigrationOptions) GetDowntimeMs() int64 {
 }
 
 type MigrateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"` // the target's PrepareMigrationTargetResponse.uri
-	Options       *MigrationOptions      `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Uri     string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"` // the target's PrepareMigrationTargetResponse.uri
+	Options *MigrationOptions      `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	// nbd_uri is the target's PrepareMigrationTargetResponse.nbd_uri; with mirror_disks, Migrate
+	// first mirrors those disks into the target and starts the memory migration once all
+	// mirrors are ready (guest writes then reach both sides until the switchover).
+	NbdUri        string        `protobuf:"bytes,3,opt,name=nbd_uri,json=nbdUri,proto3" json:"nbd_uri,omitempty"`
+	MirrorDisks   []*MirrorDisk `protobuf:"bytes,4,rep,name=mirror_disks,json=mirrorDisks,proto3" json:"mirror_disks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2577,6 +2611,75 @@ func (x *MigrateRequest) GetOptions() *MigrationOptions {
 	return nil
 }
 
+func (x *MigrateRequest) GetNbdUri() string {
+	if x != nil {
+		return x.NbdUri
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetMirrorDisks() []*MirrorDisk {
+	if x != nil {
+		return x.MirrorDisks
+	}
+	return nil
+}
+
+// MirrorDisk is a disk the source copies to the target during a migration.
+type MirrorDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// shallow copies only the top image (an overlay whose backing image the target has too);
+	// otherwise the whole disk is copied.
+	Shallow       bool `protobuf:"varint,2,opt,name=shallow,proto3" json:"shallow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorDisk) Reset() {
+	*x = MirrorDisk{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorDisk) ProtoMessage() {}
+
+func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorDisk.ProtoReflect.Descriptor instead.
+func (*MirrorDisk) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MirrorDisk) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MirrorDisk) GetShallow() bool {
+	if x != nil {
+		return x.Shallow
+	}
+	return false
+}
+
 type MigrateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2585,7 +2688,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2700,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2713,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 type CancelMigrationRequest struct {
@@ -2621,7 +2724,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2736,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2749,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
 }
 
 type CancelMigrationResponse struct {
@@ -2657,7 +2760,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2772,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2785,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
 }
 
 type FinalizeMigrationRequest struct {
@@ -2697,7 +2800,7 @@ type FinalizeMigrationRequest struct {
 
 func (x *FinalizeMigrationRequest) Reset() {
 	*x = FinalizeMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2812,7 @@ func (x *FinalizeMigrationRequest) String() string {
 func (*FinalizeMigrationRequest) ProtoMessage() {}
 
 func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2825,7 @@ func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
@@ -2748,7 +2851,7 @@ type FinalizeMigrationResponse struct {
 
 func (x *FinalizeMigrationResponse) Reset() {
 	*x = FinalizeMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2863,7 @@ func (x *FinalizeMigrationResponse) String() string {
 func (*FinalizeMigrationResponse) ProtoMessage() {}
 
 func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2876,7 @@ func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
@@ -2781,6 +2884,86 @@ func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
 		return x.Status
 	}
 	return nil
+}
+
+type ResumeMigrationTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeepPaused    bool                   `protobuf:"varint,1,opt,name=keep_paused,json=keepPaused,proto3" json:"keep_paused,omitempty"` // leave the guest paused (it was paused on the source)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeMigrationTargetRequest) Reset() {
+	*x = ResumeMigrationTargetRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeMigrationTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeMigrationTargetRequest) ProtoMessage() {}
+
+func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeMigrationTargetRequest.ProtoReflect.Descriptor instead.
+func (*ResumeMigrationTargetRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResumeMigrationTargetRequest) GetKeepPaused() bool {
+	if x != nil {
+		return x.KeepPaused
+	}
+	return false
+}
+
+type ResumeMigrationTargetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeMigrationTargetResponse) Reset() {
+	*x = ResumeMigrationTargetResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeMigrationTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeMigrationTargetResponse) ProtoMessage() {}
+
+func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeMigrationTargetResponse.ProtoReflect.Descriptor instead.
+func (*ResumeMigrationTargetResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
 }
 
 type GetMigrationStatusRequest struct {
@@ -2791,7 +2974,7 @@ type GetMigrationStatusRequest struct {
 
 func (x *GetMigrationStatusRequest) Reset() {
 	*x = GetMigrationStatusRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2986,7 @@ func (x *GetMigrationStatusRequest) String() string {
 func (*GetMigrationStatusRequest) ProtoMessage() {}
 
 func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2999,7 @@ func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
 type MigrationStatus struct {
@@ -2833,13 +3016,14 @@ type MigrationStatus struct {
 	DirtySyncCount   uint64                 `protobuf:"varint,10,opt,name=dirty_sync_count,json=dirtySyncCount,proto3" json:"dirty_sync_count,omitempty"`
 	PostcopyRequests uint64                 `protobuf:"varint,11,opt,name=postcopy_requests,json=postcopyRequests,proto3" json:"postcopy_requests,omitempty"`
 	DirtyPagesRate   int64                  `protobuf:"varint,20,opt,name=dirty_pages_rate,json=dirtyPagesRate,proto3" json:"dirty_pages_rate,omitempty"` // pages per second the guest dirties (source)
+	Disks            []*DiskMirrorStatus    `protobuf:"bytes,12,rep,name=disks,proto3" json:"disks,omitempty"`                                            // source: the disk mirrors of this migration
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3035,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3048,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -2951,6 +3135,90 @@ func (x *MigrationStatus) GetDirtyPagesRate() int64 {
 	return 0
 }
 
+func (x *MigrationStatus) GetDisks() []*DiskMirrorStatus {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+// DiskMirrorStatus is the progress of one disk's mirror (QMP query-block-jobs).
+type DiskMirrorStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // QEMU's job status ("running", "ready", ...); "none" once ended
+	Ready         bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`  // source and target in sync
+	CopiedBytes   uint64                 `protobuf:"varint,4,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"` // bytes to copy so far: the disk's size (top image's data when
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskMirrorStatus) Reset() {
+	*x = DiskMirrorStatus{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskMirrorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskMirrorStatus) ProtoMessage() {}
+
+func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskMirrorStatus.ProtoReflect.Descriptor instead.
+func (*DiskMirrorStatus) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DiskMirrorStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DiskMirrorStatus) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *DiskMirrorStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *DiskMirrorStatus) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *DiskMirrorStatus) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 type GuestPingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2959,7 +3227,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3239,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3252,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 type GuestPingResponse struct {
@@ -2995,7 +3263,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3275,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3288,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 type GuestInfoRequest struct {
@@ -3031,7 +3299,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3311,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3324,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 type GuestInfoResponse struct {
@@ -3073,7 +3341,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3353,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3366,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -3159,7 +3427,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3439,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3452,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3254,7 +3522,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3534,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3547,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3314,7 +3582,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3594,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3607,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3376,7 +3644,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3656,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3669,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3451,7 +3719,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3731,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3744,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3519,7 +3787,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3799,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3812,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3583,7 +3851,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3863,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3876,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 type DomainStatsResponse struct {
@@ -3627,7 +3895,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3907,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3920,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -3715,7 +3983,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3995,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +4008,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -3775,7 +4043,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4055,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4068,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -3840,7 +4108,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4120,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4133,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BlockStats) GetId() string {
@@ -3941,7 +4209,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4221,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4234,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NetStats) GetId() string {
@@ -4036,7 +4304,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +4316,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +4329,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -4088,7 +4356,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4368,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4381,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -4133,7 +4401,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4145,7 +4413,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4158,7 +4426,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -4187,7 +4455,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4199,7 +4467,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4212,7 +4480,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -4403,25 +4671,34 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x12HotplugNICResponse\"\"\n" +
 	"\x10UnplugNICRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x13\n" +
-	"\x11UnplugNICResponse\"\xec\x01\n" +
+	"\x11UnplugNICResponse\"\xb7\x02\n" +
 	"\x1dPrepareMigrationTargetRequest\x121\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"listen_uri\x18\x02 \x01(\tR\tlistenUri\x12=\n" +
 	"\aoptions\x18\x03 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12:\n" +
-	"\tsync_spec\x18\x14 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bsyncSpec\"2\n" +
+	"\tsync_spec\x18\x14 \x01(\v2\x1d.vmlet.launcher.v1.DomainSpecR\bsyncSpec\x12#\n" +
+	"\rreceive_disks\x18\x04 \x03(\tR\freceiveDisks\x12$\n" +
+	"\x0enbd_listen_uri\x18\x05 \x01(\tR\fnbdListenUri\"K\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri\"\xd6\x01\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x17\n" +
+	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xd6\x01\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
 	"\bpostcopy\x18\x01 \x01(\bR\bpostcopy\x12#\n" +
 	"\rauto_converge\x18\x02 \x01(\bR\fautoConverge\x12)\n" +
 	"\x10multifd_channels\x18\x03 \x01(\x05R\x0fmultifdChannels\x125\n" +
 	"\x17bandwidth_bytes_per_sec\x18\x04 \x01(\x03R\x14bandwidthBytesPerSec\x12\x1f\n" +
 	"\vdowntime_ms\x18\x05 \x01(\x03R\n" +
-	"downtimeMs\"a\n" +
+	"downtimeMs\"\xbc\x01\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12=\n" +
-	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\"\x11\n" +
+	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12\x17\n" +
+	"\anbd_uri\x18\x03 \x01(\tR\x06nbdUri\x12@\n" +
+	"\fmirror_disks\x18\x04 \x03(\v2\x1d.vmlet.launcher.v1.MirrorDiskR\vmirrorDisks\"6\n" +
+	"\n" +
+	"MirrorDisk\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\ashallow\x18\x02 \x01(\bR\ashallow\"\x11\n" +
 	"\x0fMigrateResponse\"\x18\n" +
 	"\x16CancelMigrationRequest\"\x19\n" +
 	"\x17CancelMigrationResponse\"Z\n" +
@@ -4431,8 +4708,12 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vkeep_paused\x18\x02 \x01(\bR\n" +
 	"keepPaused\"W\n" +
 	"\x19FinalizeMigrationResponse\x12:\n" +
-	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"\x1b\n" +
-	"\x19GetMigrationStatusRequest\"\xb4\x03\n" +
+	"\x06status\x18\x01 \x01(\v2\".vmlet.launcher.v1.MigrationStatusR\x06status\"?\n" +
+	"\x1cResumeMigrationTargetRequest\x12\x1f\n" +
+	"\vkeep_paused\x18\x01 \x01(\bR\n" +
+	"keepPaused\"\x1f\n" +
+	"\x1dResumeMigrationTargetResponse\"\x1b\n" +
+	"\x19GetMigrationStatusRequest\"\xef\x03\n" +
 	"\x0fMigrationStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -4448,7 +4729,15 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x10dirty_sync_count\x18\n" +
 	" \x01(\x04R\x0edirtySyncCount\x12+\n" +
 	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\x12(\n" +
-	"\x10dirty_pages_rate\x18\x14 \x01(\x03R\x0edirtyPagesRate\"\x12\n" +
+	"\x10dirty_pages_rate\x18\x14 \x01(\x03R\x0edirtyPagesRate\x129\n" +
+	"\x05disks\x18\f \x03(\v2#.vmlet.launcher.v1.DiskMirrorStatusR\x05disks\"\x94\x01\n" +
+	"\x10DiskMirrorStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12!\n" +
+	"\fcopied_bytes\x18\x04 \x01(\x04R\vcopiedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x05 \x01(\x04R\n" +
+	"totalBytes\"\x12\n" +
 	"\x10GuestPingRequest\"\x13\n" +
 	"\x11GuestPingResponse\"\x12\n" +
 	"\x10GuestInfoRequest\"\xbd\x02\n" +
@@ -4566,7 +4855,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x13STATE_SHUTTING_DOWN\x10\x05\x12\x11\n" +
 	"\rSTATE_SHUTOFF\x10\x06\x12\x11\n" +
 	"\rSTATE_CRASHED\x10\a\x12\x16\n" +
-	"\x12STATE_MIGRATING_IN\x10\b2\xf3\x0f\n" +
+	"\x12STATE_MIGRATING_IN\x10\b2\xef\x10\n" +
 	"\bLauncher\x12G\n" +
 	"\x04Sync\x12\x1e.vmlet.launcher.v1.SyncRequest\x1a\x1f.vmlet.launcher.v1.SyncResponse\x12J\n" +
 	"\x05Pause\x12\x1f.vmlet.launcher.v1.PauseRequest\x1a .vmlet.launcher.v1.PauseResponse\x12P\n" +
@@ -4585,7 +4874,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x16PrepareMigrationTarget\x120.vmlet.launcher.v1.PrepareMigrationTargetRequest\x1a1.vmlet.launcher.v1.PrepareMigrationTargetResponse\x12P\n" +
 	"\aMigrate\x12!.vmlet.launcher.v1.MigrateRequest\x1a\".vmlet.launcher.v1.MigrateResponse\x12h\n" +
 	"\x0fCancelMigration\x12).vmlet.launcher.v1.CancelMigrationRequest\x1a*.vmlet.launcher.v1.CancelMigrationResponse\x12n\n" +
-	"\x11FinalizeMigration\x12+.vmlet.launcher.v1.FinalizeMigrationRequest\x1a,.vmlet.launcher.v1.FinalizeMigrationResponse\x12f\n" +
+	"\x11FinalizeMigration\x12+.vmlet.launcher.v1.FinalizeMigrationRequest\x1a,.vmlet.launcher.v1.FinalizeMigrationResponse\x12z\n" +
+	"\x15ResumeMigrationTarget\x12/.vmlet.launcher.v1.ResumeMigrationTargetRequest\x1a0.vmlet.launcher.v1.ResumeMigrationTargetResponse\x12f\n" +
 	"\x12GetMigrationStatus\x12,.vmlet.launcher.v1.GetMigrationStatusRequest\x1a\".vmlet.launcher.v1.MigrationStatus\x12V\n" +
 	"\tGuestPing\x12#.vmlet.launcher.v1.GuestPingRequest\x1a$.vmlet.launcher.v1.GuestPingResponse\x12V\n" +
 	"\tGuestInfo\x12#.vmlet.launcher.v1.GuestInfoRequest\x1a$.vmlet.launcher.v1.GuestInfoResponse\x12V\n" +
@@ -4607,7 +4897,7 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
@@ -4651,33 +4941,37 @@ var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(*PrepareMigrationTargetResponse)(nil), // 39: vmlet.launcher.v1.PrepareMigrationTargetResponse
 	(*MigrationOptions)(nil),               // 40: vmlet.launcher.v1.MigrationOptions
 	(*MigrateRequest)(nil),                 // 41: vmlet.launcher.v1.MigrateRequest
-	(*MigrateResponse)(nil),                // 42: vmlet.launcher.v1.MigrateResponse
-	(*CancelMigrationRequest)(nil),         // 43: vmlet.launcher.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil),        // 44: vmlet.launcher.v1.CancelMigrationResponse
-	(*FinalizeMigrationRequest)(nil),       // 45: vmlet.launcher.v1.FinalizeMigrationRequest
-	(*FinalizeMigrationResponse)(nil),      // 46: vmlet.launcher.v1.FinalizeMigrationResponse
-	(*GetMigrationStatusRequest)(nil),      // 47: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*MigrationStatus)(nil),                // 48: vmlet.launcher.v1.MigrationStatus
-	(*GuestPingRequest)(nil),               // 49: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 50: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 51: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 52: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 53: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 54: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 55: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 56: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 57: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 58: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 59: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 60: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 61: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 62: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 63: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 64: vmlet.launcher.v1.NetStats
-	(*QMPRequest)(nil),                     // 65: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 66: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 67: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 68: vmlet.launcher.v1.QMPLogEntry
+	(*MirrorDisk)(nil),                     // 42: vmlet.launcher.v1.MirrorDisk
+	(*MigrateResponse)(nil),                // 43: vmlet.launcher.v1.MigrateResponse
+	(*CancelMigrationRequest)(nil),         // 44: vmlet.launcher.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil),        // 45: vmlet.launcher.v1.CancelMigrationResponse
+	(*FinalizeMigrationRequest)(nil),       // 46: vmlet.launcher.v1.FinalizeMigrationRequest
+	(*FinalizeMigrationResponse)(nil),      // 47: vmlet.launcher.v1.FinalizeMigrationResponse
+	(*ResumeMigrationTargetRequest)(nil),   // 48: vmlet.launcher.v1.ResumeMigrationTargetRequest
+	(*ResumeMigrationTargetResponse)(nil),  // 49: vmlet.launcher.v1.ResumeMigrationTargetResponse
+	(*GetMigrationStatusRequest)(nil),      // 50: vmlet.launcher.v1.GetMigrationStatusRequest
+	(*MigrationStatus)(nil),                // 51: vmlet.launcher.v1.MigrationStatus
+	(*DiskMirrorStatus)(nil),               // 52: vmlet.launcher.v1.DiskMirrorStatus
+	(*GuestPingRequest)(nil),               // 53: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 54: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 55: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 56: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 57: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 58: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 59: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 60: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 61: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 62: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 63: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 64: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 65: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 66: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 67: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 68: vmlet.launcher.v1.NetStats
+	(*QMPRequest)(nil),                     // 69: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 70: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 71: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 72: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
@@ -4690,7 +4984,7 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
 	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	48, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	51, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
 	22, // 11: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
 	25, // 12: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
 	26, // 13: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
@@ -4707,66 +5001,70 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	40, // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
 	3,  // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
 	40, // 26: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	48, // 27: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	53, // 28: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	54, // 29: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	55, // 30: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	56, // 31: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	61, // 32: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	62, // 33: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	63, // 34: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	64, // 35: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 36: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 37: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 38: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 39: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 40: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 41: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 42: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	23, // 43: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	30, // 44: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	32, // 45: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	34, // 46: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	36, // 47: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	38, // 48: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	41, // 49: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	43, // 50: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	45, // 51: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	47, // 52: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	49, // 53: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	51, // 54: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	57, // 55: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	59, // 56: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	65, // 57: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	67, // 58: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 59: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 60: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 61: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 62: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 63: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 64: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 65: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 66: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 67: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 68: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 69: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 70: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 71: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	42, // 72: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	44, // 73: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	46, // 74: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	48, // 75: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	50, // 76: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	52, // 77: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	58, // 78: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	60, // 79: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	66, // 80: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	68, // 81: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	59, // [59:82] is the sub-list for method output_type
-	36, // [36:59] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	42, // 27: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
+	51, // 28: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	52, // 29: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	57, // 30: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	58, // 31: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	59, // 32: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	60, // 33: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	65, // 34: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	66, // 35: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	67, // 36: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	68, // 37: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	8,  // 38: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 39: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 40: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 41: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 42: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 43: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 44: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	23, // 45: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	30, // 46: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	32, // 47: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	34, // 48: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	36, // 49: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	38, // 50: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	41, // 51: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	44, // 52: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	46, // 53: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	48, // 54: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	50, // 55: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	53, // 56: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	55, // 57: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	61, // 58: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	63, // 59: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	69, // 60: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	71, // 61: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 62: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 63: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 64: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 65: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 66: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 67: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 68: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 69: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 70: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 71: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 72: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 73: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 74: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	43, // 75: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	45, // 76: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	47, // 77: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	49, // 78: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	51, // 79: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	54, // 80: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	56, // 81: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	62, // 82: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	64, // 83: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	70, // 84: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	72, // 85: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	62, // [62:86] is the sub-list for method output_type
+	38, // [38:62] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -4787,7 +5085,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ const (
 	Launcher_Migrate_FullMethodName                = "/vmlet.launcher.v1.Launcher/Migrate"
 	Launcher_CancelMigration_FullMethodName        = "/vmlet.launcher.v1.Launcher/CancelMigration"
 	Launcher_FinalizeMigration_FullMethodName      = "/vmlet.launcher.v1.Launcher/FinalizeMigration"
+	Launcher_ResumeMigrationTarget_FullMethodName  = "/vmlet.launcher.v1.Launcher/ResumeMigrationTarget"
 	Launcher_GetMigrationStatus_FullMethodName     = "/vmlet.launcher.v1.Launcher/GetMigrationStatus"
 	Launcher_GuestPing_FullMethodName              = "/vmlet.launcher.v1.Launcher/GuestPing"
 	Launcher_GuestInfo_FullMethodName              = "/vmlet.launcher.v1.Launcher/GuestInfo"
@@ -95,9 +96,14 @@ type LauncherClient interface {
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*MigrateResponse, error)
 	CancelMigration(ctx context.Context, in *CancelMigrationRequest, opts ...grpc.CallOption) (*CancelMigrationResponse, error)
 	// FinalizeMigration waits for the migration to complete. On the target it resumes the guest
-	// (the domain is now the live one); on the source it stops QEMU (the launcher then exits 0,
-	// reason "migrated").
+	// (the domain is now the live one) unless it received disks (receive_disks): then it stays
+	// paused until ResumeMigrationTarget. On the source it first ends the disk mirrors, then
+	// stops QEMU (the launcher then exits 0, reason "migrated").
 	FinalizeMigration(ctx context.Context, in *FinalizeMigrationRequest, opts ...grpc.CallOption) (*FinalizeMigrationResponse, error)
+	// ResumeMigrationTarget (target of a migration with disks, after its FinalizeMigration and
+	// once the source's FinalizeMigration has returned, i.e. the source's mirrors have ended):
+	// stops the NBD server and resumes the guest unless keep_paused.
+	ResumeMigrationTarget(ctx context.Context, in *ResumeMigrationTargetRequest, opts ...grpc.CallOption) (*ResumeMigrationTargetResponse, error)
 	GetMigrationStatus(ctx context.Context, in *GetMigrationStatusRequest, opts ...grpc.CallOption) (*MigrationStatus, error)
 	GuestPing(ctx context.Context, in *GuestPingRequest, opts ...grpc.CallOption) (*GuestPingResponse, error)
 	GuestInfo(ctx context.Context, in *GuestInfoRequest, opts ...grpc.CallOption) (*GuestInfoResponse, error)
@@ -287,6 +293,16 @@ func (c *launcherClient) FinalizeMigration(ctx context.Context, in *FinalizeMigr
 	return out, nil
 }
 
+func (c *launcherClient) ResumeMigrationTarget(ctx context.Context, in *ResumeMigrationTargetRequest, opts ...grpc.CallOption) (*ResumeMigrationTargetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeMigrationTargetResponse)
+	err := c.cc.Invoke(ctx, Launcher_ResumeMigrationTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *launcherClient) GetMigrationStatus(ctx context.Context, in *GetMigrationStatusRequest, opts ...grpc.CallOption) (*MigrationStatus, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MigrationStatus)
@@ -404,9 +420,14 @@ type LauncherServer interface {
 	Migrate(context.Context, *MigrateRequest) (*MigrateResponse, error)
 	CancelMigration(context.Context, *CancelMigrationRequest) (*CancelMigrationResponse, error)
 	// FinalizeMigration waits for the migration to complete. On the target it resumes the guest
-	// (the domain is now the live one); on the source it stops QEMU (the launcher then exits 0,
-	// reason "migrated").
+	// (the domain is now the live one) unless it received disks (receive_disks): then it stays
+	// paused until ResumeMigrationTarget. On the source it first ends the disk mirrors, then
+	// stops QEMU (the launcher then exits 0, reason "migrated").
 	FinalizeMigration(context.Context, *FinalizeMigrationRequest) (*FinalizeMigrationResponse, error)
+	// ResumeMigrationTarget (target of a migration with disks, after its FinalizeMigration and
+	// once the source's FinalizeMigration has returned, i.e. the source's mirrors have ended):
+	// stops the NBD server and resumes the guest unless keep_paused.
+	ResumeMigrationTarget(context.Context, *ResumeMigrationTargetRequest) (*ResumeMigrationTargetResponse, error)
 	GetMigrationStatus(context.Context, *GetMigrationStatusRequest) (*MigrationStatus, error)
 	GuestPing(context.Context, *GuestPingRequest) (*GuestPingResponse, error)
 	GuestInfo(context.Context, *GuestInfoRequest) (*GuestInfoResponse, error)
@@ -474,6 +495,9 @@ func (UnimplementedLauncherServer) CancelMigration(context.Context, *CancelMigra
 }
 func (UnimplementedLauncherServer) FinalizeMigration(context.Context, *FinalizeMigrationRequest) (*FinalizeMigrationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FinalizeMigration not implemented")
+}
+func (UnimplementedLauncherServer) ResumeMigrationTarget(context.Context, *ResumeMigrationTargetRequest) (*ResumeMigrationTargetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeMigrationTarget not implemented")
 }
 func (UnimplementedLauncherServer) GetMigrationStatus(context.Context, *GetMigrationStatusRequest) (*MigrationStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMigrationStatus not implemented")
@@ -798,6 +822,24 @@ func _Launcher_FinalizeMigration_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_ResumeMigrationTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeMigrationTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).ResumeMigrationTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_ResumeMigrationTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).ResumeMigrationTarget(ctx, req.(*ResumeMigrationTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Launcher_GetMigrationStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetMigrationStatusRequest)
 	if err := dec(in); err != nil {
@@ -983,6 +1025,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FinalizeMigration",
 			Handler:    _Launcher_FinalizeMigration_Handler,
+		},
+		{
+			MethodName: "ResumeMigrationTarget",
+			Handler:    _Launcher_ResumeMigrationTarget_Handler,
 		},
 		{
 			MethodName: "GetMigrationStatus",

@@ -29,8 +29,9 @@ type VM struct {
 	mu        sync.Mutex // guards the device records and files
 	files     []string   // sockets and folders created for this VM; removed once QEMU exited
 	rootPorts int
-	disks     []Disk // attached, in attach order, Port pinned to the slot
-	nics      []NIC  // attached, in attach order, Port pinned, TapFDs dropped
+	disks     []Disk          // attached, in attach order, Port pinned to the slot
+	nics      []NIC           // attached, in attach order, Port pinned, TapFDs dropped
+	tlsCreds  map[string]bool // ids of the tls-creds-x509 objects AddTLSCreds created
 
 	killed     atomic.Bool
 	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen

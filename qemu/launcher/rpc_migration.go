@@ -73,6 +73,9 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 		err = d.vm.SetMigrationParams(sctx, qemu.MigrationParams{MultifdChannels: int(o.GetMultifdChannels())})
 	}
 	if err == nil {
+		err = setupMigrationTLS(sctx, d.vm, o, qemu.TLSServer, uri)
+	}
+	if err == nil {
 		err = d.vm.MigrateIncoming(sctx, uri)
 	}
 	if err != nil {
@@ -100,6 +103,9 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	if err := d.vm.SetMigrationParams(ctx, migrationParams(o)); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if err := setupMigrationTLS(ctx, d.vm, o, qemu.TLSClient, req.GetUri()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	d.setMigrationRole(roleSource)

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"time"
 )
@@ -231,14 +232,12 @@ func NeedsRenewal(cert *x509.Certificate, now time.Time) bool {
 	return now.Before(cert.NotBefore) || cert.NotAfter.Sub(now) < life/3
 }
 
+// nodeNameRe is a DNS name (a Kubernetes node name).
+var nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
+
 func (n Node) validate() error {
-	if n.Name == "" || len(n.Name) > 253 {
-		return fmt.Errorf("%w: node name %q", ErrInvalid, n.Name)
-	}
-	for _, r := range n.Name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
-			return fmt.Errorf("%w: node name %q: only letters, digits, '-' and '.'", ErrInvalid, n.Name)
-		}
+	if len(n.Name) > 253 || !nodeNameRe.MatchString(n.Name) {
+		return fmt.Errorf("%w: node name %q: 1-253 letters, digits, '-' and '.', starting and ending with a letter or digit", ErrInvalid, n.Name)
 	}
 	for _, a := range n.Addrs {
 		if !a.IsValid() || a.Zone() != "" {

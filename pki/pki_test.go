@@ -89,6 +89,7 @@ func TestTLSIssueRules(t *testing.T) {
 		{name: "ca expired", node: nodeA, o: IssueOptions{Now: t0.Add(121 * 24 * time.Hour)}, err: ErrInvalid},
 		{name: "no name", node: Node{}, o: IssueOptions{Now: t0}, err: ErrInvalid},
 		{name: "bad name", node: Node{Name: "a,b"}, o: IssueOptions{Now: t0}, err: ErrInvalid},
+		{name: "name ends with a dash", node: Node{Name: "node-"}, o: IssueOptions{Now: t0}, err: ErrInvalid},
 		{name: "zoned address", node: Node{Name: "n", Addrs: []netip.Addr{netip.MustParseAddr("fe80::1%eth0")}}, o: IssueOptions{Now: t0}, err: ErrInvalid},
 		{name: "bad key type", node: nodeA, o: IssueOptions{Now: t0, KeyType: "dsa"}, err: ErrInvalid},
 	} {

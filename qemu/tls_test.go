@@ -57,7 +57,8 @@ const tlsID = "tls0"
 // node-b, one CA, verify-peer both ways, tls-hostname node-b). Each hop checks the guest and
 // its memory arrived; the median throughput of each kind is logged. A VM that arrived over TLS
 // still has tls-creds set: its next plaintext hop needs ClearTLS, its next TLS hop replaces
-// the server creds object by a client one under the same id.
+// the server creds object by a client one under the same id. A last hop runs TLS over two
+// multifd channels.
 func TestTLSMigrate(t *testing.T) {
 	ca := newTestCA(t)
 	clientDir, serverDir := tlsDir(t, ca, "node-a"), tlsDir(t, ca, "node-b")
@@ -87,6 +88,23 @@ func TestTLSMigrate(t *testing.T) {
 		cur.stop(t) // quit already; frees its memory before the next hop
 		cur = next
 	}
+	// One more hop over TLS with two multifd channels (a TLS session each, the same creds).
+	next := startTarget(t, cur)
+	ctx := ctxT(t, opTimeout)
+	if err := cur.AddTLSCreds(ctx, tlsID, clientDir, TLSClient); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.AddTLSCreds(ctx, tlsID, serverDir, TLSServer); err != nil {
+		t.Fatal(err)
+	}
+	up := cur.guestUptime(t)
+	res := migration{
+		caps:   MigrationCaps{Multifd: true},
+		params: MigrationParams{MaxBandwidth: 10 << 30, MultifdChannels: 2, TLSCreds: tlsID, TLSHostname: "node-b"},
+	}.run(t, cur, next)
+	afterMigration(t, cur, next, up, token)
+	t.Logf("tls with 2 multifd channels: %.0f MiB/s (%d MiB in %s, downtime %s)", rate(res.src), res.src.RAMTransferred>>20, res.src.TotalTime, res.src.Downtime)
+	cur = next
 	if got := cur.sh(t, "wc -c < /tmp/fill"); got != "201326592" {
 		t.Errorf("random fill after the chain is %q bytes", got)
 	}

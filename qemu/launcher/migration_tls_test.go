@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/vmlet/vmlet/pki"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // tlsCredsDir writes a QEMU creds folder for node with a certificate from ca (removed by
@@ -125,4 +127,103 @@ func newCA(t *testing.T) *pki.CA {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// qemuUID is the uid QEMU runs as in launcher pods here (launcherpod.DefaultRunAsUser).
+const qemuUID = 107
+
+// TestTLSMigrationUnprivileged migrates over TLS between two launchers that (with their QEMU)
+// run as uid 107, from creds folders pki.WriteQEMUCreds handed to that uid (folder 0700, keys
+// 0600). A folder with the same files owned by root is refused by PrepareMigrationTarget, as
+// QEMU cannot read it.
+func TestTLSMigrationUnprivileged(t *testing.T) {
+	prereq.Root(t) // to hand the files to uid 107
+	ca := newCA(t)
+	parent, err := os.MkdirTemp("", "vlc-") // traversable by uid 107, the creds folders are not
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	creds := func(node string, owner int) string {
+		c, err := ca.Issue(pki.Node{Name: node}, pki.IssueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(parent, node+"-"+strconv.Itoa(owner))
+		if err := pki.WriteQEMUCreds(dir, ca, c, pki.Owner{UID: owner, GID: owner}); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	start := func() *proc {
+		runDir, err := os.MkdirTemp("", "vl-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(runDir, qemuUID, qemuUID); err != nil {
+			t.Fatal(err)
+		}
+		return startLauncher(t, launchOpts{uid: qemuUID, runDir: runDir})
+	}
+	src := start()
+	spec := guestSpec(t, "tlsuid")
+	spec.Migratable = true
+	for _, f := range []*string{&spec.Boot.Kernel, &spec.Boot.Initrd} {
+		*f = copyFile(t, *f, filepath.Join(src.runDir, filepath.Base(*f)))
+		if err := os.Chown(*f, qemuUID, qemuUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srcRec := watch(t, src.client, 0)
+	syncGuest(t, src, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := srcRec.waitEvent(ctx, 0, "agent connected", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := src.client.GuestExec(ctx, "/bin/sh", []string{"-c", "echo tlsuid > /tmp/mig.txt"}, nil, 0); err != nil || r.GetExitCode() != 0 {
+		t.Fatalf("write file in guest: %v %v", r, err)
+	}
+	live := mustDomain(t, src).GetLiveSpec()
+
+	// Root-owned creds: QEMU (uid 107) cannot read them, the target is not prepared.
+	refused := start()
+	if _, err := refused.client.PrepareMigrationTarget(ctx, live, "", &pb.MigrationOptions{TlsCredsDir: creds("node-b", 0)}); !errors.Is(err, launcher.ErrQMP) {
+		t.Errorf("PrepareMigrationTarget with root-owned creds = %v, want ErrQMP", err)
+	} else {
+		t.Logf("root-owned creds: %v", err)
+	}
+
+	dst := start()
+	dstRec := watch(t, dst.client, 0)
+	uri, err := dst.client.PrepareMigrationTarget(ctx, live, "", &pb.MigrationOptions{TlsCredsDir: creds("node-b", qemuUID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.qemu = int(mustDomain(t, dst).GetPid())
+	if err := src.client.Migrate(ctx, uri, &pb.MigrationOptions{TlsCredsDir: creds("node-a", qemuUID), TlsHostname: "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := dst.client.FinalizeMigration(ctx, 0); err != nil || st.GetStatus() != "completed" {
+		t.Fatalf("target finalize: %v %v", st, err)
+	}
+	if st, err := src.client.FinalizeMigration(ctx, 0); err != nil || st.GetStatus() != "completed" {
+		t.Fatalf("source finalize: %v %v", st, err)
+	}
+	if code, err := src.wait(ctx); err != nil || code != launcher.ExitOK {
+		t.Errorf("source launcher exit %d (%v), want 0 (migrated)", code, err)
+	}
+	if uid := procUID(t, dst.qemu); uid != qemuUID {
+		t.Errorf("target qemu runs as uid %d, want %d", uid, qemuUID)
+	}
+	if _, err := dstRec.waitEvent(ctx, 0, "target agent", isAgent(true)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dst.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
+	if err != nil || string(r.GetStdout()) != "tlsuid\n" {
+		t.Errorf("read file after the tls migration: %q %v", r.GetStdout(), err)
+	}
 }

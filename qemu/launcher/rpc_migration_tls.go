@@ -10,7 +10,10 @@ import (
 )
 
 // The launcher's TLS credentials objects in QEMU. They contain '_', which no user id can, and
-// differ by endpoint: a completed target (server creds) later migrates on as a source.
+// differ by endpoint: a completed target (server creds) later migrates on as a source. The NBD
+// disk copy can use the same objects (nbd-server-start tls-creds on the target after
+// PrepareMigrationTarget; blockdev-add nbd tls-creds + tls-hostname on the source, which then
+// needs setupMigrationTLS before the copy starts rather than in Migrate).
 const (
 	tlsServerCredsID = "mig_tls_server"
 	tlsClientCredsID = "mig_tls_client"

@@ -275,3 +275,34 @@ func TestTLSCredsArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSMigratePostcopy switches a TLS migration of a dirtying guest to post-copy: the page
+// requests of the target travel back over the same TLS session.
+func TestTLSMigratePostcopy(t *testing.T) {
+	ca := newTestCA(t)
+	src, up, token := prepareGuest(t, guestOpts{})
+	startDirtying(t, src)
+	dst := startTarget(t, src)
+	ctx := ctxT(t, opTimeout)
+	if err := src.AddTLSCreds(ctx, tlsID, tlsDir(t, ca, "node-a"), TLSClient); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.AddTLSCreds(ctx, tlsID, tlsDir(t, ca, "node-b"), TLSServer); err != nil {
+		t.Fatal(err)
+	}
+	res := migration{
+		caps:     MigrationCaps{PostcopyRAM: true},
+		params:   MigrationParams{MaxBandwidth: 64 << 20, TLSCreds: tlsID, TLSHostname: "node-b"},
+		onStatus: func(mi MigrationInfo) bool { return mi.Status == "active" },
+		during: func(t testing.TB) {
+			if err := src.StartPostcopy(ctxT(t, opTimeout)); err != nil {
+				t.Errorf("StartPostcopy: %v", err)
+			}
+		},
+	}.run(t, src, dst)
+	if !contains(res.statuses, "postcopy-active") {
+		t.Errorf("statuses %v: never went post-copy", res.statuses)
+	}
+	afterMigration(t, src, dst, up, token)
+	dst.sh(t, "kill -0 $(cat /tmp/dirty.pid)") // the dirtying loop survived the move
+}

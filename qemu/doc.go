@@ -22,7 +22,9 @@
 //     crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
 //     Kill), hotplug (AddDisk, RemoveDisk, AddNIC, RemoveNIC) with PCIe root-port bookkeeping,
 //     and migration (caps, params, incoming/outgoing over tcp, unix or fds, progress, cancel,
-//     post-copy, completion stats).
+//     post-copy, completion stats), encrypted with QEMU's TLS (AddTLSCreds: tls-creds-x509
+//     objects from a folder package pki writes, verify-peer both ways; MigrationParams.TLSCreds
+//     and TLSHostname).
 //
 // The accelerator is KVM only when package accel says KVM is really usable, else TCG; Info
 // reports which and why. Under TCG, auto-converge is refused (see SetMigrationCaps).

@@ -59,6 +59,20 @@ type MigrationParams struct {
 	// CPUThrottleInitial and CPUThrottleIncrement (percent) tune auto-converge.
 	CPUThrottleInitial   int
 	CPUThrottleIncrement int
+
+	// TLSCreds is the id of a tls-creds-x509 object (AddTLSCreds) that encrypts the stream:
+	// endpoint server on the target (set before MigrateIncoming), client on the source (before
+	// Migrate). Both sides must agree: a TLS source and a plaintext target (or the reverse)
+	// fail the migration and the source keeps running. QMP parameter tls-creds.
+	TLSCreds string
+	// TLSHostname is the name the source checks the target's certificate against (one of its
+	// SAN names or addresses). Required with TLSCreds when the URI has no host (unix: or fd:),
+	// as between nodes, where the agent relays QEMU's unix socket over TCP; with a tcp: URI it
+	// defaults to the URI's host. Ignored on the target. QMP parameter tls-hostname.
+	TLSHostname string
+	// ClearTLS turns TLS off again (tls-creds and tls-hostname set to ""), for a VM whose
+	// earlier migration used TLS. Not with TLSCreds or TLSHostname.
+	ClearTLS bool
 }
 
 // SetMigrationParams sets the non-zero parameters. QMP: migrate-set-parameters.
@@ -78,6 +92,9 @@ func (vm *VM) SetMigrationParams(ctx context.Context, p MigrationParams) error {
 	}
 	if p.CPUThrottleIncrement > 0 {
 		args["cpu-throttle-increment"] = p.CPUThrottleIncrement
+	}
+	if err := p.tlsParams(args); err != nil {
+		return fmt.Errorf("set migration parameters: %w", err)
 	}
 	if len(args) == 0 {
 		return nil

@@ -29,11 +29,12 @@ type VM struct {
 	mu        sync.Mutex // guards the device records and files
 	files     []string   // sockets and folders created for this VM; removed once QEMU exited
 	rootPorts int
-	disks     []Disk   // attached, in attach order, Port pinned to the slot
-	nics      []NIC    // attached, in attach order, Port pinned, TapFDs dropped
-	nbdSocket string   // the NBD server's socket while one runs (nbd.go)
-	exports   []string // disk ids exported by the NBD server
-	mirrors   []string // disk ids with a mirror job and an NBD client node (mirror.go)
+	disks     []Disk          // attached, in attach order, Port pinned to the slot
+	nics      []NIC           // attached, in attach order, Port pinned, TapFDs dropped
+	nbdSocket string          // the NBD server's socket while one runs (nbd.go)
+	exports   []string        // disk ids exported by the NBD server
+	mirrors   []string        // disk ids with a mirror job and an NBD client node (mirror.go)
+	tlsCreds  map[string]bool // ids of the tls-creds-x509 objects AddTLSCreds created
 
 	killed     atomic.Bool
 	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen

@@ -77,6 +77,9 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 		nbdURI, err = l.exportDisks(sctx, d, req)
 	}
 	if err == nil {
+		err = setupMigrationTLS(sctx, d.vm, o, qemu.TLSServer, uri)
+	}
+	if err == nil {
 		err = d.vm.MigrateIncoming(sctx, uri)
 	}
 	if err != nil {
@@ -110,6 +113,9 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	if err := d.vm.SetMigrationParams(ctx, migrationParams(o)); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if err := setupMigrationTLS(ctx, d.vm, o, qemu.TLSClient, req.GetUri()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	d.setMigrationRole(roleSource)

@@ -2485,8 +2485,17 @@ type MigrationOptions struct {
 	MultifdChannels      int32                  `protobuf:"varint,3,opt,name=multifd_channels,json=multifdChannels,proto3" json:"multifd_channels,omitempty"`                    // 0: no multifd
 	BandwidthBytesPerSec int64                  `protobuf:"varint,4,opt,name=bandwidth_bytes_per_sec,json=bandwidthBytesPerSec,proto3" json:"bandwidth_bytes_per_sec,omitempty"` // 0: unlimited (QEMU's default is 128 MiB/s)
 	DowntimeMs           int64                  `protobuf:"varint,5,opt,name=downtime_ms,json=downtimeMs,proto3" json:"downtime_ms,omitempty"`                                   // maximum downtime; 0: QEMU's default (300 ms)
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// tls_creds_dir: a QEMU x509 creds folder (pki.WriteQEMUCreds: ca-cert.pem, server-*.pem,
+	// client-*.pem) QEMU can read. Set on both sides or neither: the target loads it as the TLS
+	// server, the source as the client, and each verifies the other's certificate against the
+	// folder's CA. "": plaintext.
+	TlsCredsDir string `protobuf:"bytes,6,opt,name=tls_creds_dir,json=tlsCredsDir,proto3" json:"tls_creds_dir,omitempty"`
+	// tls_hostname (source only): the name or address the target's certificate must carry in its
+	// SAN. Required with tls_creds_dir when the uri is unix: (between nodes the agents relay the
+	// unix socket); for tcp: the uri's host is used when empty.
+	TlsHostname   string `protobuf:"bytes,7,opt,name=tls_hostname,json=tlsHostname,proto3" json:"tls_hostname,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MigrationOptions) Reset() {
@@ -2552,6 +2561,20 @@ func (x *MigrationOptions) GetDowntimeMs() int64 {
 		return x.DowntimeMs
 	}
 	return 0
+}
+
+func (x *MigrationOptions) GetTlsCredsDir() string {
+	if x != nil {
+		return x.TlsCredsDir
+	}
+	return ""
+}
+
+func (x *MigrationOptions) GetTlsHostname() string {
+	if x != nil {
+		return x.TlsHostname
+	}
+	return ""
 }
 
 type MigrateRequest struct {
@@ -4682,14 +4705,16 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0enbd_listen_uri\x18\x05 \x01(\tR\fnbdListenUri\"K\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x17\n" +
-	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xd6\x01\n" +
+	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\x9d\x02\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
 	"\bpostcopy\x18\x01 \x01(\bR\bpostcopy\x12#\n" +
 	"\rauto_converge\x18\x02 \x01(\bR\fautoConverge\x12)\n" +
 	"\x10multifd_channels\x18\x03 \x01(\x05R\x0fmultifdChannels\x125\n" +
 	"\x17bandwidth_bytes_per_sec\x18\x04 \x01(\x03R\x14bandwidthBytesPerSec\x12\x1f\n" +
 	"\vdowntime_ms\x18\x05 \x01(\x03R\n" +
-	"downtimeMs\"\xbc\x01\n" +
+	"downtimeMs\x12\"\n" +
+	"\rtls_creds_dir\x18\x06 \x01(\tR\vtlsCredsDir\x12!\n" +
+	"\ftls_hostname\x18\a \x01(\tR\vtlsHostname\"\xbc\x01\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12=\n" +
 	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12\x17\n" +

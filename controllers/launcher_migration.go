@@ -6,6 +6,7 @@ import (
 	"time"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
@@ -15,12 +16,18 @@ import (
 type MigrationLauncher interface {
 	// Layout is the running domain's device layout: what a target must reproduce.
 	Layout(ctx context.Context) (*vmletv1.MigrationDomainLayout, error)
-	// PrepareTarget starts QEMU for spec waiting for an incoming migration and returns the URI
-	// (a unix socket in the launcher's run folder) the stream must reach. syncSpec is what the
-	// agent will Sync afterwards. netns maps NIC ids to their taps' namespaces.
-	PrepareTarget(ctx context.Context, spec, syncSpec *qemu.Spec, netns map[string]string, o MigrationOptions) (string, error)
-	// Migrate starts the outgoing migration to uri.
-	Migrate(ctx context.Context, uri string, o MigrationOptions) error
+	// PrepareTarget starts QEMU for spec waiting for an incoming migration and returns the URIs
+	// (unix sockets in the launcher's run folder) the memory stream and, with receive (disk
+	// ids), the disk copies must reach. syncSpec is what the agent will Sync afterwards. netns
+	// maps NIC ids to their taps' namespaces. A target that receives disks does not resume by
+	// itself: ResumeTarget, once the source finished.
+	PrepareTarget(ctx context.Context, spec, syncSpec *qemu.Spec, netns map[string]string, o MigrationOptions, receive []string) (uri, nbdURI string, err error)
+	// Migrate starts the outgoing migration to uri, first mirroring the disks copy to nbdURI
+	// (it returns once every mirror is ready and the memory migration started).
+	Migrate(ctx context.Context, uri string, o MigrationOptions, nbdURI string, copy []translate.CopiedDisk) error
+	// ResumeTarget stops a completed target's disk server and resumes its guest (unless
+	// keepPaused).
+	ResumeTarget(ctx context.Context, keepPaused bool) error
 	// CancelMigration cancels the outgoing migration; the source keeps running.
 	CancelMigration(ctx context.Context) error
 	// FinalizeMigration waits until the migration completed. Source: QEMU is then stopped (the
@@ -35,6 +42,10 @@ type MigrationOptions struct {
 	Postcopy             bool
 	AutoConverge         bool
 	BandwidthBytesPerSec int64 // 0: unlimited
+	// TLSCredsDir is the launcher's QEMU x509 creds folder (pki.WriteQEMUCreds); "": plaintext.
+	TLSCredsDir string
+	// TLSHostname (source) is the address the target's certificate must carry.
+	TLSHostname string
 }
 
 // MigrationStatus is a launcher's migration status.
@@ -54,14 +65,15 @@ var _ MigrationLauncher = (*grpcLauncher)(nil)
 const (
 	callLayout          = 5 * time.Second
 	callPrepareTarget   = time.Minute
-	callMigrate         = time.Minute
+	callResumeTarget    = 10 * time.Second
 	callCancelMigration = 10 * time.Second
 	callMigrationStatus = 5 * time.Second
 	callFinalizeSlack   = 30 * time.Second
 )
 
 func (o MigrationOptions) proto() *pb.MigrationOptions {
-	return &pb.MigrationOptions{Postcopy: o.Postcopy, AutoConverge: o.AutoConverge, BandwidthBytesPerSec: o.BandwidthBytesPerSec}
+	return &pb.MigrationOptions{Postcopy: o.Postcopy, AutoConverge: o.AutoConverge, BandwidthBytesPerSec: o.BandwidthBytesPerSec,
+		TlsCredsDir: o.TLSCredsDir, TlsHostname: o.TLSHostname}
 }
 
 func (g *grpcLauncher) Layout(ctx context.Context) (*vmletv1.MigrationDomainLayout, error) {
@@ -95,7 +107,7 @@ func layoutOf(s *pb.DomainSpec) *vmletv1.MigrationDomainLayout {
 	return l
 }
 
-func (g *grpcLauncher) PrepareTarget(ctx context.Context, spec, syncSpec *qemu.Spec, netns map[string]string, o MigrationOptions) (string, error) {
+func (g *grpcLauncher) PrepareTarget(ctx context.Context, spec, syncSpec *qemu.Spec, netns map[string]string, o MigrationOptions, receive []string) (string, string, error) {
 	ctx, cancel := bound(ctx, callPrepareTarget)
 	defer cancel()
 	for _, n := range spec.NICs {
@@ -103,22 +115,32 @@ func (g *grpcLauncher) PrepareTarget(ctx context.Context, spec, syncSpec *qemu.S
 			continue
 		}
 		if err := g.handOverTap(ctx, n, netns[n.ID]); err != nil {
-			return "", fmt.Errorf("prepare migration target: %w", err)
+			return "", "", fmt.Errorf("prepare migration target: %w", err)
 		}
 	}
-	resp, err := g.c.API().PrepareMigrationTarget(ctx, &pb.PrepareMigrationTargetRequest{
+	resp, err := g.c.PrepareMigrationTargetWith(ctx, &pb.PrepareMigrationTargetRequest{
 		Spec: launcher.SpecToProto(spec, netns), SyncSpec: launcher.SpecToProto(syncSpec, netns), Options: o.proto(),
+		ReceiveDisks: receive,
 	})
 	if err != nil {
-		return "", fmt.Errorf("prepare migration target: %w", err)
+		return "", "", err
 	}
-	return resp.GetUri(), nil
+	return resp.GetUri(), resp.GetNbdUri(), nil
 }
 
-func (g *grpcLauncher) Migrate(ctx context.Context, uri string, o MigrationOptions) error {
-	ctx, cancel := bound(ctx, callMigrate)
+// Migrate has the caller's deadline: with disks it lasts as long as their copy.
+func (g *grpcLauncher) Migrate(ctx context.Context, uri string, o MigrationOptions, nbdURI string, copy []translate.CopiedDisk) error {
+	req := &pb.MigrateRequest{Uri: uri, Options: o.proto(), NbdUri: nbdURI}
+	for _, d := range copy {
+		req.MirrorDisks = append(req.MirrorDisks, &pb.MirrorDisk{Id: d.ID, Shallow: d.Shallow})
+	}
+	return g.c.MigrateWith(ctx, req)
+}
+
+func (g *grpcLauncher) ResumeTarget(ctx context.Context, keepPaused bool) error {
+	ctx, cancel := bound(ctx, callResumeTarget)
 	defer cancel()
-	return g.c.Migrate(ctx, uri, o.proto())
+	return g.c.ResumeMigrationTarget(ctx, keepPaused)
 }
 
 func (g *grpcLauncher) CancelMigration(ctx context.Context) error {

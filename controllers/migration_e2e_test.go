@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/pki"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -48,12 +50,16 @@ type twoNodes struct {
 // loopbackMigration is a node's migration network on a loopback address of its own: the
 // agents' relays are what is tested here; the node fabric (separate node namespaces with
 // their own addresses) is the local mode's (local/).
-func loopbackMigration(addr string) *controllers.MigrationNet {
+func loopbackMigration(t *testing.T, ca *pki.CA, node, addr string) *controllers.MigrationNet {
 	var d net.Dialer
+	ip := netip.MustParseAddr(addr)
+	creds := &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: node, Addrs: []netip.Addr{ip}},
+		Owner: pki.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)}}
 	return &controllers.MigrationNet{
-		Addr:   netip.MustParseAddr(addr),
+		Addr:   ip,
 		Listen: func(a string) (net.Listener, error) { return net.Listen("tcp", a) },
 		Dial:   func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) },
+		TLS:    creds.Write,
 	}
 }
 
@@ -81,8 +87,12 @@ func startTwoNodes(t *testing.T) *twoNodes {
 	dirs := &testNodeDirs{Name: secondNode, RunRoot: filepath.Join(dir, "run"), VolumeRoot: filepath.Join(dir, "volumes"),
 		CgroupParent: cg, Net: network.NodeConfig{NetnsPath: nodeNS, NetnsDir: pods}}
 	n := &twoNodes{dirsB: dirs, done: make(chan error, 1)}
-	n.a = startAgent(t, agentOptions{Migration: loopbackMigration("127.0.0.1")})
-	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: loopbackMigration("127.0.0.2")})
+	ca, err := pki.NewCA(pki.CAOptions{CommonName: "vmlet migration test CA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.a = startAgent(t, agentOptions{Migration: loopbackMigration(t, ca, testNode, "127.0.0.1")})
+	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: loopbackMigration(t, ca, secondNode, "127.0.0.2")})
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: controllerConfig(),
@@ -241,6 +251,10 @@ func TestMigrateBetweenNodes(t *testing.T) {
 	n := startTwoNodes(t)
 	defer n.stop(t)
 	vmi := masqueradeVMI("mig")
+	// A node-local disk: copied with the migration (block mirror), the guest writing to it.
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, vmletv1.Disk{Name: "scratch"})
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, vmletv1.Volume{Name: "scratch",
+		VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{Capacity: resource.MustParse("64Mi")}}})
 	if err := env.Client.Create(context.Background(), vmi); err != nil {
 		t.Fatal(err)
 	}
@@ -254,12 +268,16 @@ func TestMigrateBetweenNodes(t *testing.T) {
 	}
 	uid := string(vmi.UID)
 	pid := guestCounter(t, n.a, vmi, "tok-"+uid[:8])
+	disk := scratchDevice(t, n.a, vmi)
+	guestShell(t, n.a, vmi, "printf disk-"+uid[:8]+" | dd of="+disk+" bs=512 seek=100 conv=notrunc,fsync 2>/dev/null")
 	rw := watchReady(t, vmi)
 	defer rw.stop()
 
 	from, to := testNode, secondNode
 	for i, name := range []string{"mig-there", "mig-back"} {
 		before := guestCount(t, n.on(from), vmi)
+		// The guest writes the count to its disk all along the migration.
+		guestShell(t, n.on(from), vmi, "(while true; do printf '%08d' $(cat /tmp/count) | dd of="+disk+" bs=512 seek=200 conv=notrunc,fsync 2>/dev/null; sleep 0.05; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/writer.pid")
 		m := migrate(t, vmi, name)
 		if ms := m.Status.MigrationState; ms != nil && ms.SourceDomain != nil {
 			t.Logf("%s: source layout %+v", name, *ms.SourceDomain)
@@ -283,11 +301,11 @@ func TestMigrateBetweenNodes(t *testing.T) {
 			t.Fatalf("%s: migrationState %+v", name, ms)
 		case ms.StartTimestamp == nil || ms.EndTimestamp == nil || ms.TargetNodeDomainReadyTimestamp == nil || !ms.TargetNodeDomainDetected:
 			t.Fatalf("%s: migrationState timestamps %+v", name, ms)
-		case ms.TargetNodeAddress == "" || len(ms.TargetDirectMigrationNodePorts) != 1 || ms.SourceDomain == nil || ms.MigrationConfiguration == nil:
+		case ms.TargetNodeAddress == "" || len(ms.TargetDirectMigrationNodePorts) != 2 || ms.SourceDomain == nil || ms.MigrationConfiguration == nil:
 			t.Fatalf("%s: migrationState target and layout %+v", name, ms)
 		case vmi.Status.Machine == nil || !strings.HasPrefix(vmi.Status.Machine.Type, "pc-q35-"):
 			t.Errorf("%s: status.machine %+v, want the versioned q35 type", name, vmi.Status.Machine)
-		case vmi.Status.MigrationMethod != vmletv1.LiveMigration:
+		case vmi.Status.MigrationMethod != vmletv1.BlockMigration:
 			t.Errorf("%s: migrationMethod %q", name, vmi.Status.MigrationMethod)
 		}
 		if ms.Progress == nil || ms.Progress.DataTotalBytes == 0 {
@@ -309,6 +327,16 @@ func TestMigrateBetweenNodes(t *testing.T) {
 			c := guestCount(t, ta, vmi)
 			return c > before, fmt.Sprintf("count %d, before the migration %d", c, before)
 		})
+		// The disk as the target has it (page cache dropped): what was written before, and the
+		// writer's last count, at least the one it wrote when the migration began.
+		guestShell(t, ta, vmi, "kill $(cat /tmp/writer.pid); sync; echo 3 > /proc/sys/vm/drop_caches")
+		if got := guestShell(t, ta, vmi, "dd if="+disk+" bs=512 skip=100 count=1 2>/dev/null | head -c 13"); got != "disk-"+uid[:8] {
+			t.Fatalf("%s: the disk on %s has %q, want the mark written before", name, to, got)
+		}
+		last, err := strconv.Atoi(guestShell(t, ta, vmi, "dd if="+disk+" bs=512 skip=200 count=1 2>/dev/null | head -c 8"))
+		if err != nil || last < before {
+			t.Fatalf("%s: the disk's count %d (%v), want at least %d", name, last, err, before)
+		}
 		if i == 0 {
 			assertIncomingLogged(t, ta, uid)
 		}
@@ -334,18 +362,22 @@ func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	found := false
+	seen := map[string]bool{}
 	err = c.QMPLog(ctx, 10000, false, func(e *pb.QMPLogEntry) error {
-		if strings.Contains(e.String(), "migrate-incoming") {
-			found = true
+		for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add"} {
+			if strings.Contains(e.String(), w) {
+				seen[w] = true
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !found {
-		t.Error("the target's QMP log has no migrate-incoming")
+	for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add"} {
+		if !seen[w] {
+			t.Errorf("the target's QMP log has no %s", w)
+		}
 	}
 }
 
@@ -366,4 +398,15 @@ func waitLauncherAgent(t *testing.T, a *agent, uid string) {
 		}
 		return d.GetAgentConnected(), d.GetState().String()
 	})
+}
+
+// scratchDevice is the guest's block device of the scratch disk (the only virtio disk).
+func scratchDevice(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) string {
+	t.Helper()
+	var dev string
+	eventually(t, 20*time.Second, "the guest's disk", func() (bool, string) {
+		dev = strings.TrimSpace(guestShell(t, a, v, "ls /dev/vd* 2>/dev/null | head -1"))
+		return dev != "", dev
+	})
+	return dev
 }

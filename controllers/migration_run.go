@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -24,6 +25,34 @@ type MigrationNet struct {
 	Listen func(addr string) (net.Listener, error)
 	// Dial connects to another node's agent at addr from this node.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// TLS writes this node's QEMU x509 creds (its certificate from the cluster's migration CA,
+	// package pki) into a launcher's run folder and returns the folder; nil: the node has no
+	// certificate, and only migrations the configuration sends in plaintext (disableTLS) run.
+	TLS func(runDir string) (string, error)
+}
+
+// nbdPort is the value of targetDirectMigrationNodePorts that says a node port relays the disk
+// copy (KubeVirt's LibvirtBlockMigrationPort); 0 says the memory stream.
+const nbdPort = 49153
+
+// migrationTLS returns the QEMU creds folder the vmi's launcher uses for its migration, "" for
+// plaintext.
+func (r *VMIReconciler) migrationTLS(vmi *vmletv1.VirtualMachineInstance) (string, error) {
+	cfg := vmletv1.MigrationConfiguration{}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
+		cfg = *ms.MigrationConfiguration
+	}
+	if cfg = migration.Resolve(cfg); *cfg.DisableTLS {
+		return "", nil
+	}
+	if r.Migration == nil || r.Migration.TLS == nil {
+		return "", fmt.Errorf("node %s has no migration certificate (the migration configuration's disableTLS: true sends migrations in plaintext)", r.NodeName)
+	}
+	dir, err := r.Migration.TLS(r.Runtime.Dir(string(vmi.UID)))
+	if err != nil {
+		return "", fmt.Errorf("migration certificate: %w", err)
+	}
+	return dir, nil
 }
 
 // migrationRun is one migration this agent drives for a vmi, as source or target: the
@@ -32,6 +61,7 @@ type MigrationNet struct {
 type migrationRun struct {
 	migration types.UID // the VirtualMachineInstanceMigration's
 	source    bool
+	received  bool // target: disks are copied in, so the guest waits for ResumeTarget
 	cancel    context.CancelFunc
 	stop      func() // closes the relay
 

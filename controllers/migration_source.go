@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/network/relay"
 )
 
@@ -166,7 +167,7 @@ func (r *VMIReconciler) sourceAdopt(ctx context.Context, vmi *vmletv1.VirtualMac
 // sourceBegin runs at the end of an ordinary pass of a vmi that is to migrate from here: it
 // publishes the domain's layout for the target and, once the target listens, starts the
 // migration.
-func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) error {
+func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, copy []translate.CopiedDisk) error {
 	ms := vmi.Status.MigrationState
 	if dom.State != DomainRunning && dom.State != DomainPaused {
 		return nil // not yet (or no longer) a guest to migrate
@@ -185,9 +186,19 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 		vmi.Status.Machine = &vmletv1.Machine{Type: layout.Machine}
 		return nil // the target reads it from the status this pass writes
 	}
-	addr, ok := targetAddr(ms)
+	addr, ok := targetAddr(ms, 0)
 	if !ok {
 		return nil // the target is not listening yet; its status change wakes us
+	}
+	nbdAddr, ok := targetAddr(ms, nbdPort)
+	if len(copy) > 0 && !ok {
+		r.sourceFailed(vmi, "the target offers no port for the disk copy")
+		return nil
+	}
+	tlsDir, err := r.migrationTLS(vmi)
+	if err != nil {
+		r.sourceFailed(vmi, err.Error())
+		return nil
 	}
 	mem := int64(0)
 	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
@@ -196,31 +207,64 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	completion, progress := timeouts(vmi, mem)
 	m := &migrationRun{migration: ms.MigrationUID, source: true}
 	opts := migrationOptions(vmi)
-	sock := filepath.Join(r.Runtime.Dir(string(vmi.UID)), migrationOutSocket)
-	ln, err := r.listenForQEMU(vmi, sock)
+	if tlsDir != "" {
+		opts.TLSCredsDir, opts.TLSHostname = tlsDir, ms.TargetNodeAddress
+	}
+	dir := r.Runtime.Dir(string(vmi.UID))
+	out, err := r.relayOut(vmi, filepath.Join(dir, migrationOutSocket), addr)
 	if err != nil {
 		return err
 	}
-	dial := r.Migration.Dial
-	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return dial(ctx, addr) })
-	m.stop = func() {
-		_ = rel.Close()
-		_ = os.Remove(sock)
+	stops := []func(){out}
+	nbdURI := ""
+	if len(copy) > 0 {
+		sock := filepath.Join(dir, migrationNBDSocket)
+		stop, err := r.relayOut(vmi, sock, nbdAddr)
+		if err != nil {
+			out()
+			return err
+		}
+		stops, nbdURI = append(stops, stop), "unix:"+sock
 	}
+	m.stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	uri := "unix:" + filepath.Join(dir, migrationOutSocket)
 	r.startRun(vmi.UID, m, func(ctx context.Context, m *migrationRun) (MigrationStatus, error) {
 		defer m.stop()
-		return migrateOut(ctx, ml, m, "unix:"+sock, opts, completion, progress, func() { r.WakeByID(string(vmi.UID)) })
+		return migrateOut(ctx, ml, m, uri, opts, nbdURI, copy, completion, progress, func() { r.WakeByID(string(vmi.UID)) })
 	})
 	return nil
 }
 
-// targetAddr is where the target listens for the memory stream ("ip:port").
-func targetAddr(ms *vmletv1.VirtualMachineInstanceMigrationState) (string, bool) {
+// The source's socket the launcher's disk mirrors connect to.
+const migrationNBDSocket = "migration-nbd.sock"
+
+// relayOut listens on a unix socket for the vmi's QEMU and relays what connects to addr on
+// another node; it returns the relay's stop.
+func (r *VMIReconciler) relayOut(vmi *vmletv1.VirtualMachineInstance, sock, addr string) (func(), error) {
+	ln, err := r.listenForQEMU(vmi, sock)
+	if err != nil {
+		return nil, err
+	}
+	dial := r.Migration.Dial
+	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return dial(ctx, addr) })
+	return func() {
+		_ = rel.Close()
+		_ = os.Remove(sock)
+	}, nil
+}
+
+// targetAddr is where the target listens for what its node port relays to ("ip:port"): to is 0
+// for the memory stream, nbdPort for the disk copy.
+func targetAddr(ms *vmletv1.VirtualMachineInstanceMigrationState, to int) (string, bool) {
 	if ms.TargetNodeAddress == "" {
 		return "", false
 	}
-	for port, to := range ms.TargetDirectMigrationNodePorts {
-		if to == 0 {
+	for port, t := range ms.TargetDirectMigrationNodePorts {
+		if t == to {
 			return net.JoinHostPort(ms.TargetNodeAddress, port), true
 		}
 	}
@@ -251,8 +295,11 @@ func (r *VMIReconciler) listenForQEMU(vmi *vmletv1.VirtualMachineInstance, path 
 // the vmi), cancel it when it makes no progress for progress or runs longer than completion,
 // and finalize it (QEMU stops once it completed).
 func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, uri string, opts MigrationOptions,
-	completion, progress time.Duration, wake func()) (MigrationStatus, error) {
-	if err := ml.Migrate(ctx, uri, opts); err != nil {
+	nbdURI string, copy []translate.CopiedDisk, completion, progress time.Duration, wake func()) (MigrationStatus, error) {
+	mctx, done := context.WithTimeout(ctx, completion)
+	err := ml.Migrate(mctx, uri, opts, nbdURI, copy) // with disks: once their mirrors are ready
+	done()
+	if err != nil {
 		return MigrationStatus{}, err
 	}
 	start := time.Now()

@@ -35,7 +35,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		r.forgetRun(vmi.UID)
 		run = nil
 	}
-	if run != nil {
+	if m := run; m != nil {
 		_, st, _, ended, err, _ := run.snapshot()
 		if !ended {
 			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
@@ -45,6 +45,14 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		if err != nil {
 			r.targetFailed(vmi, fmt.Sprintf("incoming migration (%s): %v", st.Status, err))
 			return ctrl.Result{}, nil
+		}
+		if m.received {
+			if !ms.Completed {
+				return ctrl.Result{}, nil // the source ends its disk mirrors, then says completed
+			}
+			if err := r.resumeTarget(ctx, vmi); err != nil {
+				return ctrl.Result{}, err // retried: the guest waits paused, its disks in sync
+			}
 		}
 		now := metav1.Now()
 		ms.TargetNodeDomainReadyTimestamp = &now
@@ -125,38 +133,86 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	}
 	sync := *spec
 	sync.StartPaused = false
-	uri, err := ml.PrepareTarget(ctx, in, &sync, netns, migrationOptions(vmi))
+	opts := migrationOptions(vmi)
+	if opts.TLSCredsDir, err = r.migrationTLS(vmi); err != nil {
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	}
+	var receive []string
+	for _, d := range translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes) {
+		receive = append(receive, d.ID)
+	}
+	uri, nbdURI, err := ml.PrepareTarget(ctx, in, &sync, netns, opts, receive)
 	if err != nil {
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
 	}
-	sock, ok := strings.CutPrefix(uri, "unix:")
-	if !ok {
-		r.targetFailed(vmi, fmt.Sprintf("the target launcher listens on %q, not a unix socket", uri))
-		return ctrl.Result{}, nil
+	ports := map[string]int{}
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
 	}
-	ln, err := r.Migration.Listen(net.JoinHostPort(r.Migration.Addr.String(), "0"))
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("listen for the migration: %w", err) // retried; the launcher waits
+	for to, u := range map[int]string{0: uri, nbdPort: nbdURI} {
+		if to == nbdPort && len(receive) == 0 {
+			continue
+		}
+		port, stop, err := r.relayIn(u)
+		if err != nil {
+			stopAll()
+			r.targetFailed(vmi, err.Error())
+			return ctrl.Result{}, nil
+		}
+		ports[strconv.Itoa(port)] = to
+		stops = append(stops, stop)
 	}
-	var d net.Dialer
-	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
-	port := ln.Addr().(*net.TCPAddr).Port
 	mem := int64(0)
 	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
 		mem = m.Guest.Value()
 	}
 	completion, progress := timeouts(vmi, mem)
 	keepPaused := vmi.Spec.Paused
-	m := &migrationRun{migration: ms.MigrationUID, stop: func() { _ = rel.Close() }}
+	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0}
 	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
+		// With disks the target stays paused after the stream: ResumeTarget, once the
+		// source ended its mirrors (it says so with completed).
 		return ml.FinalizeMigration(ctx, completion+progress, keepPaused)
 	})
 	ms.TargetNodeAddress = r.Migration.Addr.String()
-	ms.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(port): 0}
+	ms.TargetDirectMigrationNodePorts = ports
 	ms.TargetNodeDomainDetected = true
 	ms.TargetPod = "launcher/" + r.NodeName
 	return ctrl.Result{}, nil
+}
+
+// relayIn relays a node port on this node's address into the launcher's unix socket uri; it
+// returns the port and the relay's stop.
+func (r *VMIReconciler) relayIn(uri string) (int, func(), error) {
+	sock, ok := strings.CutPrefix(uri, "unix:")
+	if !ok {
+		return 0, nil, fmt.Errorf("the target launcher listens on %q, not a unix socket", uri)
+	}
+	ln, err := r.Migration.Listen(net.JoinHostPort(r.Migration.Addr.String(), "0"))
+	if err != nil {
+		return 0, nil, fmt.Errorf("listen for the migration: %w", err)
+	}
+	var d net.Dialer
+	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+	return ln.Addr().(*net.TCPAddr).Port, func() { _ = rel.Close() }, nil
+}
+
+// resumeTarget resumes a target that received disks, once the source finished.
+func (r *VMIReconciler) resumeTarget(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return err
+	}
+	ml, ok := l.(MigrationLauncher)
+	if !ok {
+		return fmt.Errorf("the launcher cannot migrate")
+	}
+	return ml.ResumeTarget(ctx, vmi.Spec.Paused)
 }
 
 // targetFailed ends the migration as failed from the target's side; the source cancels its

@@ -198,7 +198,8 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	hotErr = errors.Join(cpuErr, nicErr, hotErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
-		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom))
+		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
+		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, copy))
 	}
 	return ctrl.Result{}, hotErr
 }

@@ -63,3 +63,37 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 	s.Incoming, s.StartPaused = true, false
 	return &s, nil
 }
+
+// CopiedDisk is a node-local disk a migration copies to the target (a block mirror).
+type CopiedDisk struct {
+	ID string
+	// Shallow copies only the top image: a containerDisk's overlay, whose backing image the
+	// target pulls itself (the same image).
+	Shallow bool
+}
+
+// CopiedDisks are the disks of plan a migration must copy: the writable node-local ones
+// (containerDisk overlays, shallow; emptyDisks, whole). Read-only media (cloud-init ISOs) are
+// rebuilt by the target's own storage plan, shared hostDisks opened there as they are (vmis
+// with other disks do not migrate: migration.Migratable). Pure.
+func CopiedDisks(vmi *vmletv1.VirtualMachineInstance, disks []qemu.Disk, diskVolumes map[string]string) []CopiedDisk {
+	sources := map[string]vmletv1.VolumeSource{}
+	for _, v := range vmi.Spec.Volumes {
+		sources[v.Name] = v.VolumeSource
+	}
+	var out []CopiedDisk
+	for _, d := range disks {
+		if d.ReadOnly {
+			continue
+		}
+		src, ok := sources[diskVolumes[d.ID]]
+		switch {
+		case !ok:
+		case src.ContainerDisk != nil:
+			out = append(out, CopiedDisk{ID: d.ID, Shallow: true})
+		case src.EmptyDisk != nil:
+			out = append(out, CopiedDisk{ID: d.ID})
+		}
+	}
+	return out
+}

@@ -69,3 +69,19 @@ func TestMigrationTarget(t *testing.T) {
 		})
 	}
 }
+
+func TestCopiedDisks(t *testing.T) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Spec.Volumes = []vmletv1.Volume{
+		{Name: "root", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "img"}}},
+		{Name: "scratch", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{}}},
+		{Name: "ci", VolumeSource: vmletv1.VolumeSource{CloudInitNoCloud: &vmletv1.CloudInitNoCloudSource{}}},
+		{Name: "iso", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "iso"}}},
+	}
+	disks := []qemu.Disk{{ID: "root"}, {ID: "scratch"}, {ID: "ci", ReadOnly: true}, {ID: "iso", ReadOnly: true}, {ID: "unknown"}}
+	vols := map[string]string{"root": "root", "scratch": "scratch", "ci": "ci", "iso": "iso"}
+	want := []CopiedDisk{{ID: "root", Shallow: true}, {ID: "scratch"}}
+	if d := cmp.Diff(want, CopiedDisks(vmi, disks, vols)); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}

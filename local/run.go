@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
+	"github.com/vmlet/vmlet/pki"
 )
 
 // Config is `vmlet local`'s configuration.
@@ -131,7 +133,22 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 func (s *Stack) startManagers(ctx context.Context) error {
 	cfg := s.cfg
 	mgrs := make([]manager.Manager, len(s.Nodes))
+	var ca *pki.CA
+	if cfg.multi() {
+		// The nodes' migrations go over QEMU's TLS with certificates of this stack's CA, kept
+		// with the rest of its state.
+		var err error
+		if ca, _, err = pki.LoadOrCreateCA(filepath.Join(cfg.StateDir, "pki"), pki.CAOptions{CommonName: "vmlet local migration CA"}); err != nil {
+			return fmt.Errorf("migration CA: %w", err)
+		}
+	}
 	for i, n := range s.Nodes {
+		var creds *controllers.NodeCreds
+		if ca != nil && n.Fabric.Addr.IsValid() {
+			u := n.Runtime.User
+			creds = &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: n.Name, Addrs: []netip.Addr{n.Fabric.Addr}},
+				Owner: pki.Owner{UID: int(u.UID), GID: int(u.GID)}}
+		}
 		opts := manager.Options{
 			Scheme:                 s.CP.Scheme,
 			Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -154,10 +171,11 @@ func (s *Stack) startManagers(ctx context.Context) error {
 			TCGCacheMiB: cfg.TCGCacheMiB,
 			Register:    true,
 			// vmlet is this node's only agent: it owns the Node's Ready condition.
-			OwnsNodeReady: true,
-			NodeAddress:   n.Fabric.Addr,
-			NodeNetns:     n.Fabric.NetnsPath,
-			Log:           n.log(cfg),
+			OwnsNodeReady:  true,
+			NodeAddress:    n.Fabric.Addr,
+			NodeNetns:      n.Fabric.NetnsPath,
+			MigrationCreds: creds,
+			Log:            n.log(cfg),
 		})
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)

@@ -58,7 +58,10 @@ type Config struct {
 	// default: NodeAddress in NodeNetns); nil and no NodeAddress: the node neither sends nor
 	// receives migrations.
 	Migration *controllers.MigrationNet
-	Log       logr.Logger
+	// MigrationCreds is the node's migration certificate (from the cluster's migration CA),
+	// which migrations use for QEMU's TLS; nil: only plaintext migrations (disableTLS) run.
+	MigrationCreds *controllers.NodeCreds
+	Log            logr.Logger
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -280,7 +283,12 @@ func migrationNet(cfg Config) *controllers.MigrationNet {
 		return cfg.Migration
 	}
 	ns := cfg.NodeNetns
+	var tls func(string) (string, error)
+	if cfg.MigrationCreds != nil {
+		tls = cfg.MigrationCreds.Write
+	}
 	return &controllers.MigrationNet{
+		TLS:    tls,
 		Addr:   cfg.NodeAddress,
 		Listen: func(addr string) (net.Listener, error) { return network.ListenTCP(ns, addr) },
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {

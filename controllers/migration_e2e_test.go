@@ -63,7 +63,7 @@ func loopbackMigration(t *testing.T, ca *pki.CA, node, addr string) *controllers
 	}
 }
 
-func startTwoNodes(t *testing.T) *twoNodes {
+func startTwoNodes(t *testing.T, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
 	t.Helper()
 	dir := filepath.Join(tmpRoot, "node-b")
 	pods := filepath.Join(testNet.dir, "pods-b")
@@ -91,8 +91,12 @@ func startTwoNodes(t *testing.T) *twoNodes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.a = startAgent(t, agentOptions{Migration: loopbackMigration(t, ca, testNode, "127.0.0.1")})
-	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: loopbackMigration(t, ca, secondNode, "127.0.0.2")})
+	ma, mb := loopbackMigration(t, ca, testNode, "127.0.0.1"), loopbackMigration(t, ca, secondNode, "127.0.0.2")
+	for _, w := range wrap {
+		ma, mb = w(ma), w(mb)
+	}
+	n.a = startAgent(t, agentOptions{Migration: ma})
+	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: mb})
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: controllerConfig(),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/migration"
@@ -198,4 +199,24 @@ func migrationOptions(vmi *vmletv1.VirtualMachineInstance) MigrationOptions {
 		AutoConverge:         *cfg.AllowAutoConverge,
 		BandwidthBytesPerSec: cfg.BandwidthPerMigration.Value(),
 	}
+}
+
+// staleRun says whether the vmi as this pass read it (from the cache) carries an older
+// migration than the run this agent drives: the API server is asked, uncached. A run of
+// another migration is only replaced, and a target only removed, when the API server shows
+// that migration too.
+func (r *VMIReconciler) staleRun(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, m *migrationRun) bool {
+	ms := vmi.Status.MigrationState
+	if m == nil || ms == nil || m.migration == ms.MigrationUID {
+		return false
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	fresh := &vmletv1.VirtualMachineInstance{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(vmi), fresh); err != nil {
+		return true // ask again on the next pass
+	}
+	return fresh.Status.MigrationState != nil && fresh.Status.MigrationState.MigrationUID == m.migration
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,15 +82,19 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		return ctrl.Result{}, true, nil
 	}
-	msg := err.Error()
+	r.sourceFailed(vmi, sourceFailure(err, why, ms.AbortRequested))
+	return ctrl.Result{}, true, nil
+}
+
+// sourceFailure says why the source's run failed: its own reason (a timeout) first.
+func sourceFailure(err error, why string, aborted bool) string {
 	switch {
 	case why != "":
-		msg = why + ": " + msg
-	case ms.AbortRequested:
-		msg = "aborted: " + msg
+		return why + ": " + err.Error()
+	case aborted:
+		return "aborted: " + err.Error()
 	}
-	r.sourceFailed(vmi, msg)
-	return ctrl.Result{}, true, nil
+	return err.Error()
 }
 
 // sourceFailed ends the migration as failed from the source's side; the guest keeps running
@@ -101,8 +106,12 @@ func (r *VMIReconciler) sourceFailed(vmi *vmletv1.VirtualMachineInstance, msg st
 	if ms.EndTimestamp == nil {
 		ms.EndTimestamp = &now
 	}
-	if ms.FailureReason == "" {
-		ms.FailureReason = "source: " + msg
+	switch why := "source: " + msg; {
+	case ms.FailureReason == "":
+		ms.FailureReason = why
+	case strings.HasPrefix(ms.FailureReason, "target: ") && !strings.Contains(ms.FailureReason, why):
+		// The target saw the stream end; the source knows why it ended: say both, its first.
+		ms.FailureReason = why + "; " + ms.FailureReason
 	}
 	if ms.AbortRequested {
 		ms.AbortStatus = vmletv1.MigrationAbortSucceeded
@@ -232,8 +241,9 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 		}
 	}
 	uri := "unix:" + filepath.Join(dir, migrationOutSocket)
+	// The relays stay until the run's outcome is in the status (forgetRun stops them): the
+	// target sees the stream end only after the source said why it ended.
 	r.startRun(vmi.UID, m, func(ctx context.Context, m *migrationRun) (MigrationStatus, error) {
-		defer m.stop()
 		return migrateOut(ctx, ml, m, uri, opts, nbdURI, copy, completion, progress, func() { r.WakeByID(string(vmi.UID)) })
 	})
 	return nil

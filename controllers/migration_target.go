@@ -43,6 +43,10 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		// The run stays until the take-over is in the status (a write that conflicts is redone
 		// from it): the next pass, the ordinary one, forgets it.
 		if err != nil {
+			if ls, serr := r.Runtime.State(id); serr == nil && ls.Exited != nil {
+				r.targetFailed(vmi, "the target launcher exited during the migration: "+exitText(ls.Exited))
+				return ctrl.Result{}, nil
+			}
 			r.targetFailed(vmi, fmt.Sprintf("incoming migration (%s): %v", st.Status, err))
 			return ctrl.Result{}, nil
 		}
@@ -219,10 +223,11 @@ func (r *VMIReconciler) resumeTarget(ctx context.Context, vmi *vmletv1.VirtualMa
 // stream and the next pass here removes what the target had.
 func (r *VMIReconciler) targetFailed(vmi *vmletv1.VirtualMachineInstance, msg string) {
 	ms := vmi.Status.MigrationState
-	r.forgetRun(vmi.UID)
 	if ms.Failed {
 		return
 	}
+	// The run (if any) stays until the failure is in the status: the next pass, the failed
+	// target's, removes it with the rest (leaveNode).
 	now := metav1.Now()
 	ms.Failed, ms.EndTimestamp = true, &now
 	ms.FailureReason = "target: " + msg

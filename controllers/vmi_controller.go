@@ -219,8 +219,14 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
 	role := roleOf(vmi, r.NodeName)
+	if r.staleRun(ctx, vmi, r.migrationRun(vmi.UID)) {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // the cache lags behind the run
+	}
 	if m := r.migrationRun(vmi.UID); m != nil && role == roleNone {
-		if _, _, _, ended, _, _ := m.snapshot(); ended {
+		if _, _, _, ended, err, why := m.snapshot(); ended {
+			if ms := vmi.Status.MigrationState; m.source && err != nil && ms != nil && ms.MigrationUID == m.migration && ms.Failed {
+				r.sourceFailed(vmi, sourceFailure(err, why, ms.AbortRequested)) // the target said so first; add why
+			}
 			r.forgetRun(vmi.UID) // its outcome is in the status
 		}
 	}

@@ -147,6 +147,9 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (c *Controller) step(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
 	switch m.Status.Phase {
 	case vmletv1.MigrationSucceeded, vmletv1.MigrationFailed:
+		if vmi != nil && vmi.Status.MigrationState != nil && vmi.Status.MigrationState.MigrationUID == m.UID {
+			m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy() // the nodes' last word
+		}
 		if controllerutil.RemoveFinalizer(m, Finalizer) {
 			return ctrl.Result{}, c.Client.Update(ctx, m)
 		}

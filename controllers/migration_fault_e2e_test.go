@@ -1,0 +1,307 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// link is a cuttable network between the test nodes: while cut, every relayed connection
+// stalls (nothing is lost or closed, nothing moves), as a dead link does.
+type link struct {
+	mu   sync.Mutex
+	cut  bool
+	cond *sync.Cond
+}
+
+func newLink() *link {
+	l := &link{}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+func (l *link) set(cut bool) {
+	l.mu.Lock()
+	l.cut = cut
+	l.mu.Unlock()
+	l.cond.Broadcast()
+}
+
+func (l *link) wait() {
+	l.mu.Lock()
+	for l.cut {
+		l.cond.Wait()
+	}
+	l.mu.Unlock()
+}
+
+type linkConn struct {
+	net.Conn
+	l *link
+}
+
+func (c linkConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.l.wait()
+	return n, err
+}
+
+func (c linkConn) Write(b []byte) (int, error) {
+	c.l.wait()
+	return c.Conn.Write(b)
+}
+
+// through makes a node's migration dials go over l.
+func through(m *controllers.MigrationNet, l *link) *controllers.MigrationNet {
+	dial := m.Dial
+	m.Dial = func(ctx context.Context, a string) (net.Conn, error) {
+		c, err := dial(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return linkConn{c, l}, nil
+	}
+	return m
+}
+
+// setMigrationConfig writes the cluster's migration configuration (ConfigMap).
+func setMigrationConfig(t *testing.T, doc string) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{}
+	ns.Name = migration.ConfigNamespace
+	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = migration.ConfigNamespace, migration.ConfigName
+	cm.Data = map[string]string{migration.ConfigKey: doc}
+	if err := env.Client.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
+		err = env.Client.Update(ctx, cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startMigration(t *testing.T, vmi *vmletv1.VirtualMachineInstance, name string) client.ObjectKey {
+	t.Helper()
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	m.Namespace, m.Name, m.Spec.VMIName = vmi.Namespace, name, vmi.Name
+	if err := env.Client.Create(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(m)
+}
+
+func waitMigrationPhase(t *testing.T, key client.ObjectKey, want vmletv1.VirtualMachineInstanceMigrationPhase) {
+	t.Helper()
+	eventually(t, time.Minute, key.Name+" phase "+string(want), func() (bool, string) {
+		m := &vmletv1.VirtualMachineInstanceMigration{}
+		if err := env.Client.Get(context.Background(), key, m); err != nil {
+			return false, err.Error()
+		}
+		return m.Status.Phase == want, string(m.Status.Phase)
+	})
+}
+
+// assertStaysOn checks that the guest still runs on node, Ready, its counter counting.
+func assertStaysOn(t *testing.T, n *twoNodes, vmi *vmletv1.VirtualMachineInstance, node string) {
+	t.Helper()
+	v := waitCondition(t, client.ObjectKeyFromObject(vmi), vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 30*time.Second)
+	if v.Status.NodeName != node {
+		t.Fatalf("the vmi is on %s, want %s", v.Status.NodeName, node)
+	}
+	a := n.on(node)
+	waitLauncherAgent(t, a, string(v.UID))
+	c := guestCount(t, a, vmi)
+	eventually(t, 10*time.Second, "the counter counts on "+node, func() (bool, string) {
+		d := guestCount(t, a, vmi)
+		return d > c, fmt.Sprintf("%d, was %d", d, c)
+	})
+}
+
+func failureOf(t *testing.T, key client.ObjectKey) *vmletv1.VirtualMachineInstanceMigration {
+	t.Helper()
+	m := waitMigration(t, key, 2*time.Minute)
+	if m.Status.Phase != vmletv1.MigrationFailed {
+		t.Fatalf("%s: phase %s, want Failed", key.Name, m.Status.Phase)
+	}
+	return m
+}
+
+// TestMigrationFaults: refusals, an abort, a stalled link, a killed target launcher and a
+// killed target QEMU each leave the guest running on its node, Ready, with nothing left on
+// the other node; then a migration over the restored link succeeds.
+func TestMigrationFaults(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	testguest.Assets(t)
+	l := newLink()
+	n := startTwoNodes(t, func(m *controllers.MigrationNet) *controllers.MigrationNet { return through(m, l) })
+	defer n.stop(t)
+	ctx := context.Background()
+	// Slow migrations (the guest's 128 MiB take ≈30 s) with a short progress timeout.
+	setMigrationConfig(t, "bandwidthPerMigration: 4Mi\nprogressTimeout: 4\n")
+	defer setMigrationConfig(t, "")
+
+	vmi := masqueradeVMI("faults")
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(ctx, vmi) }()
+	bridge := newVMI("faults-bridge") // no interfaces: KubeVirt's auto-attached bridge
+	if err := env.Client.Create(ctx, bridge); err != nil {
+		t.Fatal(err)
+	}
+	defer waitDeleted(t, client.ObjectKeyFromObject(bridge))
+	defer func() { _ = env.Client.Delete(ctx, bridge) }()
+	pending := newVMI("faults-pending")
+	pending.Spec.NodeSelector = map[string]string{"vmlet.dev/no-such-node": "x"}
+	if err := env.Client.Create(ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	defer waitDeleted(t, client.ObjectKeyFromObject(pending))
+	defer func() { _ = env.Client.Delete(ctx, pending) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	vmi = mustGetVMI(t, vmi)
+	uid := string(vmi.UID)
+	guestCounter(t, n.a, vmi, "faults")
+
+	t.Run("refused", func(t *testing.T) {
+		waitCondition(t, client.ObjectKeyFromObject(bridge), vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionFalse, 2*time.Minute)
+		for _, tc := range []struct {
+			vmi    *vmletv1.VirtualMachineInstance
+			reason string
+			msg    string
+		}{
+			{bridge, migration.ReasonNotMigratable, migration.ReasonInterfaceNotMigratable},
+			{pending, migration.ReasonVMINotRunning, "not Running"},
+			{&vmletv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "faults-none"}}, migration.ReasonVMINotFound, "does not exist"},
+		} {
+			m := failureOf(t, startMigration(t, tc.vmi, "refuse-"+tc.vmi.Name))
+			c := meta.FindStatusCondition(m.Status.Conditions, "Failed")
+			if c == nil || c.Reason != tc.reason || !strings.Contains(c.Message, tc.msg) {
+				t.Errorf("%s: condition %+v, want reason %s with %q", tc.vmi.Name, c, tc.reason, tc.msg)
+			}
+		}
+		// A second migration while one runs is refused; the first goes on.
+		first := startMigration(t, vmi, "refuse-first")
+		waitMigrationPhase(t, first, vmletv1.MigrationRunning)
+		m := failureOf(t, startMigration(t, vmi, "refuse-second"))
+		if c := meta.FindStatusCondition(m.Status.Conditions, "Failed"); c == nil || c.Reason != migration.ReasonInFlight {
+			t.Errorf("second migration: condition %+v, want %s", c, migration.ReasonInFlight)
+		}
+		abort(t, first)
+	})
+
+	t.Run("abort", func(t *testing.T) {
+		k := startMigration(t, vmi, "abort")
+		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+		abort(t, k)
+		ms := mustGetVMI(t, vmi).Status.MigrationState
+		if ms == nil || !ms.AbortRequested || ms.AbortStatus != vmletv1.MigrationAbortSucceeded || !ms.Failed {
+			t.Fatalf("migrationState after the abort %+v", ms)
+		}
+		assertStaysOn(t, n, vmi, testNode)
+		waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+	})
+
+	t.Run("link cut", func(t *testing.T) {
+		k := startMigration(t, vmi, "cut")
+		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+		l.set(true)
+		m := failureOf(t, k)
+		l.set(false)
+		if why := m.Status.MigrationState.FailureReason; !strings.Contains(why, "no progress for 4s") {
+			t.Errorf("failure reason %q, want the progress timeout", why)
+		}
+		assertStaysOn(t, n, vmi, testNode)
+		waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+	})
+
+	for _, victim := range []string{"target launcher", "target qemu"} {
+		t.Run(victim+" killed", func(t *testing.T) {
+			k := startMigration(t, vmi, "kill-"+strings.ReplaceAll(victim, " ", "-"))
+			waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+			st, err := n.b.runtime.State(uid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := st.Pid
+			if victim == "target qemu" {
+				pid = qemuPid(t, n.b, uid)
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			m := failureOf(t, k)
+			t.Logf("%s: %s", victim, m.Status.MigrationState.FailureReason)
+			assertStaysOn(t, n, vmi, testNode)
+			waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+		})
+	}
+
+	t.Run("then it migrates", func(t *testing.T) {
+		setMigrationConfig(t, "")
+		m := migrate(t, vmi, "after-faults")
+		if m.Status.Phase != vmletv1.MigrationSucceeded {
+			t.Fatalf("phase %s: %+v", m.Status.Phase, m.Status.MigrationState)
+		}
+		assertStaysOn(t, n, vmi, secondNode)
+		waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
+	})
+}
+
+// abort deletes a migration and waits until it is gone.
+func abort(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	m.Namespace, m.Name = key.Namespace, key.Name
+	if err := env.Client.Delete(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, key.Name+" deleted", func() (bool, string) {
+		err := env.Client.Get(context.Background(), key, m)
+		return apierrors.IsNotFound(err), fmt.Sprintf("%v %s", err, m.Status.Phase)
+	})
+}
+
+// qemuPid is the pid of the QEMU the vmi's launcher on a node runs.
+func qemuPid(t *testing.T, a *agent, uid string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, a.runtime.Socket(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDomain(ctx)
+	if err != nil || d.GetPid() == 0 {
+		t.Fatalf("qemu pid: %v (domain %v)", err, d)
+	}
+	return int(d.GetPid())
+}

@@ -41,7 +41,8 @@ const secondNode = "node-b"
 // folder and node network namespace) and the migration controller, which places every
 // migration target on the other node.
 type twoNodes struct {
-	a, b   *agent
+	a, b         *agent
+	optsA, optsB agentOptions
 	dirsB  *testNodeDirs
 	cancel context.CancelFunc
 	done   chan error
@@ -95,8 +96,10 @@ func startTwoNodes(t *testing.T, wrap ...func(*controllers.MigrationNet) *contro
 	for _, w := range wrap {
 		ma, mb = w(ma), w(mb)
 	}
-	n.a = startAgent(t, agentOptions{Migration: ma})
-	n.b = startAgent(t, agentOptions{Node: dirs, NoScheduler: true, Migration: mb})
+	n.optsA = agentOptions{Migration: ma}
+	n.optsB = agentOptions{Node: dirs, NoScheduler: true, Migration: mb}
+	n.a = startAgent(t, n.optsA)
+	n.b = startAgent(t, n.optsB)
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: controllerConfig(),
@@ -413,4 +416,17 @@ func scratchDevice(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) st
 		return dev != "", dev
 	})
 	return dev
+}
+
+// restart stops a node's agent (its relays go with it, as with a killed agent process) and
+// starts a new one; launchers and QEMU keep running.
+func (n *twoNodes) restart(t *testing.T, node string) {
+	t.Helper()
+	if node == secondNode {
+		n.b.stop(t)
+		n.b = startAgent(t, n.optsB)
+		return
+	}
+	n.a.stop(t)
+	n.a = startAgent(t, n.optsA)
 }

@@ -264,6 +264,18 @@ func TestMigrationFaults(t *testing.T) {
 		})
 	}
 
+	for _, node := range []string{secondNode, testNode} {
+		t.Run("agent of "+node+" restarted", func(t *testing.T) {
+			k := startMigration(t, vmi, "restart-"+node)
+			waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+			n.restart(t, node)
+			m := failureOf(t, k)
+			t.Logf("agent of %s restarted: %s", node, m.Status.MigrationState.FailureReason)
+			assertStaysOn(t, n, vmi, testNode)
+			waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+		})
+	}
+
 	t.Run("then it migrates", func(t *testing.T) {
 		setMigrationConfig(t, "")
 		m := migrate(t, vmi, "after-faults")

@@ -220,3 +220,18 @@ func (r *VMIReconciler) staleRun(ctx context.Context, vmi *vmletv1.VirtualMachin
 	}
 	return fresh.Status.MigrationState != nil && fresh.Status.MigrationState.MigrationUID == m.migration
 }
+
+// stopMigrations ends this agent's part in every migration, as the agent's exit would: the
+// relays close (the streams through them break) and the runs stop following their launchers.
+// The launchers and QEMU are untouched; the next agent resolves what they were doing.
+func (r *VMIReconciler) stopMigrations() {
+	r.mu.Lock()
+	uids := make([]types.UID, 0, len(r.migs))
+	for uid := range r.migs {
+		uids = append(uids, uid)
+	}
+	r.mu.Unlock()
+	for _, uid := range uids {
+		r.forgetRun(uid)
+	}
+}

@@ -255,7 +255,7 @@ func exitText(ex *process.Exit) string {
 		return "unknown"
 	}
 	if ex.Signal != "" {
-		return "killed by " + ex.Signal
+		return "ended by signal " + ex.Signal
 	}
 	if !ex.Known {
 		return "gone without a trace"

@@ -103,6 +103,7 @@ func (r *VMIReconciler) forgetStorage(uid types.UID) {
 func (r *VMIReconciler) stopOps() {
 	r.storageTracker().Stop()
 	r.hotplugTracker().Stop()
+	r.stopMigrations()
 }
 
 // planID identifies a storage plan: the same plan prepared twice gives the same files.

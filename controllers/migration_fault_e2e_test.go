@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -207,6 +208,23 @@ func TestMigrationFaults(t *testing.T) {
 				t.Errorf("%s: condition %+v, want reason %s with %q", tc.vmi.Name, c, tc.reason, tc.msg)
 			}
 		}
+		// Ended migrations of one vmi: the 5 newest are kept.
+		for i := range 7 {
+			failureOf(t, startMigration(t, &vmletv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "faults-gc"}}, fmt.Sprintf("gc-%d", i)))
+		}
+		eventually(t, 20*time.Second, "old migrations collected", func() (bool, string) {
+			var l vmletv1.VirtualMachineInstanceMigrationList
+			if err := env.Client.List(ctx, &l, client.InNamespace("default")); err != nil {
+				return false, err.Error()
+			}
+			var names []string
+			for _, m := range l.Items {
+				if m.Spec.VMIName == "faults-gc" {
+					names = append(names, m.Name)
+				}
+			}
+			return len(names) == migration.KeepFinished && !slices.Contains(names, "gc-0") && !slices.Contains(names, "gc-1"), fmt.Sprint(names)
+		})
 		// A second migration while one runs is refused; the first goes on.
 		first := startMigration(t, vmi, "refuse-first")
 		waitMigrationPhase(t, first, vmletv1.MigrationRunning)
@@ -284,6 +302,31 @@ func TestMigrationFaults(t *testing.T) {
 		}
 		assertStaysOn(t, n, vmi, secondNode)
 		waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
+	})
+
+	t.Run("paused guests migrate paused", func(t *testing.T) {
+		setPaused(t, key, true)
+		waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)
+		m := migrate(t, vmi, "paused")
+		if m.Status.Phase != vmletv1.MigrationSucceeded {
+			t.Fatalf("phase %s: %+v", m.Status.Phase, m.Status.MigrationState)
+		}
+		v := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)
+		if v.Status.NodeName != testNode {
+			t.Fatalf("on %s, want %s", v.Status.NodeName, testNode)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := launcher.Dial(ctx, n.a.runtime.Socket(uid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if d, err := c.GetDomain(ctx); err != nil || d.GetState().String() != "STATE_PAUSED" {
+			t.Fatalf("the target's domain: %v %v, want paused", d.GetState(), err)
+		}
+		setPaused(t, key, false)
+		assertStaysOn(t, n, vmi, testNode)
 	})
 }
 

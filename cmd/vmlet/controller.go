@@ -18,6 +18,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/translate"
 )
@@ -106,6 +107,12 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the launcher pod controller: %w", err)
+	}
+	// Migrations are admitted and followed here; target launcher pods are not made yet (no
+	// Pick): an admitted migration fails with NoTargetNode (README, Not yet).
+	mc := &migration.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-migration")}
+	if err := mc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the migration controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz check: %w", err)

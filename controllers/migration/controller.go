@@ -210,11 +210,11 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 		c.fail(m, r.Reason, r.Message)
 		return ctrl.Result{}, nil
 	}
-	var target string
-	err := errors.New("no migration target placement in this mode (cluster mode places no target launcher pods yet)")
-	if c.Pick != nil {
-		target, err = c.Pick(ctx, vmi)
+	if c.Pick == nil {
+		c.fail(m, ReasonNoTarget, "this mode cannot place migration targets yet (cluster mode makes no target launcher pods; local mode with --nodes 2 or more migrates)")
+		return ctrl.Result{}, nil
 	}
+	target, err := c.Pick(ctx, vmi)
 	if err != nil {
 		since := phaseTime(m, vmletv1.MigrationScheduling)
 		if c.now().Sub(since) >= SchedulingTimeout {

@@ -43,9 +43,9 @@ const secondNode = "node-b"
 type twoNodes struct {
 	a, b         *agent
 	optsA, optsB agentOptions
-	dirsB  *testNodeDirs
-	cancel context.CancelFunc
-	done   chan error
+	dirsB        *testNodeDirs
+	cancel       context.CancelFunc
+	done         chan error
 }
 
 // loopbackMigration is a node's migration network on a loopback address of its own: the
@@ -126,7 +126,9 @@ func startTwoNodes(t *testing.T, wrap ...func(*controllers.MigrationNet) *contro
 func (n *twoNodes) stop(t *testing.T) {
 	t.Helper()
 	n.cancel()
-	<-n.done
+	if err := <-n.done; err != nil {
+		t.Errorf("migration controller: %v", err)
+	}
 	n.b.stop(t)
 	n.a.stop(t)
 }

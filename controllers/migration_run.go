@@ -75,10 +75,20 @@ type migrationRun struct {
 	abortMsg string // why the run cancelled the migration itself (a timeout)
 }
 
-func (m *migrationRun) snapshot() (started time.Time, st MigrationStatus, read time.Time, ended bool, err error, why string) {
+// runView is what a run has seen, read at once.
+type runView struct {
+	started time.Time // source: QEMU accepted the migration
+	status  MigrationStatus
+	read    time.Time // when status was read
+	ended   bool
+	err     error  // how it ended
+	why     string // why the run cancelled the migration itself
+}
+
+func (m *migrationRun) snapshot() runView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.started, m.status, m.read, m.ended, m.err, m.abortMsg
+	return runView{m.started, m.status, m.read, m.ended, m.err, m.abortMsg}
 }
 
 func (m *migrationRun) setStatus(st MigrationStatus) {

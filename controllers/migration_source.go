@@ -49,7 +49,8 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		return ctrl.Result{}, false, nil
 	}
-	started, st, read, ended, err, why := run.snapshot()
+	v := run.snapshot()
+	started, st, read, ended, err, why := v.started, v.status, v.read, v.ended, v.err, v.why
 	if ms.StartTimestamp == nil && !started.IsZero() {
 		t := metav1.NewTime(started)
 		ms.StartTimestamp = &t

@@ -36,7 +36,8 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		run = nil
 	}
 	if m := run; m != nil {
-		_, st, _, ended, err, _ := run.snapshot()
+		v := run.snapshot()
+		st, ended, err := v.status, v.ended, v.err
 		if !ended {
 			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
 		}
@@ -271,9 +272,9 @@ func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMach
 	ms := vmi.Status.MigrationState
 	if m := r.migrationRun(vmi.UID); m != nil && m.migration == ms.MigrationUID {
 		// The target may take the vmi over before the source's run returned: keep its figures.
-		if _, st, read, ended, _, _ := m.snapshot(); ended && !read.IsZero() {
-			ms.Progress = progressOf(st, read)
-		} else if !ended && vmi.Status.NodeName == ms.TargetNode {
+		if v := m.snapshot(); v.ended && !v.read.IsZero() {
+			ms.Progress = progressOf(v.status, v.read)
+		} else if !v.ended && vmi.Status.NodeName == ms.TargetNode {
 			return ctrl.Result{}, nil // the run ends soon (QEMU stops): it wakes the vmi
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmlet/vmlet/test/prereq"
 )
 
 func TestTLSLoadOrCreateCA(t *testing.T) {
@@ -42,6 +44,7 @@ func TestTLSWriteQEMUCreds(t *testing.T) {
 	ca := mustCA(t, CAOptions{Now: time.Now()})
 	owner := Owner{UID: os.Getuid(), GID: os.Getgid()}
 	if os.Geteuid() == 0 {
+		prereq.Root(t)                    // root with CAP_CHOWN (make unit runs root tests without capabilities)
 		owner = Owner{UID: 107, GID: 107} // QEMU's uid here
 	}
 	first, written, err := EnsureNodeCreds(dir, ca, nodeA, owner, IssueOptions{})

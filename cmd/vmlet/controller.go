@@ -18,8 +18,8 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
-	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/translate"
 )
 

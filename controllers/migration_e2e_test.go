@@ -378,12 +378,15 @@ func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 				seen[w] = true
 			}
 		}
+		if strings.Contains(e.String(), "nbd-server-start") && strings.Contains(e.String(), "tls-creds") {
+			seen["nbd over tls"] = true
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add"} {
+	for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add", "nbd over tls"} {
 		if !seen[w] {
 			t.Errorf("the target's QMP log has no %s", w)
 		}

@@ -35,6 +35,9 @@ type MirrorOptions struct {
 	Background bool
 	// SpeedBytesPerSec limits each mirror's copy rate; 0 is unlimited.
 	SpeedBytesPerSec int64
+	// TLSCreds is a tls-creds-x509 client object (AddTLSCreds) the NBD connections use;
+	// TLSHostname the name the target's certificate must carry. Empty: plaintext.
+	TLSCreds, TLSHostname string
 }
 
 // MirrorProgress is the state of one disk's mirror (query-block-jobs).
@@ -77,7 +80,7 @@ func (vm *VM) StartMirrors(ctx context.Context, o MirrorOptions) error {
 	}
 	mode := pick(o.Background, "background", "write-blocking")
 	for _, d := range o.Disks {
-		if err := vm.startMirror(ctx, d, o.NBDSocket, mode, o.SpeedBytesPerSec); err != nil {
+		if err := vm.startMirror(ctx, d, o.NBDSocket, mode, o.SpeedBytesPerSec, o.TLSCreds, o.TLSHostname); err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), revertTimeout)
 			if uerr := vm.stopMirrors(ctx); uerr != nil {
 				vm.log.Warn("undo mirrors failed", "err", uerr)
@@ -92,10 +95,16 @@ func (vm *VM) StartMirrors(ctx context.Context, o MirrorOptions) error {
 
 // startMirror adds the NBD client node for d and starts its mirror; a failed mirror removes
 // its node again. A started mirror is recorded for stopMirrors.
-func (vm *VM) startMirror(ctx context.Context, d MirrorDisk, socket, mode string, speed int64) error {
+func (vm *VM) startMirror(ctx context.Context, d MirrorDisk, socket, mode string, speed int64, tlsCreds, tlsHost string) error {
 	node := map[string]any{
 		"driver": "nbd", "node-name": nbdClientNode(d.ID),
 		"server": map[string]any{"type": "unix", "path": socket}, "export": d.ID,
+	}
+	if tlsCreds != "" {
+		node["tls-creds"] = tlsCreds
+		if tlsHost != "" {
+			node["tls-hostname"] = tlsHost
+		}
 	}
 	if err := vm.execute(ctx, "blockdev-add", node, nil); err != nil {
 		return err

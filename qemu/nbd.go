@@ -32,6 +32,14 @@ import (
 // QMP: query-status, nbd-server-start {addr: {type: unix, data: {path}}}, block-export-add {type: nbd,
 // writable: true} per disk.
 func (vm *VM) ExportDisks(ctx context.Context, socket string, ids []string) error {
+	return vm.ExportDisksTLS(ctx, socket, ids, "")
+}
+
+// ExportDisksTLS is ExportDisks with the NBD server behind TLS: tlsCreds is a tls-creds-x509
+// server object (AddTLSCreds) whose CA the clients' certificates must come from.
+//
+// QMP: as ExportDisks, nbd-server-start with tls-creds.
+func (vm *VM) ExportDisksTLS(ctx context.Context, socket string, ids []string, tlsCreds string) error {
 	if err := checkSocketPath("nbd socket", socket); err != nil {
 		return fmt.Errorf("export disks: %w", err)
 	}
@@ -57,6 +65,9 @@ func (vm *VM) ExportDisks(ctx context.Context, socket string, ids []string) erro
 	defer r.Fail()
 	// QEMU 7.2 takes the legacy SocketAddress here: {type, data: {path}}.
 	addr := map[string]any{"addr": map[string]any{"type": "unix", "data": map[string]any{"path": socket}}}
+	if tlsCreds != "" {
+		addr["tls-creds"] = tlsCreds
+	}
 	if err := vm.execute(ctx, "nbd-server-start", addr, nil); err != nil {
 		return fmt.Errorf("export disks: %w", err)
 	}

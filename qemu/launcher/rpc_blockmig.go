@@ -27,7 +27,11 @@ func (l *api) exportDisks(ctx context.Context, d *domain, req *pb.PrepareMigrati
 	if !ok {
 		return "", fmt.Errorf("%w: nbd listen uri %q has no unix: prefix", ErrInvalidRequest, uri)
 	}
-	if err := d.vm.ExportDisks(ctx, path, req.GetReceiveDisks()); err != nil {
+	creds := "" // with TLS the NBD server takes the migration's server creds (setupMigrationTLS ran)
+	if req.GetOptions().GetTlsCredsDir() != "" {
+		creds = tlsServerCredsID
+	}
+	if err := d.vm.ExportDisksTLS(ctx, path, req.GetReceiveDisks(), creds); err != nil {
 		return "", err
 	}
 	return uri, nil
@@ -56,6 +60,10 @@ func (l *api) mirrorDisks(ctx context.Context, d *domain, req *pb.MigrateRequest
 	}
 	path, _ := strings.CutPrefix(req.GetNbdUri(), "unix:") // checked by checkMirrorRequest
 	o := qemu.MirrorOptions{NBDSocket: path}
+	if opts := req.GetOptions(); opts.GetTlsCredsDir() != "" {
+		// The disk copy goes over TLS as the memory stream does (setupMigrationTLS ran).
+		o.TLSCreds, o.TLSHostname = tlsClientCredsID, opts.GetTlsHostname()
+	}
 	for _, m := range req.GetMirrorDisks() {
 		o.Disks = append(o.Disks, qemu.MirrorDisk{ID: m.GetId(), Shallow: m.GetShallow()})
 	}

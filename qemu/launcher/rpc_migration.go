@@ -72,12 +72,12 @@ func (l *api) PrepareMigrationTarget(ctx context.Context, req *pb.PrepareMigrati
 	if err == nil && o.GetMultifdChannels() > 0 {
 		err = d.vm.SetMigrationParams(sctx, qemu.MigrationParams{MultifdChannels: int(o.GetMultifdChannels())})
 	}
-	var nbdURI string
-	if err == nil && len(req.GetReceiveDisks()) > 0 {
-		nbdURI, err = l.exportDisks(sctx, d, req)
-	}
 	if err == nil {
 		err = setupMigrationTLS(sctx, d.vm, o, qemu.TLSServer, uri)
+	}
+	var nbdURI string
+	if err == nil && len(req.GetReceiveDisks()) > 0 {
+		nbdURI, err = l.exportDisks(sctx, d, req) // after the TLS creds: it uses them
 	}
 	if err == nil {
 		err = d.vm.MigrateIncoming(sctx, uri)

@@ -11,9 +11,8 @@ import (
 
 // The launcher's TLS credentials objects in QEMU. They contain '_', which no user id can, and
 // differ by endpoint: a completed target (server creds) later migrates on as a source. The NBD
-// disk copy can use the same objects (nbd-server-start tls-creds on the target after
-// PrepareMigrationTarget; blockdev-add nbd tls-creds + tls-hostname on the source, which then
-// needs setupMigrationTLS before the copy starts rather than in Migrate).
+// disk copy uses the same objects (nbd-server-start tls-creds on the target; blockdev-add nbd
+// tls-creds + tls-hostname on the source), so setupMigrationTLS runs before either.
 const (
 	tlsServerCredsID = "mig_tls_server"
 	tlsClientCredsID = "mig_tls_client"

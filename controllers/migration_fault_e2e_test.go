@@ -304,6 +304,29 @@ func TestMigrationFaults(t *testing.T) {
 		waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
 	})
 
+	t.Run("completion timeout with disruption allowed pauses the guest", func(t *testing.T) {
+		// 128 MiB at 16 MiB/s take ≈8 s; after 2 s (completionTimeoutPerGiB: 2, for at least
+		// 1 GiB) the guest is paused so that the rest converges; it runs again on the target.
+		setMigrationConfig(t, "bandwidthPerMigration: 16Mi\ncompletionTimeoutPerGiB: 2\nallowWorkloadDisruption: true\n")
+		m := migrate(t, vmi, "disruption")
+		if m.Status.Phase != vmletv1.MigrationSucceeded || m.Status.MigrationState.Mode != vmletv1.MigrationPaused {
+			t.Fatalf("phase %s, mode %s: %+v", m.Status.Phase, m.Status.MigrationState.Mode, m.Status.MigrationState)
+		}
+		v := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionFalse, 30*time.Second)
+		assertStaysOn(t, n, vmi, v.Status.NodeName)
+		if v.Status.NodeName != testNode {
+			t.Fatalf("on %s, want %s", v.Status.NodeName, testNode)
+		}
+		// Without it, the same migration is aborted at the completion timeout.
+		setMigrationConfig(t, "bandwidthPerMigration: 16Mi\ncompletionTimeoutPerGiB: 2\n")
+		f := failureOf(t, startMigration(t, vmi, "no-disruption"))
+		if why := f.Status.MigrationState.FailureReason; !strings.Contains(why, "(completionTimeoutPerGiB)") {
+			t.Errorf("failure reason %q, want the completion timeout", why)
+		}
+		assertStaysOn(t, n, vmi, testNode)
+		setMigrationConfig(t, "")
+	})
+
 	t.Run("paused guests migrate paused", func(t *testing.T) {
 		setPaused(t, key, true)
 		waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)

@@ -73,6 +73,9 @@ type migrationRun struct {
 	ended    bool
 	err      error
 	abortMsg string // why the run cancelled the migration itself (a timeout)
+	// pausedGuest: the run paused the guest to let the migration converge
+	// (allowWorkloadDisruption).
+	pausedGuest bool
 }
 
 // runView is what a run has seen, read at once.
@@ -83,12 +86,14 @@ type runView struct {
 	ended   bool
 	err     error  // how it ended
 	why     string // why the run cancelled the migration itself
+	// pausedGuest: the run paused the guest (allowWorkloadDisruption).
+	pausedGuest bool
 }
 
 func (m *migrationRun) snapshot() runView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return runView{m.started, m.status, m.read, m.ended, m.err, m.abortMsg}
+	return runView{m.started, m.status, m.read, m.ended, m.err, m.abortMsg, m.pausedGuest}
 }
 
 func (m *migrationRun) setStatus(st MigrationStatus) {
@@ -244,4 +249,14 @@ func (r *VMIReconciler) stopMigrations() {
 	for _, uid := range uids {
 		r.forgetRun(uid)
 	}
+}
+
+// disruptionAllowed says whether the vmi's migration may pause the guest to finish
+// (allowWorkloadDisruption).
+func disruptionAllowed(vmi *vmletv1.VirtualMachineInstance) bool {
+	cfg := vmletv1.MigrationConfiguration{}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
+		cfg = *ms.MigrationConfiguration
+	}
+	return *migration.Resolve(cfg).AllowWorkloadDisruption
 }

@@ -55,6 +55,10 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		t := metav1.NewTime(started)
 		ms.StartTimestamp = &t
 	}
+	if v.pausedGuest && ms.Mode != vmletv1.MigrationPaused {
+		ms.Mode = vmletv1.MigrationPaused // allowWorkloadDisruption: the guest was paused to converge
+		r.Recorder.Eventf(vmi, nil, "Warning", "MigrationPausedGuest", "Migrate", "the migration did not complete in time: the guest is paused until it does (allowWorkloadDisruption)")
+	}
 	if !read.IsZero() && (ended || ms.Progress == nil || ms.Progress.UpdateTimestamp == nil || read.Sub(ms.Progress.UpdateTimestamp.Time) >= progressEvery) {
 		ms.Progress = progressOf(st, read)
 	}
@@ -214,6 +218,13 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
 		mem = m.Guest.Value()
 	}
+	if len(copy) > 0 { // the copied disks count towards the completion timeout too
+		for _, v := range vmi.Spec.Volumes {
+			if v.EmptyDisk != nil {
+				mem += v.EmptyDisk.Capacity.Value()
+			}
+		}
+	}
 	completion, progress := timeouts(vmi, mem)
 	m := &migrationRun{migration: ms.MigrationUID, source: true}
 	opts := migrationOptions(vmi)
@@ -244,8 +255,14 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	uri := "unix:" + filepath.Join(dir, migrationOutSocket)
 	// The relays stay until the run's outcome is in the status (forgetRun stops them): the
 	// target sees the stream end only after the source said why it ended.
+	og := outgoing{uri: uri, opts: opts, nbdURI: nbdURI, copy: copy, completion: completion, progress: progress,
+		wake: func() { r.WakeByID(string(vmi.UID)) }}
+	if disruptionAllowed(vmi) {
+		og.pause = func(ctx context.Context) error { _, err := l.Pause(ctx); return err }
+		og.unpause = func(ctx context.Context) error { _, err := l.Unpause(ctx); return err }
+	}
 	r.startRun(vmi.UID, m, func(ctx context.Context, m *migrationRun) (MigrationStatus, error) {
-		return migrateOut(ctx, ml, m, uri, opts, nbdURI, copy, completion, progress, func() { r.WakeByID(string(vmi.UID)) })
+		return migrateOut(ctx, ml, m, og)
 	})
 	return nil
 }
@@ -302,13 +319,28 @@ func (r *VMIReconciler) listenForQEMU(vmi *vmletv1.VirtualMachineInstance, path 
 	return ln, nil
 }
 
+// outgoing is one outgoing migration as migrateOut drives it.
+type outgoing struct {
+	uri    string
+	opts   MigrationOptions
+	nbdURI string
+	copy   []translate.CopiedDisk
+	// completion bounds the whole migration, progress a stretch without progress.
+	completion, progress time.Duration
+	// pause and unpause the guest: with pause (allowWorkloadDisruption) a migration that
+	// reaches its completion timeout pauses the guest to converge instead of being aborted;
+	// a migration that fails after that resumes it. nil: abort.
+	pause, unpause func(context.Context) error
+	wake           func()
+}
+
 // migrateOut drives the outgoing migration: start it, follow its progress every second (waking
-// the vmi), cancel it when it makes no progress for progress or runs longer than completion,
-// and finalize it (QEMU stops once it completed).
-func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, uri string, opts MigrationOptions,
-	nbdURI string, copy []translate.CopiedDisk, completion, progress time.Duration, wake func()) (MigrationStatus, error) {
-	mctx, done := context.WithTimeout(ctx, completion)
-	err := ml.Migrate(mctx, uri, opts, nbdURI, copy) // with disks: once their mirrors are ready
+// the vmi), cancel it when it makes no progress for o.progress or runs longer than
+// o.completion (or pause the guest then, when allowed), and finalize it (QEMU stops once it
+// completed).
+func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o outgoing) (MigrationStatus, error) {
+	mctx, done := context.WithTimeout(ctx, o.completion)
+	err := ml.Migrate(mctx, o.uri, o.opts, o.nbdURI, o.copy) // with disks: once their mirrors are ready
 	done()
 	if err != nil {
 		return MigrationStatus{}, err
@@ -317,20 +349,22 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, uri 
 	m.mu.Lock()
 	m.started = start
 	m.mu.Unlock()
-	wake()
+	o.wake()
 	type result struct {
 		st  MigrationStatus
 		err error
 	}
 	fin := make(chan result, 1)
 	go func() {
-		st, err := ml.FinalizeMigration(ctx, completion+progress, false)
+		// Its own bound: the whole migration may take completion, then (paused) progress more.
+		st, err := ml.FinalizeMigration(ctx, o.completion+2*o.progress, false)
 		fin <- result{st, err}
 	}()
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	lowest, moved := int64(-1), start
 	var iter int64
+	paused := false
 	cancel := func(why string) {
 		m.mu.Lock()
 		first := m.abortMsg == ""
@@ -344,29 +378,51 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, uri 
 			done()
 		}
 	}
+	end := func(res result) (MigrationStatus, error) {
+		if res.err != nil && paused {
+			// The guest stays here: it runs again as it did before the migration paused it.
+			uctx, done := context.WithTimeout(context.Background(), callUnpause)
+			res.err = errors.Join(res.err, o.unpause(uctx))
+			done()
+		}
+		return res.st, res.err
+	}
 	for {
 		select {
 		case res := <-fin:
-			return res.st, res.err
+			return end(res)
 		case <-ctx.Done():
 			cancel("the agent stopped following the migration")
 			res := <-fin
-			return res.st, errors.Join(ctx.Err(), res.err)
+			res.err = errors.Join(ctx.Err(), res.err)
+			return end(res)
 		case now := <-tick.C:
 			st, err := ml.MigrationStatus(ctx)
 			if err != nil {
 				continue // the finalize call reports what matters
 			}
 			m.setStatus(st)
-			wake()
+			o.wake()
 			if lowest < 0 || st.Remaining < lowest || st.Iterations > iter {
 				lowest, iter, moved = st.Remaining, st.Iterations, now
 			}
 			switch {
-			case now.Sub(moved) >= progress:
-				cancel("no progress for " + progress.String() + " (progressTimeout)")
-			case now.Sub(start) >= completion:
-				cancel("not completed within " + completion.String() + " (completionTimeoutPerGiB)")
+			case now.Sub(moved) >= o.progress:
+				cancel("no progress for " + o.progress.String() + " (progressTimeout)")
+			case now.Sub(start) >= o.completion && !paused && o.pause != nil:
+				// allowWorkloadDisruption: stop the guest so that the rest converges.
+				pctx, done := context.WithTimeout(ctx, callPause)
+				if err := o.pause(pctx); err != nil {
+					cancel("not completed within " + o.completion.String() + " and the guest could not be paused: " + err.Error())
+				} else {
+					paused, moved = true, now
+					m.mu.Lock()
+					m.pausedGuest = true
+					m.mu.Unlock()
+				}
+				done()
+			case now.Sub(start) >= o.completion && !paused:
+				cancel("not completed within " + o.completion.String() + " (completionTimeoutPerGiB)")
 			}
 		}
 	}

@@ -119,7 +119,9 @@ func startTwoNodes(t *testing.T) *twoNodes {
 func (n *twoNodes) stop(t *testing.T) {
 	t.Helper()
 	n.cancel()
-	<-n.done
+	if err := <-n.done; err != nil {
+		t.Errorf("manager: %v", err)
+	}
 	n.b.stop(t)
 	n.a.stop(t)
 }

@@ -53,6 +53,7 @@ func TestLocalMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	subnetOf := func(node string) netip.Prefix { return plan[slices.Index(nodes, node)].PodSubnet }
+	uplinkBefore := uplinkState(t, s.nodeNetns)
 
 	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
 	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
@@ -153,6 +154,9 @@ func TestLocalMigration(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(network.DefaultNetnsDir, fabric.Name+"-fabric")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("fabric netns left: %v", err)
+	}
+	if after := uplinkState(t, s.nodeNetns); !slices.Equal(after, uplinkBefore) {
+		t.Errorf("uplink netns links and tables after shutdown %v, want %v", after, uplinkBefore)
 	}
 }
 

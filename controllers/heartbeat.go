@@ -51,6 +51,15 @@ func (f NodeFacts) Labels() map[string]string {
 	}
 }
 
+// RegisteredLabels are the labels of a Node that vmlet registers itself (local mode, no
+// kubelet): the facts' labels and, as a kubelet sets it, kubernetes.io/hostname=name, which
+// VMIs are pinned to a node with (nodeSelector).
+func RegisteredLabels(name string, f NodeFacts) map[string]string {
+	l := f.Labels()
+	l[corev1.LabelHostname] = name
+	return l
+}
+
 // Heartbeat keeps the Node's vmlet labels and heartbeat annotation fresh. With Register it
 // creates the Node when missing (local mode has no kubelet to do it).
 type Heartbeat struct {
@@ -122,6 +131,9 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 	}
 	for k, v := range h.Facts.Labels() {
 		node.Labels[k] = v
+	}
+	if h.Register {
+		node.Labels[corev1.LabelHostname] = h.NodeName
 	}
 	if node.Annotations == nil {
 		node.Annotations = map[string]string{}

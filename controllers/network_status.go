@@ -94,7 +94,9 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 // leased address on the NIC's MAC, the guest's interface name is added and infoSource says
 // both agree; a confirmation stays while the addresses do. An agent restarted while the guest
 // keeps its leases has not seen them: the addresses in prev stay, per family (on a dual-stack
-// pod the DHCPv4 and DHCPv6 leases are renewed at different times). needAgent reports a
+// pod the DHCPv4 and DHCPv6 leases are renewed at different times); under masquerade they are
+// the pod's current addresses, which a migration to another node changed (the target's DHCP
+// server has not seen the guest's leases either). needAgent reports a
 // leased address the guest agent has not confirmed yet. It is pure.
 func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, sts []network.InterfaceStatus, guest []GuestInterface) (out []vmletv1.VirtualMachineInstanceNetworkInterface, needAgent bool) {
 	byName := map[string]vmletv1.VirtualMachineInstanceNetworkInterface{}
@@ -114,7 +116,7 @@ func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, st
 		}
 		switch {
 		case len(s.IPs) == 0 && seen:
-			s.IPs, s.InterfaceName, s.InfoSource = p.IPs, p.InterfaceName, p.InfoSource
+			s.IPs, s.InterfaceName, s.InfoSource = onPod(p.IPs, st.PodIPs), p.InterfaceName, p.InfoSource
 		case len(s.IPs) == 0:
 		case seen && slices.Equal(p.IPs, s.IPs) && p.InfoSource == infoSourceDomainAndAgent:
 			s.InterfaceName, s.InfoSource = p.InterfaceName, p.InfoSource
@@ -129,6 +131,25 @@ func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, st
 		out = append(out, s)
 	}
 	return out, needAgent
+}
+
+// onPod is where a guest that kept its leases (prev, the addresses reported before) is reachable
+// now: under masquerade the pod's addresses (pod) of prev's families, which differ from prev's
+// once the guest migrated to another pod; prev as it is under bridge (pod empty).
+func onPod(prev []string, pod []netip.Addr) []string {
+	if len(pod) == 0 {
+		return prev
+	}
+	out := make([]string, 0, len(prev))
+	for _, a := range prev {
+		ip, err := netip.ParseAddr(a)
+		i := slices.IndexFunc(pod, func(p netip.Addr) bool { return err == nil && p.Is4() == ip.Is4() })
+		if i >= 0 {
+			a = pod[i].String()
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // keepFamilies adds to cur the addresses of prev whose family (IPv4, IPv6) cur has none of,

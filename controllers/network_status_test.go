@@ -14,6 +14,10 @@ func TestInterfaceStatuses(t *testing.T) {
 	const mac = "02:00:00:00:00:0a"
 	pod, guest := netip.MustParseAddr("198.19.118.5"), netip.MustParseAddr("10.0.2.2")
 	attached := network.InterfaceStatus{Name: "default", MAC: mac, PodInterface: "eth0", Queues: 2}
+	moved := attached // migrated: the target pod's address, its DHCP server has seen no lease
+	target := netip.MustParseAddr("198.19.130.7")
+	moved.PodIPs = []netip.Addr{target}
+	onTarget := confirmedOn(target)
 	leased := attached
 	leased.IPs, leased.GuestIPs = []netip.Addr{pod}, []netip.Addr{guest}
 	domain := vmletv1.VirtualMachineInstanceNetworkInterface{Name: "default", MAC: mac, PodInterfaceName: "eth0", QueueCount: 2, InfoSource: "domain"}
@@ -54,6 +58,8 @@ func TestInterfaceStatuses(t *testing.T) {
 			guest: []GuestInterface{{Name: "eth0", MAC: "02:00:00:00:00:0A", IPs: []netip.Addr{guest}}}},
 		{name: "confirmed before, same address: no need to ask again", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: leased, want: confirmed},
 		{name: "agent restarted, lease not seen yet: the status keeps the address", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: attached, want: confirmed},
+		{name: "agent restarted under masquerade: the pod's address", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: withPod(attached, pod), want: confirmed},
+		{name: "migrated to another pod, lease not seen: the new pod's address", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{confirmed}, st: moved, want: onTarget},
 		{name: "a previous status of another MAC is not kept", prev: []vmletv1.VirtualMachineInstanceNetworkInterface{otherMAC}, st: attached, want: domain},
 		{name: "dual stack: both pod addresses, IPv4 first", st: both, want: withBoth, needAgent: true},
 		{name: "dual stack: the agent agrees", st: both, guest: agentBoth, want: confirmedBoth},
@@ -69,6 +75,17 @@ func TestInterfaceStatuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// confirmedOn is the status of the test's interface confirmed by the agent at pod address a.
+func confirmedOn(a netip.Addr) vmletv1.VirtualMachineInstanceNetworkInterface {
+	return vmletv1.VirtualMachineInstanceNetworkInterface{Name: "default", MAC: "02:00:00:00:00:0a", PodInterfaceName: "eth0", QueueCount: 2,
+		InfoSource: "domain, guest-agent", InterfaceName: "eth0", IP: a.String(), IPs: []string{a.String()}}
+}
+
+func withPod(st network.InterfaceStatus, ips ...netip.Addr) network.InterfaceStatus {
+	st.PodIPs = ips
+	return st
 }
 
 func TestAddressChanges(t *testing.T) {

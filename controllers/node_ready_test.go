@@ -45,6 +45,9 @@ func TestHeartbeatOwnsReadyInLocalMode(t *testing.T) {
 	if r == nil || r.Status != corev1.ConditionTrue || r.Reason != controllers.ReasonVmletReady || r.Message == "" || r.LastHeartbeatTime.IsZero() {
 		t.Fatalf("Ready after the first beat = %+v, want True VmletReady with a message and heartbeat", r)
 	}
+	if n, _ := readyOf(t, name); n.Labels[corev1.LabelHostname] != name {
+		t.Errorf("registered node labels %v, want %s=%s", n.Labels, corev1.LabelHostname, name)
+	}
 	first := *r
 	// Times have a resolution of one second: beat again in the next second.
 	poll := time.NewTicker(50 * time.Millisecond)

@@ -186,11 +186,11 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	s.Agent = s.Nodes[0].Agent
 	sched := &controllers.LocalScheduler{
 		Client: mgrs[0].GetClient(), Recorder: mgrs[0].GetEventRecorder("vmlet-local-scheduler"),
-		NodeName: cfg.NodeName, NodeLabels: s.Agent.Facts.Labels(),
+		NodeName: cfg.NodeName, NodeLabels: controllers.RegisteredLabels(cfg.NodeName, s.Agent.Facts),
 	}
 	if cfg.multi() {
 		for _, n := range s.Nodes {
-			sched.Nodes = append(sched.Nodes, controllers.LocalNode{Name: n.Name, Labels: n.Agent.Facts.Labels()})
+			sched.Nodes = append(sched.Nodes, controllers.LocalNode{Name: n.Name, Labels: controllers.RegisteredLabels(n.Name, n.Agent.Facts)})
 		}
 	}
 	if err := sched.SetupWithManager(mgrs[0]); err != nil {

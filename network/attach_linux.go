@@ -297,6 +297,10 @@ type InterfaceStatus struct {
 	IPs []netip.Addr
 	// GuestIPs are the addresses configured inside the guest (10.0.2.2 under masquerade).
 	GuestIPs []netip.Addr
+	// PodIPs are the pod's addresses under masquerade, lease or not (where a guest that holds
+	// a lease from another DHCP server, e.g. the migration source's, is reachable); empty
+	// under bridge.
+	PodIPs []netip.Addr
 }
 
 // Status reports every interface, with addresses once the guest holds its lease: leases are
@@ -312,6 +316,13 @@ func InterfaceStatuses(plan *Plan, leases []Lease) []InterfaceStatus {
 	var out []InterfaceStatus
 	for _, ip := range plan.Interfaces {
 		st := InterfaceStatus{Name: ip.Name, MAC: ip.MAC.String(), PodInterface: ip.Pod.Name, Queues: ip.Queues}
+		if ip.Binding == BindingMasquerade {
+			for _, a := range []netip.Prefix{ip.Pod.Addr, ip.Pod.Addr6} {
+				if a.IsValid() {
+					st.PodIPs = append(st.PodIPs, a.Addr())
+				}
+			}
+		}
 		if l, ok := findLease(leases, ip.Name, ip.DHCP.ClientAddr); ok {
 			st.GuestIPs = append(st.GuestIPs, l.Addr.Addr())
 			if ip.Binding == BindingMasquerade {

@@ -240,9 +240,18 @@ func uplinkState(t *testing.T, path string) []string {
 }
 
 // cleanupNodes removes what a failed multi-node test left: vmlet (first), the nodes' launchers,
-// pod namespaces, CPU groups and cgroup folders, and the fabric.
+// pod namespaces, CPU groups and cgroup folders, and the fabric. The nodes' launchers go before
+// s.cleanup, which takes the nodes' run folders beneath the run root for launcher folders and
+// would remove them with the launchers' pid files, leaving the launchers running.
 func cleanupNodes(t *testing.T, s *localSetup, fabric network.FabricConfig, nodes []string) {
-	s.cleanup(t)
+	defer s.cleanup(t)
+	for _, p := range s.procs {
+		if !p.gone {
+			_ = p.cmd.Process.Kill()
+			p.err = <-p.done
+			p.gone = true
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, n := range nodes {

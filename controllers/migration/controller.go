@@ -162,7 +162,7 @@ func (c *Controller) step(ctx context.Context, m *vmletv1.VirtualMachineInstance
 	case vmletv1.MigrationScheduling:
 		return c.schedule(ctx, m, vmi)
 	}
-	return c.follow(m, vmi)
+	return c.follow(ctx, m, vmi)
 }
 
 // admit starts a pending migration when the vmi can migrate and a slot is free.
@@ -249,12 +249,23 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 }
 
 // follow mirrors the vmi's migrationState and derives the phase from it.
-func (c *Controller) follow(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+// A cached vmi without this migration's state may be older than the write that handed it to
+// the nodes (the migration's own status update wakes it first): the API server has the last
+// word.
+func (c *Controller) follow(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
 	if vmi == nil {
 		c.fail(m, ReasonVMINotFound, "the vmi was deleted during the migration")
 		return ctrl.Result{}, nil
 	}
 	ms := vmi.Status.MigrationState
+	if ms == nil || ms.MigrationUID != m.UID {
+		fresh := &vmletv1.VirtualMachineInstance{}
+		if err := c.reader().Get(ctx, client.ObjectKeyFromObject(vmi), fresh); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("read the vmi: %w", err)
+		} else if err == nil {
+			vmi, ms = fresh, fresh.Status.MigrationState
+		}
+	}
 	if ms == nil || ms.MigrationUID != m.UID {
 		c.fail(m, ReasonMigrationFailed, "the vmi no longer carries this migration's state")
 		return ctrl.Result{}, nil

@@ -1,0 +1,263 @@
+package main_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/process"
+	"github.com/vmlet/vmlet/network"
+	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/prereq"
+)
+
+// TestLocalMigration: with `vmlet local --nodes 2`, config/samples/vmi-migratable.yaml applied
+// with kubectl runs, and a client VMI pinned to the other node (nodeSelector
+// kubernetes.io/hostname) reaches its guest's service on the declared port 80 from its pod.
+// config/samples/vmim.yaml moves the VMI to the client's node, a second migration moves it back;
+// each time the VMI reports the target node and its pod address there (on that node's pod
+// subnet), the client reaches the service at that address, the guest's counter kept counting
+// (same process), and the node it left has nothing of it. Ctrl-C leaves nothing.
+func TestLocalMigration(t *testing.T) {
+	s := newLocalSetup(t)
+	kubectl := filepath.Join(s.assets, "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		prereq.Missing(t, "kubectl in the control-plane assets: "+err.Error())
+	}
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	fabric := network.FabricConfig{Name: "e2m" + hex.EncodeToString(b), UplinkNetns: s.nodeNetns}
+	nodes := []string{localNode + "-1", localNode + "-2"}
+	t.Cleanup(func() { cleanupNodes(t, s, fabric, nodes) })
+	plan, err := network.PlanFabric(fabric, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subnetOf := func(node string) netip.Prefix { return plan[slices.Index(nodes, node)].PodSubnet }
+	uplinkBefore := uplinkState(t, s.nodeNetns)
+
+	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
+	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
+	c := s.client(t)
+	ctx := context.Background()
+	kc := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(kubectl, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(s.stateDir, "kubeconfig"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	sample := func(name string) string { return filepath.Join(apienv.RepoRoot(), "config", "samples", name) }
+
+	kc("create", "-f", sample("vmi-migratable.yaml"))
+	vm := s.runningOn(t, c, "migratable")
+	other := nodes[0]
+	if vm.node == other {
+		other = nodes[1]
+	}
+	cv := masqueradeVMI("client")
+	cv.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
+	if err := c.Create(ctx, cv); err != nil {
+		t.Fatal(err)
+	}
+	cl := s.runningOn(t, c, "client")
+	if cl.node != other {
+		t.Fatalf("client on %s, want %s (its nodeSelector)", cl.node, other)
+	}
+	t.Logf("migratable on %s (pod %s), client on %s (pod %s)", vm.node, vm.podAddr, cl.node, cl.podAddr)
+
+	waitFor(t, c, vm.key, 3*time.Minute, "guest agent connected", func(v *vmletv1.VirtualMachineInstance) bool {
+		return isTrue(v, vmletv1.VirtualMachineInstanceAgentConnected)
+	})
+	sock := func(vm nodeVM) string { return filepath.Join(s.runRoot, vm.node, vm.uid, process.ReadySocket) }
+	reply := "hello-" + vm.uid[:8]
+	pid := strings.TrimSpace(guestSh(t, sock(vm), "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
+	guestSh(t, sock(vm), "ip link set lo up; nc -ll -p 80 -e echo "+reply+" </dev/null >/dev/null 2>&1 &")
+	waitServes(t, cl, vm.podAddr, reply)
+
+	for i, mig := range []string{"migratable-migration", "migratable-back"} {
+		from, to := vm, cl.node
+		if i == 1 {
+			to = nodes[slices.Index(nodes, vm.node)^1]
+		}
+		before := guestCount(t, sock(from))
+		if i == 0 {
+			kc("create", "-f", sample("vmim.yaml"))
+		} else {
+			m := &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: mig},
+				Spec: vmletv1.VirtualMachineInstanceMigrationSpec{VMIName: "migratable"}}
+			if err := c.Create(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		waitMigration(t, c, client.ObjectKey{Namespace: "default", Name: mig})
+		t.Logf("%s: Succeeded after %s", mig, time.Since(start).Round(time.Millisecond))
+		v := waitFor(t, c, vm.key, time.Minute, "on "+to+" with its pod address there", func(v *vmletv1.VirtualMachineInstance) bool {
+			if v.Status.NodeName != to || len(v.Status.Interfaces) == 0 {
+				return false
+			}
+			a, err := netip.ParseAddr(v.Status.Interfaces[0].IP)
+			return err == nil && subnetOf(to).Contains(a)
+		})
+		vm = s.runningOn(t, c, "migratable")
+		if vm.uid != from.uid || vm.podAddr == from.podAddr {
+			t.Fatalf("%s: uid %s, pod address %s (was %s, %s)", mig, vm.uid, vm.podAddr, from.uid, from.podAddr)
+		}
+		t.Logf("%s: on %s, pod address %s (interfaces %+v)", mig, vm.node, vm.podAddr, v.Status.Interfaces)
+		waitServes(t, cl, vm.podAddr, reply)
+		waitGuestAgent(t, sock(vm))
+		if got := strings.TrimSpace(guestSh(t, sock(vm), "[ -d /proc/"+pid+" ] && echo "+pid+" || true")); got != pid {
+			t.Fatalf("%s: counter process %s gone on %s (the guest's memory did not survive): %q", mig, pid, to, got)
+		}
+		poll.Until(t, 30*time.Second, "the counter counts on "+to, func() (bool, string) {
+			n := guestCount(t, sock(vm))
+			return n > before, fmt.Sprintf("count %d, before the migration %d", n, before)
+		})
+		s.waitNodeVMGone(t, from, 2*time.Minute)
+	}
+
+	p.interrupt(t)
+	s.assertControlPlaneGone(t, 10*time.Second)
+	for _, v := range []nodeVM{vm, cl} {
+		s.assertNodeVMGone(t, v)
+	}
+	for _, fn := range plan {
+		if _, err := os.Stat(fn.NetnsPath); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node netns %s left: %v", fn.NetnsPath, err)
+		}
+		if _, err := os.Stat(filepath.Join(s.podNetns, fn.Name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pod netns folder of %s left: %v", fn.Name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(network.DefaultNetnsDir, fabric.Name+"-fabric")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("fabric netns left: %v", err)
+	}
+	if after := uplinkState(t, s.nodeNetns); !slices.Equal(after, uplinkBefore) {
+		t.Errorf("uplink netns links and tables after shutdown %v, want %v", after, uplinkBefore)
+	}
+}
+
+// guestSh runs cmd with the guest's /bin/sh through the guest agent of the launcher at sock.
+func guestSh(t *testing.T, sock, cmd string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.GuestExec(ctx, "/bin/sh", []string{"-c", cmd}, nil, 20*time.Second)
+	if err != nil {
+		t.Fatalf("guest exec %q: %v", cmd, err)
+	}
+	if r.GetExitCode() != 0 {
+		t.Fatalf("guest exec %q: exit %d: %s", cmd, r.GetExitCode(), r.GetStderr())
+	}
+	return string(r.GetStdout())
+}
+
+func guestCount(t *testing.T, sock string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(guestSh(t, sock, "cat /tmp/count")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitGuestAgent waits until the launcher at sock talks to the guest agent.
+func waitGuestAgent(t *testing.T, sock string) {
+	t.Helper()
+	poll.Until(t, time.Minute, "guest agent connected at "+sock, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := launcher.Dial(ctx, sock)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer c.Close()
+		d, err := c.GetDomain(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.GetAgentConnected(), d.GetState().String()
+	})
+}
+
+// waitServes waits until a connection from the client VM's pod netns to addr:80 reads want
+// (the guest's nc behind the forwarded port).
+func waitServes(t *testing.T, from nodeVM, addr netip.Addr, want string) {
+	t.Helper()
+	ap := netip.AddrPortFrom(addr, 80).String()
+	poll.Until(t, time.Minute, from.key.Name+"'s pod reads "+want+" from "+ap, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		conn, err := network.DialTCP(ctx, from.podNetns, ap)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		got, err := io.ReadAll(conn)
+		return strings.TrimSpace(string(got)) == want, fmt.Sprintf("%q, %v", got, err)
+	})
+}
+
+// waitMigration waits until the migration key succeeded (and fails the test if it failed).
+func waitMigration(t *testing.T, c client.Client, key client.ObjectKey) {
+	t.Helper()
+	poll.Until(t, 5*time.Minute, key.Name+" Succeeded", func() (bool, string) {
+		m := &vmletv1.VirtualMachineInstanceMigration{}
+		if err := c.Get(context.Background(), key, m); err != nil {
+			return false, err.Error()
+		}
+		if m.Status.Phase == vmletv1.MigrationFailed {
+			t.Fatalf("%s failed: state %+v, conditions %+v", key.Name, m.Status.MigrationState, m.Status.Conditions)
+		}
+		return m.Status.Phase == vmletv1.MigrationSucceeded, string(m.Status.Phase)
+	})
+}
+
+// waitNodeVMGone waits until the node vm ran on has nothing of it (assertNodeVMGone).
+func (s *localSetup) waitNodeVMGone(t *testing.T, vm nodeVM, d time.Duration) {
+	t.Helper()
+	poll.Until(t, d, vm.key.Name+" left "+vm.node, func() (bool, string) {
+		var left []string
+		for _, p := range []int{vm.launcherPid, vm.qemuPid} {
+			if poll.Alive(p) {
+				left = append(left, "pid "+strconv.Itoa(p))
+			}
+		}
+		for _, path := range []string{filepath.Join(s.runRoot, vm.node, vm.uid), filepath.Join(s.stateDir, "nodes", vm.node, "volumes", vm.uid), vm.podNetns} {
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				left = append(left, path)
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+	s.assertNodeVMGone(t, vm)
+}

@@ -159,7 +159,12 @@ func waitMigration(t *testing.T, key client.ObjectKey, d time.Duration) *vmletv1
 		if err := env.Client.Get(context.Background(), key, m); err != nil {
 			return false, err.Error()
 		}
-		return migration.Final(m.Status.Phase), fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+		desc := fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+		v := &vmletv1.VirtualMachineInstance{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: key.Namespace, Name: m.Spec.VMIName}, v); err == nil {
+			desc += "; vmi " + summary(v) + fmt.Sprintf(" migrationState %+v", v.Status.MigrationState)
+		}
+		return migration.Final(m.Status.Phase), desc
 	})
 	return m
 }

@@ -329,18 +329,22 @@ func TestMigrationFaults(t *testing.T) {
 
 	t.Run("paused guests migrate paused", func(t *testing.T) {
 		setPaused(t, key, true)
-		waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)
+		from := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second).Status.NodeName
+		to := testNode
+		if from == testNode {
+			to = secondNode
+		}
 		m := migrate(t, vmi, "paused")
 		if m.Status.Phase != vmletv1.MigrationSucceeded {
-			t.Fatalf("phase %s: %+v", m.Status.Phase, m.Status.MigrationState)
+			t.Fatalf("phase %s: %s", m.Status.Phase, m.Status.MigrationState.FailureReason)
 		}
 		v := waitCondition(t, key, vmletv1.VirtualMachineInstancePaused, metav1.ConditionTrue, 30*time.Second)
-		if v.Status.NodeName != testNode {
-			t.Fatalf("on %s, want %s", v.Status.NodeName, testNode)
+		if v.Status.NodeName != to {
+			t.Fatalf("on %s, want %s", v.Status.NodeName, to)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := launcher.Dial(ctx, n.a.runtime.Socket(uid))
+		c, err := launcher.Dial(ctx, n.on(to).runtime.Socket(uid))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +353,7 @@ func TestMigrationFaults(t *testing.T) {
 			t.Fatalf("the target's domain: %v %v, want paused", d.GetState(), err)
 		}
 		setPaused(t, key, false)
-		assertStaysOn(t, n, vmi, testNode)
+		assertStaysOn(t, n, vmi, to)
 	})
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -232,12 +230,7 @@ func (r *VMIReconciler) targetFailed(vmi *vmletv1.VirtualMachineInstance, msg st
 	now := metav1.Now()
 	ms.Failed, ms.EndTimestamp = true, &now
 	ms.FailureReason = "target: " + msg
-	if b, err := os.ReadFile(filepath.Join(r.Runtime.Dir(string(vmi.UID)), "logs", "qemu.log")); err == nil {
-		fmt.Fprintf(os.Stderr, "DEBUG target qemu.log:\n%s\n", b)
-	}
-	if b, err := os.ReadFile(filepath.Join(r.Runtime.Dir(string(vmi.UID)), "launcher.log")); err == nil {
-		fmt.Fprintf(os.Stderr, "DEBUG launcher.log:\n%s\n", b)
-	}
+
 	r.Recorder.Eventf(vmi, nil, "Warning", "MigrationFailed", "Migrate", "the migration to node %s failed: %s", r.NodeName, msg)
 }
 

@@ -143,6 +143,9 @@ func (d *domain) setMigration(status string) {
 		return
 	}
 	d.mig = &pb.MigrationStatus{Role: d.migRole, Status: status}
+	if d.migRole == roleTarget && status == "completed" {
+		d.incoming = false // an ordinary domain from now on, whatever its later migrations do
+	}
 	d.l.events.migration(d.migRole, status)
 }
 
@@ -152,7 +155,7 @@ func (d *domain) setMigration(status string) {
 func (d *domain) migratingIn() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.incoming && (d.mig == nil || d.mig.Status != "completed")
+	return d.incoming && d.migRole != roleSource && (d.mig == nil || d.mig.Status != "completed")
 }
 
 func (d *domain) migrationRole() string {

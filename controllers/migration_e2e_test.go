@@ -43,9 +43,9 @@ const secondNode = "node-b"
 type twoNodes struct {
 	a, b         *agent
 	optsA, optsB agentOptions
-	dirsB  *testNodeDirs
-	cancel context.CancelFunc
-	done   chan error
+	dirsB        *testNodeDirs
+	cancel       context.CancelFunc
+	done         chan error
 }
 
 // loopbackMigration is a node's migration network on a loopback address of its own: the

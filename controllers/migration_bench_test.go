@@ -1,0 +1,192 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/testguest"
+)
+
+// migBenchVariant is one kind of migration BenchmarkMigrateAPI measures.
+type migBenchVariant struct {
+	name  string
+	dirty bool // the guest rewrites migBenchDirtyMiB of its memory all along
+	tls   bool // QEMU's TLS (the default); false: disableTLS: true
+}
+
+var migBenchVariants = []migBenchVariant{
+	{"idle-tls", false, true}, {"idle-plain", false, false},
+	{"dirty-tls", true, true}, {"dirty-plain", true, false},
+}
+
+const (
+	migBenchGuest    = "1Gi"
+	migBenchSmall    = "512Mi" // when the host lacks the memory for two 1 GiB QEMUs (+ margin)
+	migBenchNeed     = 4 << 30
+	migBenchDirtyMiB = 64
+)
+
+// migSample is one migration as the API and QEMU saw it.
+type migSample struct {
+	wall, total, down time.Duration
+	bytes             int64 // guest memory sent (dataProcessedBytes)
+}
+
+// BenchmarkMigrateAPI measures live migration through the API: a VirtualMachineInstanceMigration
+// created → its phase Succeeded, between two node agents on this host (startTwoNodes: loopback
+// migration networks relayed by the agents, QEMU's TLS with node certificates from a test CA).
+// The guest has 1 GiB (512 MiB, saying so on stderr, when MemAvailable is under 4 GiB) and a
+// masquerade interface. Each round migrates it there and back (2 samples) in each of four
+// variants, interleaved round by round in a rotating order: idle or dirtying (a busybox dd loop
+// rewriting 64 MiB of tmpfs), TLS on (the default) or off (disableTLS: true in the migration
+// ConfigMap). -benchtime Nx is N rounds (1x: one round of each variant, as `make bench` runs).
+//
+// Per variant it reports P50/P95 of the wall time (<v>-api-total), of QEMU's total time and
+// downtime from migrationState.progress (<v>-qemu-total, <v>-downtime), of the API overhead =
+// wall − QEMU total (<v>-api-overhead), and QEMU's throughput (<v>-MiB/s: dataProcessedBytes /
+// total time, mean). The wall time is polled every 10 ms. The QEMU-level floor (two QEMUs, no
+// agent) is qemu's BenchmarkMigration1G: its helpers live in that package's tests, which
+// cannot be imported here; run it right after, on the same machine.
+//
+// No VMLET_* knobs.
+func BenchmarkMigrateAPI(b *testing.B) {
+	prereq.Root(b)
+	prereq.QEMU(b)
+	testguest.Assets(b)
+	mem := migBenchGuest
+	if avail := memAvailable(); avail < migBenchNeed {
+		mem = migBenchSmall
+		fmt.Fprintf(os.Stderr, "BenchmarkMigrateAPI: %d MiB available, under %d MiB: the guest has %s instead of %s\n",
+			avail>>20, migBenchNeed>>20, mem, migBenchGuest)
+	}
+	n := startTwoNodes(b)
+	defer n.stop(b)
+	defer setMigrationConfig(b, "")
+
+	vmi := masqueradeVMI("migbench")
+	q := resource.MustParse(mem)
+	vmi.Spec.Domain.Memory.Guest = &q
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		b.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(b, key)
+	defer func() { _ = env.Client.Delete(ctx, vmi) }()
+	waitCondition(b, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 3*time.Minute)
+	vmi = waitCondition(b, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	node := vmi.Status.NodeName
+	// The dirtying loop's source, written once (it stays in guest memory, idle, in every variant).
+	guestShell(b, n.on(node), vmi, fmt.Sprintf("head -c %dm /dev/urandom > /tmp/src; cp /tmp/src /tmp/dirty", migBenchDirtyMiB))
+
+	samples := map[string][]migSample{}
+	round := 0
+	for b.Loop() {
+		for k := range migBenchVariants {
+			v := migBenchVariants[(round+k)%len(migBenchVariants)]
+			cfg := ""
+			if !v.tls {
+				cfg = "disableTLS: true\n"
+			}
+			setMigrationConfig(b, cfg)
+			if v.dirty {
+				guestShell(b, n.on(node), vmi, "(while :; do dd if=/tmp/src of=/tmp/dirty bs=1M conv=notrunc 2>/dev/null; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/dirty.pid")
+			}
+			for _, dir := range []string{"there", "back"} {
+				s, to := benchMigrate(b, n, vmi, fmt.Sprintf("migbench-%d-%s-%s", round, v.name, dir), node)
+				samples[v.name] = append(samples[v.name], s)
+				node = to
+			}
+			if v.dirty {
+				guestShell(b, n.on(node), vmi, "kill $(cat /tmp/dirty.pid)")
+			}
+		}
+		round++
+	}
+	for _, v := range migBenchVariants {
+		var wall, total, down, over []time.Duration
+		var bytes int64
+		var ms time.Duration
+		for _, s := range samples[v.name] {
+			wall, total, down, over = append(wall, s.wall), append(total, s.total), append(down, s.down), append(over, s.wall-s.total)
+			bytes, ms = bytes+s.bytes, ms+s.total
+		}
+		report(b, v.name+"-api-total", wall)
+		report(b, v.name+"-qemu-total", total)
+		report(b, v.name+"-api-overhead", over)
+		report(b, v.name+"-downtime", down)
+		if ms > 0 {
+			b.ReportMetric(float64(bytes)/(1<<20)/ms.Seconds(), v.name+"-MiB/s")
+		}
+	}
+	b.ReportMetric(0, "ns/op") // one op is a round of 8 migrations plus waits: not meaningful
+}
+
+// benchMigrate migrates vmi away from node through a VirtualMachineInstanceMigration and
+// returns the sample and the node it went to, once the guest is ready there again (Ready,
+// migratable, its agent connected) and the node it left has nothing of it.
+func benchMigrate(b *testing.B, n *twoNodes, vmi *vmletv1.VirtualMachineInstance, name, node string) (migSample, string) {
+	b.Helper()
+	ctx := context.Background()
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	m.Namespace, m.Name, m.Spec.VMIName = vmi.Namespace, name, vmi.Name
+	start := time.Now()
+	if err := env.Client.Create(ctx, m); err != nil {
+		b.Fatal(err)
+	}
+	mkey := client.ObjectKeyFromObject(m)
+	deadline := start.Add(3 * time.Minute)
+	for {
+		if err := env.Client.Get(ctx, mkey, m); err != nil {
+			b.Fatal(err)
+		}
+		if migration.Final(m.Status.Phase) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not ended after 3m: phase %s", name, m.Status.Phase)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wall := time.Since(start)
+	if m.Status.Phase != vmletv1.MigrationSucceeded {
+		b.Fatalf("%s: phase %s, state %+v, conditions %+v", name, m.Status.Phase, m.Status.MigrationState, m.Status.Conditions)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	var p vmletv1.MigrationProgress
+	var to string
+	// QEMU's figures can lag the completion (NOTES.md): wait until the vmi has them.
+	eventually(b, 10*time.Second, name+": progress with total time", func() (bool, string) {
+		v := mustGetVMI(b, vmi)
+		ms := v.Status.MigrationState
+		if ms == nil || ms.MigrationUID != m.UID || ms.Progress == nil {
+			return false, fmt.Sprintf("%+v", ms)
+		}
+		p, to = *ms.Progress, v.Status.NodeName
+		return p.TotalTimeMilliseconds > 0 && to != node, fmt.Sprintf("node %s progress %+v", to, p)
+	})
+	waitCondition(b, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 30*time.Second)
+	waitCondition(b, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 30*time.Second)
+	waitLauncherAgent(b, n.on(to), string(vmi.UID))
+	netnsDir, volumes := testNet.cfg.NetnsDir, volumeRoot
+	if node == secondNode {
+		netnsDir, volumes = n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot
+	}
+	waitLeft(b, n.on(node), netnsDir, volumes, string(vmi.UID))
+	return migSample{
+		wall:  wall,
+		total: time.Duration(p.TotalTimeMilliseconds) * time.Millisecond,
+		down:  time.Duration(p.DowntimeMilliseconds) * time.Millisecond,
+		bytes: p.DataProcessedBytes,
+	}, to
+}

@@ -90,7 +90,7 @@ func (g *grpcLauncher) Layout(ctx context.Context) (*vmletv1.MigrationDomainLayo
 	return layoutOf(s), nil
 }
 
-// ErrNoDomain: the launcher has no running domain.
+// ErrNoDomain means the launcher has no running domain.
 var ErrNoDomain = fmt.Errorf("no domain")
 
 // layoutOf reads the device layout from a live spec.

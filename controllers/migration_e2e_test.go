@@ -126,7 +126,9 @@ func startTwoNodes(t testing.TB, wrap ...func(*controllers.MigrationNet) *contro
 func (n *twoNodes) stop(t testing.TB) {
 	t.Helper()
 	n.cancel()
-	<-n.done
+	if err := <-n.done; err != nil {
+		t.Errorf("migration controller: %v", err)
+	}
 	n.b.stop(t)
 	n.a.stop(t)
 }

@@ -75,10 +75,10 @@ type migrationRun struct {
 	abortMsg string // why the run cancelled the migration itself (a timeout)
 }
 
-func (m *migrationRun) snapshot() (started time.Time, st MigrationStatus, read time.Time, ended bool, err error, why string) {
+func (m *migrationRun) snapshot() (started time.Time, st MigrationStatus, read time.Time, ended bool, why string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.started, m.status, m.read, m.ended, m.err, m.abortMsg
+	return m.started, m.status, m.read, m.ended, m.abortMsg, m.err
 }
 
 func (m *migrationRun) setStatus(st MigrationStatus) {

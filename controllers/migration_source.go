@@ -49,7 +49,7 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		return ctrl.Result{}, false, nil
 	}
-	started, st, read, ended, err, why := run.snapshot()
+	started, st, read, ended, why, err := run.snapshot()
 	if ms.StartTimestamp == nil && !started.IsZero() {
 		t := metav1.NewTime(started)
 		ms.StartTimestamp = &t

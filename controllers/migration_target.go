@@ -36,7 +36,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		run = nil
 	}
 	if m := run; m != nil {
-		_, st, _, ended, err, _ := run.snapshot()
+		_, st, _, ended, _, err := run.snapshot()
 		if !ended {
 			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
 		}

@@ -223,7 +223,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // the cache lags behind the run
 	}
 	if m := r.migrationRun(vmi.UID); m != nil && role == roleNone {
-		if _, _, _, ended, err, why := m.snapshot(); ended {
+		if _, _, _, ended, why, err := m.snapshot(); ended {
 			if ms := vmi.Status.MigrationState; m.source && err != nil && ms != nil && ms.MigrationUID == m.migration && ms.Failed {
 				r.sourceFailed(vmi, sourceFailure(err, why, ms.AbortRequested)) // the target said so first; add why
 			}

@@ -8,9 +8,9 @@ import (
 
 // Reasons of LiveMigratable=False: KubeVirt's strings, plus one of vmlet's.
 const (
-	ReasonDisksNotMigratable      = "DisksNotLiveMigratable"
-	ReasonInterfaceNotMigratable  = "InterfaceNotLiveMigratable"
-	ReasonCPUModeNotMigratable    = "CPUModeLiveMigratable" // sic: KubeVirt's value
+	ReasonDisksNotMigratable     = "DisksNotLiveMigratable"
+	ReasonInterfaceNotMigratable = "InterfaceNotLiveMigratable"
+	ReasonCPUModeNotMigratable   = "CPUModeLiveMigratable" // sic: KubeVirt's value
 	// ReasonHostDeviceNotMigratable never applies today: the API refuses host devices.
 	ReasonHostDeviceNotMigratable = "HostDeviceNotLiveMigratable"
 	// ReasonHotplugNotMigratable is vmlet's: a disk or NIC plugged into the running guest

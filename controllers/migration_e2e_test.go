@@ -51,7 +51,7 @@ type twoNodes struct {
 // loopbackMigration is a node's migration network on a loopback address of its own: the
 // agents' relays are what is tested here; the node fabric (separate node namespaces with
 // their own addresses) is the local mode's (local/).
-func loopbackMigration(t *testing.T, ca *pki.CA, node, addr string) *controllers.MigrationNet {
+func loopbackMigration(t testing.TB, ca *pki.CA, node, addr string) *controllers.MigrationNet {
 	var d net.Dialer
 	ip := netip.MustParseAddr(addr)
 	creds := &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: node, Addrs: []netip.Addr{ip}},
@@ -64,7 +64,7 @@ func loopbackMigration(t *testing.T, ca *pki.CA, node, addr string) *controllers
 	}
 }
 
-func startTwoNodes(t *testing.T, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
+func startTwoNodes(t testing.TB, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
 	t.Helper()
 	dir := filepath.Join(tmpRoot, "node-b")
 	pods := filepath.Join(testNet.dir, "pods-b")
@@ -123,7 +123,7 @@ func startTwoNodes(t *testing.T, wrap ...func(*controllers.MigrationNet) *contro
 	return n
 }
 
-func (n *twoNodes) stop(t *testing.T) {
+func (n *twoNodes) stop(t testing.TB) {
 	t.Helper()
 	n.cancel()
 	if err := <-n.done; err != nil {
@@ -142,7 +142,7 @@ func (n *twoNodes) on(node string) *agent {
 }
 
 // migrate creates a migration of vmi and waits until it ends; it returns the migration.
-func migrate(t *testing.T, vmi *vmletv1.VirtualMachineInstance, name string) *vmletv1.VirtualMachineInstanceMigration {
+func migrate(t testing.TB, vmi *vmletv1.VirtualMachineInstance, name string) *vmletv1.VirtualMachineInstanceMigration {
 	t.Helper()
 	m := &vmletv1.VirtualMachineInstanceMigration{}
 	m.Namespace, m.Name, m.Spec.VMIName = vmi.Namespace, name, vmi.Name
@@ -152,7 +152,7 @@ func migrate(t *testing.T, vmi *vmletv1.VirtualMachineInstance, name string) *vm
 	return waitMigration(t, client.ObjectKeyFromObject(m), 2*time.Minute)
 }
 
-func waitMigration(t *testing.T, key client.ObjectKey, d time.Duration) *vmletv1.VirtualMachineInstanceMigration {
+func waitMigration(t testing.TB, key client.ObjectKey, d time.Duration) *vmletv1.VirtualMachineInstanceMigration {
 	t.Helper()
 	m := &vmletv1.VirtualMachineInstanceMigration{}
 	eventually(t, d, key.Name+" ended", func() (bool, string) {
@@ -238,7 +238,7 @@ func guestCount(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) int {
 
 // waitLeft waits until the node agent a has nothing of the vmi any more: no launcher, run
 // folder, pod network namespace or volume folder.
-func waitLeft(t *testing.T, a *agent, netnsDir, volumes string, uid string) {
+func waitLeft(t testing.TB, a *agent, netnsDir, volumes string, uid string) {
 	t.Helper()
 	eventually(t, 30*time.Second, a.r.NodeName+" cleaned up", func() (bool, string) {
 		if _, err := a.runtime.State(uid); !errors.Is(err, process.ErrNotFound) {
@@ -399,7 +399,7 @@ func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 }
 
 // waitLauncherAgent waits until the vmi's launcher on a node talks to the guest agent.
-func waitLauncherAgent(t *testing.T, a *agent, uid string) {
+func waitLauncherAgent(t testing.TB, a *agent, uid string) {
 	t.Helper()
 	eventually(t, 30*time.Second, "guest agent connected on "+a.r.NodeName, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

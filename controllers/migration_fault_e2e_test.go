@@ -84,7 +84,7 @@ func through(m *controllers.MigrationNet, l *link) *controllers.MigrationNet {
 }
 
 // setMigrationConfig writes the cluster's migration configuration (ConfigMap).
-func setMigrationConfig(t *testing.T, doc string) {
+func setMigrationConfig(t testing.TB, doc string) {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{}

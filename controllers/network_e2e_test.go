@@ -254,7 +254,7 @@ func printedColumn(t *testing.T, v *vmletv1.VirtualMachineInstance, name string)
 	return ""
 }
 
-func mustGetVMI(t *testing.T, v *vmletv1.VirtualMachineInstance) *vmletv1.VirtualMachineInstance {
+func mustGetVMI(t testing.TB, v *vmletv1.VirtualMachineInstance) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	got, err := getVMI(t, client.ObjectKeyFromObject(v))
 	if err != nil {
@@ -263,7 +263,7 @@ func mustGetVMI(t *testing.T, v *vmletv1.VirtualMachineInstance) *vmletv1.Virtua
 	return got
 }
 
-func waitDeleted(t *testing.T, key client.ObjectKey) {
+func waitDeleted(t testing.TB, key client.ObjectKey) {
 	t.Helper()
 	eventually(t, 90*time.Second, key.Name+" deleted", func() (bool, string) {
 		v, err := getVMI(t, key)
@@ -324,7 +324,7 @@ func waitNormalEvent(t *testing.T, vmi *vmletv1.VirtualMachineInstance, reason s
 }
 
 // guestExec runs a shell command in the guest through the launcher's GuestExec RPC.
-func guestShell(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance, cmd string) string {
+func guestShell(t testing.TB, a *agent, v *vmletv1.VirtualMachineInstance, cmd string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

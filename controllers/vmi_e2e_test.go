@@ -25,7 +25,7 @@ func newVMI(name string) *vmletv1.VirtualMachineInstance {
 }
 
 // eventually polls cond until it holds or the deadline passes; cond explains what it saw.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -44,14 +44,14 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, s
 	}
 }
 
-func getVMI(t *testing.T, key client.ObjectKey) (*vmletv1.VirtualMachineInstance, error) {
+func getVMI(t testing.TB, key client.ObjectKey) (*vmletv1.VirtualMachineInstance, error) {
 	t.Helper()
 	vmi := &vmletv1.VirtualMachineInstance{}
 	err := env.Client.Get(context.Background(), key, vmi)
 	return vmi, err
 }
 
-func waitCondition(t *testing.T, key client.ObjectKey, typ string, want metav1.ConditionStatus, d time.Duration) *vmletv1.VirtualMachineInstance {
+func waitCondition(t testing.TB, key client.ObjectKey, typ string, want metav1.ConditionStatus, d time.Duration) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	var vmi *vmletv1.VirtualMachineInstance
 	eventually(t, d, key.Name+" condition "+typ+"="+string(want), func() (bool, string) {

@@ -157,12 +157,30 @@ func (c *Controller) step(ctx context.Context, m *vmletv1.VirtualMachineInstance
 	case vmletv1.MigrationPhaseUnset:
 		c.advance(m, vmletv1.MigrationPending)
 		fallthrough
-	case vmletv1.MigrationPending:
+	case vmletv1.MigrationPending, vmletv1.MigrationScheduling:
+		if ms := handedOver(m, vmi); ms != nil {
+			// An earlier pass handed it to the nodes, then lost its own status write (a
+			// conflict): the vmi carrying it is not another migration in flight.
+			setCondition(m, "TargetScheduled", true, "Scheduled", "target node "+ms.TargetNode)
+			m.Status.MigrationState = ms.DeepCopy()
+			c.advance(m, vmletv1.MigrationScheduled)
+			return ctrl.Result{}, nil
+		}
+		if m.Status.Phase == vmletv1.MigrationScheduling {
+			return c.schedule(ctx, m, vmi)
+		}
 		return c.admit(ctx, m, vmi)
-	case vmletv1.MigrationScheduling:
-		return c.schedule(ctx, m, vmi)
 	}
 	return c.follow(ctx, m, vmi)
+}
+
+// handedOver is the vmi's migrationState when it already carries migration m (schedule
+// patched it in), nil otherwise.
+func handedOver(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) *vmletv1.VirtualMachineInstanceMigrationState {
+	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != m.UID {
+		return nil
+	}
+	return vmi.Status.MigrationState
 }
 
 // admit starts a pending migration when the vmi can migrate and a slot is free.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -265,10 +266,19 @@ func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMach
 	ms := vmi.Status.MigrationState
 	if m := r.migrationRun(vmi.UID); m != nil && m.migration == ms.MigrationUID {
 		// The target may take the vmi over before the source's run returned: keep its figures.
-		if v := m.snapshot(); v.ended && !v.read.IsZero() {
-			ms.Progress = progressOf(v.status, v.read)
-		} else if !v.ended && vmi.Status.NodeName == ms.TargetNode {
+		v := m.snapshot()
+		if !v.ended && vmi.Status.NodeName == ms.TargetNode {
 			return ctrl.Result{}, nil // the run ends soon (QEMU stops): it wakes the vmi
+		}
+		if v.ended && v.err == nil && !v.read.IsZero() && !recorded(ms, v.status) {
+			// The figures go into the status before the run (and they with it) is forgotten: a
+			// write that conflicts is redone from the run.
+			ms.Progress = progressOf(v.status, v.read)
+			if !ms.Completed {
+				now := metav1.Now()
+				ms.Completed, ms.EndTimestamp = true, &now
+			}
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 	}
 	if !ms.Completed && vmi.Status.NodeName == ms.TargetNode {
@@ -309,4 +319,10 @@ func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) erro
 	stub := &vmletv1.VirtualMachineInstance{}
 	stub.Namespace, stub.Name, stub.UID = key.Namespace, key.Name, uid
 	return r.leaveNode(ctx, stub)
+}
+
+// recorded says whether the status holds a run's final figures.
+func recorded(ms *vmletv1.VirtualMachineInstanceMigrationState, st MigrationStatus) bool {
+	p := ms.Progress
+	return ms.Completed && p != nil && p.TotalTimeMilliseconds == st.TotalTime.Milliseconds() && p.DataProcessedBytes == st.Transferred
 }

@@ -219,11 +219,12 @@ func (rw *readyWatch) notReady() []string {
 	return out
 }
 
-// guestCounter starts a counter in the guest's memory (a shell loop writing to tmpfs) and a
-// token, and returns the loop's pid.
+// guestCounter starts a counter in the guest's memory (a shell loop writing to tmpfs, by
+// rename so that a reader never sees a half-written file) and a token, and returns the loop's
+// pid.
 func guestCounter(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance, token string) string {
 	t.Helper()
-	guestShell(t, a, v, "echo "+token+" > /tmp/token; (i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/counter.pid")
+	guestShell(t, a, v, "echo "+token+" > /tmp/token; (i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/counter.pid")
 	return strings.TrimSpace(guestShell(t, a, v, "cat /tmp/counter.pid"))
 }
 

@@ -93,7 +93,7 @@ func TestLocalMigration(t *testing.T) {
 	})
 	sock := func(vm nodeVM) string { return filepath.Join(s.runRoot, vm.node, vm.uid, process.ReadySocket) }
 	reply := "hello-" + vm.uid[:8]
-	pid := strings.TrimSpace(guestSh(t, sock(vm), "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
+	pid := strings.TrimSpace(guestSh(t, sock(vm), "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
 	guestSh(t, sock(vm), "ip link set lo up; nc -ll -p 80 -e echo "+reply+" </dev/null >/dev/null 2>&1 &")
 	waitServes(t, cl, vm.podAddr, reply)
 

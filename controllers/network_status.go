@@ -76,9 +76,15 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	}
 	sts := a.Status(append(a.Leases(), dom.Leases...)) // a.Leases: for an older launcher
 	out, needAgent := interfaceStatuses(vmi.Status.Interfaces, sts, nil)
-	if needAgent && dom.AgentConnected {
+	// A guest that arrived by migration may hold a lease the source gave it before the source
+	// reported it: under masquerade the guest agent tells that it holds an address.
+	unknown := migratedIn(vmi, r.NodeName) && slices.ContainsFunc(out, func(s vmletv1.VirtualMachineInstanceNetworkInterface) bool { return len(s.IPs) == 0 })
+	if (needAgent || unknown) && dom.AgentConnected {
 		if guest := r.guestInterfaces(ctx, l); guest != nil {
 			out, _ = interfaceStatuses(vmi.Status.Interfaces, sts, guest)
+			if unknown {
+				out = configuredOnPod(out, sts, guest)
+			}
 		}
 	}
 	for _, msg := range addressChanges(vmi.Status.Interfaces, out) {
@@ -235,6 +241,39 @@ func addrStrings(as []netip.Addr) []string {
 	var out []string
 	for _, a := range as {
 		out = append(out, a.String())
+	}
+	return out
+}
+
+// migratedIn says whether the vmi arrived on node by a migration.
+func migratedIn(vmi *vmletv1.VirtualMachineInstance, node string) bool {
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.Completed && ms.TargetNode == node && vmi.Status.NodeName == node
+}
+
+// configuredOnPod fills in, for masquerade interfaces without addresses (no lease seen here and
+// none reported before), the pod's addresses of each family in which the guest agent shows the
+// NIC (by MAC) configured: the guest holds a lease, from a DHCP server on another node. Pure.
+func configuredOnPod(out []vmletv1.VirtualMachineInstanceNetworkInterface, sts []network.InterfaceStatus, guest []GuestInterface) []vmletv1.VirtualMachineInstanceNetworkInterface {
+	for i := range out {
+		if len(out[i].IPs) > 0 || i >= len(sts) || len(sts[i].PodIPs) == 0 {
+			continue
+		}
+		for _, gi := range guest {
+			if !strings.EqualFold(gi.MAC, out[i].MAC) {
+				continue
+			}
+			var ips []string
+			for _, p := range sts[i].PodIPs {
+				if slices.ContainsFunc(gi.IPs, func(a netip.Addr) bool { return a.Is4() == p.Is4() && !a.IsLinkLocalUnicast() }) {
+					ips = append(ips, p.String())
+				}
+			}
+			if len(ips) > 0 {
+				out[i].IPs, out[i].IP = ips, ips[0]
+				out[i].InterfaceName, out[i].InfoSource = gi.Name, infoSourceDomainAndAgent
+			}
+		}
 	}
 	return out
 }

@@ -114,3 +114,32 @@ func TestAddressChanges(t *testing.T) {
 		})
 	}
 }
+
+func TestConfiguredOnPod(t *testing.T) {
+	const mac = "02:00:00:00:00:0a"
+	pod4, pod6 := netip.MustParseAddr("198.19.130.7"), netip.MustParseAddr("fd76:6d6c:6574:2::7")
+	st := network.InterfaceStatus{Name: "default", MAC: mac, PodInterface: "eth0", PodIPs: []netip.Addr{pod4, pod6}}
+	bare := vmletv1.VirtualMachineInstanceNetworkInterface{Name: "default", MAC: mac, PodInterfaceName: "eth0", InfoSource: "domain"}
+	for _, tc := range []struct {
+		name  string
+		st    network.InterfaceStatus
+		guest []GuestInterface
+		want  []string
+	}{
+		{"IPv4 configured in the guest", st, []GuestInterface{{Name: "eth0", MAC: mac, IPs: []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("fe80::1")}}}, []string{pod4.String()}},
+		{"both families", st, []GuestInterface{{Name: "eth0", MAC: "02:00:00:00:00:0A", IPs: []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("fd10:0:2::2")}}}, []string{pod4.String(), pod6.String()}},
+		{"only link-local: not configured", st, []GuestInterface{{Name: "eth0", MAC: mac, IPs: []netip.Addr{netip.MustParseAddr("fe80::1")}}}, nil},
+		{"another MAC", st, []GuestInterface{{Name: "eth1", MAC: "02:00:00:00:00:99", IPs: []netip.Addr{netip.MustParseAddr("10.0.2.2")}}}, nil},
+		{"bridge binding (no pod addresses)", network.InterfaceStatus{Name: "default", MAC: mac}, []GuestInterface{{Name: "eth0", MAC: mac, IPs: []netip.Addr{netip.MustParseAddr("10.0.2.2")}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := configuredOnPod([]vmletv1.VirtualMachineInstanceNetworkInterface{bare}, []network.InterfaceStatus{tc.st}, tc.guest)
+			if !slices.Equal(got[0].IPs, tc.want) {
+				t.Fatalf("IPs %v, want %v", got[0].IPs, tc.want)
+			}
+			if len(tc.want) > 0 && (got[0].IP != tc.want[0] || got[0].InfoSource != "domain, guest-agent" || got[0].InterfaceName == "") {
+				t.Fatalf("got %+v", got[0])
+			}
+		})
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/vmlet/vmlet/pki"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -65,6 +66,11 @@ func loopbackMigration(t testing.TB, ca *pki.CA, node, addr string) *controllers
 }
 
 func startTwoNodes(t testing.TB, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
+	return startTwoNodesWith(t, nil, wrap...)
+}
+
+// startTwoNodesWith is startTwoNodes whose agents pull images from sources too.
+func startTwoNodesWith(t testing.TB, sources map[string]string, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
 	t.Helper()
 	dir := filepath.Join(tmpRoot, "node-b")
 	pods := filepath.Join(testNet.dir, "pods-b")
@@ -96,8 +102,8 @@ func startTwoNodes(t testing.TB, wrap ...func(*controllers.MigrationNet) *contro
 	for _, w := range wrap {
 		ma, mb = w(ma), w(mb)
 	}
-	n.optsA = agentOptions{Migration: ma}
-	n.optsB = agentOptions{Node: dirs, NoScheduler: true, Migration: mb}
+	n.optsA = agentOptions{Migration: ma, ImageSources: sources}
+	n.optsB = agentOptions{Node: dirs, NoScheduler: true, Migration: mb, ImageSources: sources}
 	n.a = startAgent(t, n.optsA)
 	n.b = startAgent(t, n.optsB)
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
@@ -440,4 +446,56 @@ func (n *twoNodes) restart(t *testing.T, node string) {
 	}
 	n.a.stop(t)
 	n.a = startAgent(t, n.optsA)
+}
+
+// TestMigrateKubeVirtExample migrates KubeVirt's vmi-migratable example (containerDisk and
+// masquerade, only apiVersion changed; its image served by the test guest's bootable disk)
+// there and back: what the guest wrote to its containerDisk (the node-local overlay, copied
+// shallow: the target pulls the image itself) is on the target's disk.
+func TestMigrateKubeVirtExample(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	testguest.Assets(t)
+	img, err := images.ContainerDisk(bootDisk(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := images.WriteLayout(filepath.Join(t.TempDir(), "bootdisk"), img, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startTwoNodesWith(t, map[string]string{"registry:5000/kubevirt/alpine-container-disk-demo:devel": ref})
+	defer n.stop(t)
+	vmi := kubevirtFixture(t, "vmi-migratable.yaml")
+	if err := env.Client.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(context.Background(), vmi) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 3*time.Minute)
+	vmi = waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	uid := string(vmi.UID)
+	disk := scratchDevice(t, n.a, vmi) // the containerDisk: the only virtio disk
+	mark := "overlay-" + uid[:8]
+	guestShell(t, n.a, vmi, "printf "+mark+" | dd of="+disk+" bs=512 seek=120000 conv=notrunc,fsync 2>/dev/null")
+	from, to := testNode, secondNode
+	for _, name := range []string{"kv-there", "kv-back"} {
+		m := migrate(t, vmi, name)
+		if m.Status.Phase != vmletv1.MigrationSucceeded {
+			t.Fatalf("%s: phase %s: %s", name, m.Status.Phase, m.Status.MigrationState.FailureReason)
+		}
+		vmi = mustGetVMI(t, vmi)
+		if vmi.Status.NodeName != to || vmi.Status.MigrationMethod != vmletv1.BlockMigration {
+			t.Fatalf("%s: on %s (%s), want %s", name, vmi.Status.NodeName, vmi.Status.MigrationMethod, to)
+		}
+		ta := n.on(to)
+		waitLauncherAgent(t, ta, uid)
+		got := guestShell(t, ta, vmi, "sync; echo 3 > /proc/sys/vm/drop_caches; dd if="+disk+" bs=512 skip=120000 count=1 2>/dev/null | head -c "+strconv.Itoa(len(mark)))
+		if got != mark {
+			t.Fatalf("%s: the containerDisk on %s has %q, want the mark written on the first node", name, to, got)
+		}
+		from, to = to, from
+	}
+	_ = from
 }

@@ -13,7 +13,6 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/migration"
-	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -170,20 +169,18 @@ func benchMigrate(b *testing.B, n *twoNodes, vmi *vmletv1.VirtualMachineInstance
 	if err := env.Client.Create(ctx, m); err != nil {
 		b.Fatal(err)
 	}
-	mkey := client.ObjectKeyFromObject(m)
-	deadline := start.Add(3 * time.Minute)
-	for {
-		if err := env.Client.Get(ctx, mkey, m); err != nil {
-			b.Fatal(err)
+	wctx, cancel := context.WithDeadline(ctx, start.Add(3*time.Minute))
+	last, ended := watchFor(wctx, b, &vmletv1.VirtualMachineInstanceMigrationList{}, client.ObjectKeyFromObject(m),
+		func(m *vmletv1.VirtualMachineInstanceMigration) bool { return migration.Final(m.Status.Phase) })
+	cancel()
+	if !ended {
+		phase := "unseen"
+		if last != nil {
+			phase = string(last.Status.Phase)
 		}
-		if migration.Final(m.Status.Phase) {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: not ended after 3m: phase %s", name, m.Status.Phase)
-		}
-		time.Sleep(10 * time.Millisecond)
+		b.Fatalf("%s: not ended after 3m: phase %s", name, phase)
 	}
+	m = last
 	s.wall, to = time.Since(start), node
 	key := client.ObjectKeyFromObject(vmi)
 	if m.Status.Phase != vmletv1.MigrationSucceeded {
@@ -196,22 +193,18 @@ func benchMigrate(b *testing.B, n *twoNodes, vmi *vmletv1.VirtualMachineInstance
 	} else {
 		// QEMU's figures can lag the completion (NOTES.md): wait a little for them.
 		var p *vmletv1.MigrationProgress
-		wait := time.Now().Add(5 * time.Second)
-		for {
-			v := mustGetVMI(b, vmi)
-			if ms := v.Status.MigrationState; ms != nil && ms.MigrationUID == m.UID && v.Status.NodeName != node {
-				to, p = v.Status.NodeName, ms.Progress
-				// QEMU's final figures: a completed migration always paused the guest a
-				// little; downtime 0 is a figure read while it ran.
-				if p != nil && p.TotalTimeMilliseconds > 0 && p.DowntimeMilliseconds > 0 {
-					break
-				}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		watchFor(wctx, b, &vmletv1.VirtualMachineInstanceList{}, key, func(v *vmletv1.VirtualMachineInstance) bool {
+			ms := v.Status.MigrationState
+			if ms == nil || ms.MigrationUID != m.UID || v.Status.NodeName == node {
+				return false
 			}
-			if time.Now().After(wait) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			to, p = v.Status.NodeName, ms.Progress
+			// QEMU's final figures: a completed migration always paused the guest a little;
+			// downtime 0 is a figure read while it ran.
+			return p != nil && p.TotalTimeMilliseconds > 0 && p.DowntimeMilliseconds > 0
+		})
+		cancel()
 		if to == node {
 			b.Fatalf("%s: succeeded but the vmi is still on %s", name, node)
 		}
@@ -232,7 +225,7 @@ func benchMigrate(b *testing.B, n *twoNodes, vmi *vmletv1.VirtualMachineInstance
 	// Generous deadlines: with the other core busy, a 1 GiB TCG guest is slow to answer.
 	waitCondition(b, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
 	waitCondition(b, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 2*time.Minute)
-	waitGuestAgent(b, n.on(to), string(vmi.UID), 2*time.Minute)
+	waitLauncherAgentFor(b, n.on(to), string(vmi.UID), 2*time.Minute)
 	other := secondNode
 	if to == secondNode {
 		other = testNode
@@ -249,21 +242,35 @@ func benchMigrate(b *testing.B, n *twoNodes, vmi *vmletv1.VirtualMachineInstance
 	return s, to
 }
 
-// waitGuestAgent is waitLauncherAgent with a deadline of d.
-func waitGuestAgent(b *testing.B, a *agent, uid string, d time.Duration) {
-	b.Helper()
-	eventually(b, d, "guest agent connected on "+a.r.NodeName, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := launcher.Dial(ctx, a.runtime.Socket(uid))
-		if err != nil {
-			return false, err.Error()
+// watchFor watches the object key (of list's kind) until done holds for a version of it or ctx
+// ends, and returns the last version seen and whether done held. The watch begins with the
+// object as it is, so nothing that happened before the call is missed.
+func watchFor[T client.Object](ctx context.Context, tb testing.TB, list client.ObjectList, key client.ObjectKey, done func(T) bool) (T, bool) {
+	tb.Helper()
+	var last T
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{"metadata.name": key.Name})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return last, false // closed: ctx ended (or the server ended the watch)
+			}
+			if o, isT := ev.Object.(T); isT {
+				last = o
+				if done(o) {
+					return o, true
+				}
+			}
+		case <-ctx.Done():
+			return last, false
 		}
-		defer c.Close()
-		dom, err := c.GetDomain(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return dom.GetAgentConnected(), dom.GetState().String()
-	})
+	}
 }

@@ -31,7 +31,6 @@ import (
 	"github.com/vmlet/vmlet/pki"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
-	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -408,7 +407,13 @@ func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 // waitLauncherAgent waits until the vmi's launcher on a node talks to the guest agent.
 func waitLauncherAgent(t testing.TB, a *agent, uid string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "guest agent connected on "+a.r.NodeName, func() (bool, string) {
+	waitLauncherAgentFor(t, a, uid, 30*time.Second)
+}
+
+// waitLauncherAgentFor is waitLauncherAgent with a deadline of d.
+func waitLauncherAgentFor(t testing.TB, a *agent, uid string, d time.Duration) {
+	t.Helper()
+	eventually(t, d, "guest agent connected on "+a.r.NodeName, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := launcher.Dial(ctx, a.runtime.Socket(uid))
@@ -455,15 +460,7 @@ func (n *twoNodes) restart(t *testing.T, node string) {
 func TestMigrateKubeVirtExample(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
-	testguest.Assets(t)
-	img, err := images.ContainerDisk(bootDisk(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := images.WriteLayout(filepath.Join(t.TempDir(), "bootdisk"), img, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := bootDiskLayout(t)
 	n := startTwoNodesWith(t, map[string]string{"registry:5000/kubevirt/alpine-container-disk-demo:devel": ref})
 	defer n.stop(t)
 	vmi := kubevirtFixture(t, "vmi-migratable.yaml")

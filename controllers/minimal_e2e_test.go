@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -84,14 +82,7 @@ func TestMinimalVMIs(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
 	testguest.Assets(t)
-	img, err := images.ContainerDisk(bootDisk(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := images.WriteLayout(filepath.Join(t.TempDir(), "bootdisk"), img, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := bootDiskLayout(t)
 	a := startAgent(t, agentOptions{ImageSources: map[string]string{bootDiskImage: ref}})
 	defer a.stop(t)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/assets/images"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -248,4 +249,20 @@ func nodeDir(t testing.TB) string {
 		}
 	}
 	return d
+}
+
+// bootDiskLayout writes the bootable containerDisk of the test guest (bootDisk) as an OCI
+// layout of the test's and returns its reference, for agentOptions.ImageSources.
+func bootDiskLayout(t *testing.T) string {
+	t.Helper()
+	testguest.Assets(t)
+	img, err := images.ContainerDisk(bootDisk(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := images.WriteLayout(filepath.Join(t.TempDir(), "bootdisk"), img, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
 }

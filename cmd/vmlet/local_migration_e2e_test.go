@@ -144,20 +144,7 @@ func TestLocalMigration(t *testing.T) {
 	for _, v := range []nodeVM{vm, cl} {
 		s.assertNodeVMGone(t, v)
 	}
-	for _, fn := range plan {
-		if _, err := os.Stat(fn.NetnsPath); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("node netns %s left: %v", fn.NetnsPath, err)
-		}
-		if _, err := os.Stat(filepath.Join(s.podNetns, fn.Name)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("pod netns folder of %s left: %v", fn.Name, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(network.DefaultNetnsDir, fabric.Name+"-fabric")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("fabric netns left: %v", err)
-	}
-	if after := uplinkState(t, s.nodeNetns); !slices.Equal(after, uplinkBefore) {
-		t.Errorf("uplink netns links and tables after shutdown %v, want %v", after, uplinkBefore)
-	}
+	s.assertFabricGone(t, fabric, plan, uplinkBefore)
 }
 
 // guestSh runs cmd with the guest's /bin/sh through the guest agent of the launcher at sock.

@@ -128,20 +128,7 @@ func TestLocalNodes(t *testing.T) {
 	for _, vm := range vms {
 		s.assertNodeVMGone(t, vm)
 	}
-	for _, fn := range plan {
-		if _, err := os.Stat(fn.NetnsPath); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("node netns %s left: %v", fn.NetnsPath, err)
-		}
-		if _, err := os.Stat(filepath.Join(s.podNetns, fn.Name)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("pod netns folder of %s left: %v", fn.Name, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(network.DefaultNetnsDir, fabric.Name+"-fabric")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("fabric netns left: %v", err)
-	}
-	if after := uplinkState(t, s.nodeNetns); !slices.Equal(after, uplinkBefore) {
-		t.Errorf("uplink netns links and tables after shutdown %v, want %v", after, uplinkBefore)
-	}
+	s.assertFabricGone(t, fabric, plan, uplinkBefore)
 }
 
 // nodeVM is a running VMI of a multi-node stack and where it runs.
@@ -312,4 +299,24 @@ func assertCrossNode(t *testing.T, a, b nodeVM) {
 		}
 		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
 	})
+}
+
+// assertFabricGone checks, after a full shutdown, that the fabric's nodes left no node netns or
+// pod netns folder, the fabric netns is gone, and the uplink's links and tables are as before.
+func (s *localSetup) assertFabricGone(t *testing.T, fabric network.FabricConfig, plan []network.FabricNode, uplinkBefore []string) {
+	t.Helper()
+	for _, fn := range plan {
+		if _, err := os.Stat(fn.NetnsPath); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node netns %s left: %v", fn.NetnsPath, err)
+		}
+		if _, err := os.Stat(filepath.Join(s.podNetns, fn.Name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pod netns folder of %s left: %v", fn.Name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(network.DefaultNetnsDir, fabric.Name+"-fabric")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("fabric netns left: %v", err)
+	}
+	if after := uplinkState(t, s.nodeNetns); !slices.Equal(after, uplinkBefore) {
+		t.Errorf("uplink netns links and tables after shutdown %v, want %v", after, uplinkBefore)
+	}
 }

@@ -13,6 +13,8 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/qemu"
 )
 
 // MigrationNet is how a node agent reaches the other nodes' agents for live migration: the
@@ -39,11 +41,7 @@ const nbdPort = 49153
 // migrationTLS returns the QEMU creds folder the vmi's launcher uses for its migration, "" for
 // plaintext.
 func (r *VMIReconciler) migrationTLS(vmi *vmletv1.VirtualMachineInstance) (string, error) {
-	cfg := vmletv1.MigrationConfiguration{}
-	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
-		cfg = *ms.MigrationConfiguration
-	}
-	if cfg = migration.Resolve(cfg); *cfg.DisableTLS {
+	if *migrationConfig(vmi).DisableTLS {
 		return "", nil
 	}
 	if r.Migration == nil || r.Migration.TLS == nil {
@@ -188,16 +186,27 @@ func roleOf(vmi *vmletv1.VirtualMachineInstance, node string) migrationRole {
 	return roleNone
 }
 
-// timeouts are a migration's limits from its resolved configuration: the whole migration may
-// take completionTimeoutPerGiB per GiB of guest memory (and copied disks), and may go
-// progressTimeout without progress.
-func timeouts(vmi *vmletv1.VirtualMachineInstance, memBytes int64) (completion, progress time.Duration) {
+// migrationConfig is the configuration of the vmi's migration as the controller resolved and
+// recorded it (both nodes use the same), KubeVirt's defaults where none is recorded.
+func migrationConfig(vmi *vmletv1.VirtualMachineInstance) vmletv1.MigrationConfiguration {
 	cfg := vmletv1.MigrationConfiguration{}
 	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
 		cfg = *ms.MigrationConfiguration
 	}
-	cfg = migration.Resolve(cfg)
-	gib := max(float64(memBytes)/(1<<30), 1)
+	return migration.Resolve(cfg)
+}
+
+// timeouts are a migration's limits from its configuration, the same on both nodes: the whole
+// migration may take completionTimeoutPerGiB per GiB (at least one) of the guest's memory
+// (spec, as translated) and of the copied emptyDisks, and may go progressTimeout without
+// progress.
+func timeouts(vmi *vmletv1.VirtualMachineInstance, spec *qemu.Spec, copy []translate.CopiedDisk) (completion, progress time.Duration) {
+	cfg := migrationConfig(vmi)
+	bytes := int64(spec.MemoryMiB) << 20
+	for _, d := range copy {
+		bytes += d.Bytes
+	}
+	gib := max(float64(bytes)/(1<<30), 1)
 	completion = time.Duration(float64(*cfg.CompletionTimeoutPerGiB)*gib) * time.Second
 	progress = time.Duration(*cfg.ProgressTimeout) * time.Second
 	return completion, progress
@@ -205,11 +214,7 @@ func timeouts(vmi *vmletv1.VirtualMachineInstance, memBytes int64) (completion, 
 
 // migrationOptions are the QEMU options of the vmi's migration.
 func migrationOptions(vmi *vmletv1.VirtualMachineInstance) MigrationOptions {
-	cfg := vmletv1.MigrationConfiguration{}
-	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
-		cfg = *ms.MigrationConfiguration
-	}
-	cfg = migration.Resolve(cfg)
+	cfg := migrationConfig(vmi)
 	return MigrationOptions{
 		AutoConverge:         *cfg.AllowAutoConverge,
 		BandwidthBytesPerSec: cfg.BandwidthPerMigration.Value(),
@@ -254,9 +259,5 @@ func (r *VMIReconciler) stopMigrations() {
 // disruptionAllowed says whether the vmi's migration may pause the guest to finish
 // (allowWorkloadDisruption).
 func disruptionAllowed(vmi *vmletv1.VirtualMachineInstance) bool {
-	cfg := vmletv1.MigrationConfiguration{}
-	if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationConfiguration != nil {
-		cfg = *ms.MigrationConfiguration
-	}
-	return *migration.Resolve(cfg).AllowWorkloadDisruption
+	return *migrationConfig(vmi).AllowWorkloadDisruption
 }

@@ -16,6 +16,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/network/relay"
+	"github.com/vmlet/vmlet/qemu"
 )
 
 // The source's socket the launcher's QEMU migrates to, in its run folder; the agent relays it to
@@ -181,7 +182,7 @@ func (r *VMIReconciler) sourceAdopt(ctx context.Context, vmi *vmletv1.VirtualMac
 // sourceBegin runs at the end of an ordinary pass of a vmi that is to migrate from here: it
 // publishes the domain's layout for the target and, once the target listens, starts the
 // migration.
-func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, copy []translate.CopiedDisk) error {
+func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState, spec *qemu.Spec, copy []translate.CopiedDisk) error {
 	ms := vmi.Status.MigrationState
 	if dom.State != DomainRunning && dom.State != DomainPaused {
 		return nil // not yet (or no longer) a guest to migrate
@@ -214,18 +215,7 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 		r.sourceFailed(vmi, err.Error())
 		return nil
 	}
-	mem := int64(0)
-	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
-		mem = m.Guest.Value()
-	}
-	if len(copy) > 0 { // the copied disks count towards the completion timeout too
-		for _, v := range vmi.Spec.Volumes {
-			if v.EmptyDisk != nil {
-				mem += v.EmptyDisk.Capacity.Value()
-			}
-		}
-	}
-	completion, progress := timeouts(vmi, mem)
+	completion, progress := timeouts(vmi, spec, copy)
 	m := &migrationRun{migration: ms.MigrationUID, source: true}
 	opts := migrationOptions(vmi)
 	if tlsDir != "" {

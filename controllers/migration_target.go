@@ -142,8 +142,9 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
 	}
+	copied := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 	var receive []string
-	for _, d := range translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes) {
+	for _, d := range copied {
 		receive = append(receive, d.ID)
 	}
 	uri, nbdURI, err := ml.PrepareTarget(ctx, in, &sync, netns, opts, receive)
@@ -171,11 +172,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		ports[strconv.Itoa(port)] = to
 		stops = append(stops, stop)
 	}
-	mem := int64(0)
-	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
-		mem = m.Guest.Value()
-	}
-	completion, progress := timeouts(vmi, mem)
+	completion, progress := timeouts(vmi, spec, copied) // the source's limits: it computes the same
 	keepPaused := vmi.Spec.Paused
 	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0}
 	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {

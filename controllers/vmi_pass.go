@@ -199,7 +199,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
-		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, copy))
+		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, spec, copy))
 	}
 	return ctrl.Result{}, hotErr
 }

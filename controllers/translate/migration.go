@@ -70,6 +70,9 @@ type CopiedDisk struct {
 	// Shallow copies only the top image: a containerDisk's overlay, whose backing image the
 	// target pulls itself (the same image).
 	Shallow bool
+	// Bytes is the most the copy can carry (an emptyDisk's capacity); 0 when not known
+	// beforehand (an overlay holds what the guest wrote).
+	Bytes int64
 }
 
 // CopiedDisks are the disks of plan a migration must copy: the writable node-local ones
@@ -92,7 +95,7 @@ func CopiedDisks(vmi *vmletv1.VirtualMachineInstance, disks []qemu.Disk, diskVol
 		case src.ContainerDisk != nil:
 			out = append(out, CopiedDisk{ID: d.ID, Shallow: true})
 		case src.EmptyDisk != nil:
-			out = append(out, CopiedDisk{ID: d.ID})
+			out = append(out, CopiedDisk{ID: d.ID, Bytes: src.EmptyDisk.Capacity.Value()})
 		}
 	}
 	return out

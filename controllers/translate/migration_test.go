@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
@@ -74,13 +75,13 @@ func TestCopiedDisks(t *testing.T) {
 	vmi := &vmletv1.VirtualMachineInstance{}
 	vmi.Spec.Volumes = []vmletv1.Volume{
 		{Name: "root", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "img"}}},
-		{Name: "scratch", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{}}},
+		{Name: "scratch", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{Capacity: resource.MustParse("64Mi")}}},
 		{Name: "ci", VolumeSource: vmletv1.VolumeSource{CloudInitNoCloud: &vmletv1.CloudInitNoCloudSource{}}},
 		{Name: "iso", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "iso"}}},
 	}
 	disks := []qemu.Disk{{ID: "root"}, {ID: "scratch"}, {ID: "ci", ReadOnly: true}, {ID: "iso", ReadOnly: true}, {ID: "unknown"}}
 	vols := map[string]string{"root": "root", "scratch": "scratch", "ci": "ci", "iso": "iso"}
-	want := []CopiedDisk{{ID: "root", Shallow: true}, {ID: "scratch"}}
+	want := []CopiedDisk{{ID: "root", Shallow: true}, {ID: "scratch", Bytes: 64 << 20}}
 	if d := cmp.Diff(want, CopiedDisks(vmi, disks, vols)); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}

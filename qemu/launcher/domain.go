@@ -139,13 +139,15 @@ func (d *domain) setMigrationRole(role string) {
 func (d *domain) setMigration(status string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.migRole == roleTarget && status == "completed" {
+		// An ordinary domain from now on, whatever its later (outgoing) migrations do; whoever
+		// saw the completion first (event or FinalizeMigration).
+		d.incoming = false
+	}
 	if d.mig != nil && d.mig.Status == status {
 		return
 	}
 	d.mig = &pb.MigrationStatus{Role: d.migRole, Status: status}
-	if d.migRole == roleTarget && status == "completed" {
-		d.incoming = false // an ordinary domain from now on, whatever its later migrations do
-	}
 	d.l.events.migration(d.migRole, status)
 }
 
@@ -155,7 +157,7 @@ func (d *domain) setMigration(status string) {
 func (d *domain) migratingIn() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.incoming && d.migRole != roleSource && (d.mig == nil || d.mig.Status != "completed")
+	return d.incoming && (d.mig == nil || d.mig.Status != "completed")
 }
 
 func (d *domain) migrationRole() string {

@@ -261,3 +261,25 @@ func (r *VMIReconciler) stopMigrations() {
 func disruptionAllowed(vmi *vmletv1.VirtualMachineInstance) bool {
 	return *migrationConfig(vmi).AllowWorkloadDisruption
 }
+
+// gone handles a vmi deleted from the API: a migration target this agent prepared for it (no
+// finalizer of this node kept the vmi) is removed.
+func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) error {
+	r.mu.Lock()
+	var uid types.UID
+	for u, k := range r.keys {
+		if k == key {
+			uid = u
+		}
+	}
+	if uid != "" {
+		delete(r.keys, uid)
+	}
+	r.mu.Unlock()
+	if uid == "" {
+		return nil
+	}
+	stub := &vmletv1.VirtualMachineInstance{}
+	stub.Namespace, stub.Name, stub.UID = key.Namespace, key.Name, uid
+	return r.leaveNode(ctx, stub)
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -427,4 +428,51 @@ func progressOf(st MigrationStatus, read time.Time) *vmletv1.MigrationProgress {
 		DowntimeMilliseconds: st.Downtime.Milliseconds(), TotalTimeMilliseconds: st.TotalTime.Milliseconds(),
 		UpdateTimestamp: &t,
 	}
+}
+
+// sourceDone removes what a vmi that migrated away had here. A vmi taken over while this
+// agent did not follow (it was restarted) is marked completed here, the source's say; one
+// deleted between the source's end and the target's take-over loses the finalizer here, as
+// nobody else holds it then.
+func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	ms := vmi.Status.MigrationState
+	if m := r.migrationRun(vmi.UID); m != nil && m.migration == ms.MigrationUID {
+		// The target may take the vmi over before the source's run returned: keep its figures.
+		v := m.snapshot()
+		if !v.ended && vmi.Status.NodeName == ms.TargetNode {
+			return ctrl.Result{}, nil // the run ends soon (QEMU stops): it wakes the vmi
+		}
+		if v.ended && v.err == nil && !v.read.IsZero() && !recorded(ms, v.status) {
+			// The figures go into the status before the run (and they with it) is forgotten: a
+			// write that conflicts is redone from the run.
+			ms.Progress = progressOf(v.status, v.read)
+			if !ms.Completed {
+				now := metav1.Now()
+				ms.Completed, ms.EndTimestamp = true, &now
+			}
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+	}
+	if !ms.Completed && vmi.Status.NodeName == ms.TargetNode {
+		now := metav1.Now()
+		ms.Completed, ms.EndTimestamp = true, &now
+	}
+	if err := r.leaveNode(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !vmi.DeletionTimestamp.IsZero() && vmi.Status.NodeName == r.NodeName {
+		r.mu.Lock()
+		delete(r.keys, vmi.UID)
+		r.mu.Unlock()
+		if err := patchFinalizer(ctx, r.Client, vmi, false); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// recorded says whether the status holds a run's final figures.
+func recorded(ms *vmletv1.VirtualMachineInstanceMigrationState, st MigrationStatus) bool {
+	p := ms.Progress
+	return ms.Completed && p != nil && p.TotalTimeMilliseconds == st.TotalTime.Milliseconds() && p.DataProcessedBytes == st.Transferred
 }

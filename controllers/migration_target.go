@@ -6,11 +6,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -253,73 +250,4 @@ func exitText(ex *process.Exit) string {
 		return "gone without a trace"
 	}
 	return "exit code " + strconv.Itoa(ex.Code)
-}
-
-// sourceDone removes what a vmi that migrated away had here. A vmi taken over while this
-// agent did not follow (it was restarted) is marked completed here, the source's say; one
-// deleted between the source's end and the target's take-over loses the finalizer here, as
-// nobody else holds it then.
-func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
-	ms := vmi.Status.MigrationState
-	if m := r.migrationRun(vmi.UID); m != nil && m.migration == ms.MigrationUID {
-		// The target may take the vmi over before the source's run returned: keep its figures.
-		v := m.snapshot()
-		if !v.ended && vmi.Status.NodeName == ms.TargetNode {
-			return ctrl.Result{}, nil // the run ends soon (QEMU stops): it wakes the vmi
-		}
-		if v.ended && v.err == nil && !v.read.IsZero() && !recorded(ms, v.status) {
-			// The figures go into the status before the run (and they with it) is forgotten: a
-			// write that conflicts is redone from the run.
-			ms.Progress = progressOf(v.status, v.read)
-			if !ms.Completed {
-				now := metav1.Now()
-				ms.Completed, ms.EndTimestamp = true, &now
-			}
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
-		}
-	}
-	if !ms.Completed && vmi.Status.NodeName == ms.TargetNode {
-		now := metav1.Now()
-		ms.Completed, ms.EndTimestamp = true, &now
-	}
-	if err := r.leaveNode(ctx, vmi); err != nil {
-		return ctrl.Result{}, err
-	}
-	if !vmi.DeletionTimestamp.IsZero() && vmi.Status.NodeName == r.NodeName {
-		r.mu.Lock()
-		delete(r.keys, vmi.UID)
-		r.mu.Unlock()
-		if err := patchFinalizer(ctx, r.Client, vmi, false); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
-}
-
-// gone handles a vmi deleted from the API: a migration target this agent prepared for it (no
-// finalizer of this node kept the vmi) is removed.
-func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) error {
-	r.mu.Lock()
-	var uid types.UID
-	for u, k := range r.keys {
-		if k == key {
-			uid = u
-		}
-	}
-	if uid != "" {
-		delete(r.keys, uid)
-	}
-	r.mu.Unlock()
-	if uid == "" {
-		return nil
-	}
-	stub := &vmletv1.VirtualMachineInstance{}
-	stub.Namespace, stub.Name, stub.UID = key.Namespace, key.Name, uid
-	return r.leaveNode(ctx, stub)
-}
-
-// recorded says whether the status holds a run's final figures.
-func recorded(ms *vmletv1.VirtualMachineInstanceMigrationState, st MigrationStatus) bool {
-	p := ms.Progress
-	return ms.Completed && p != nil && p.TotalTimeMilliseconds == st.TotalTime.Milliseconds() && p.DataProcessedBytes == st.Transferred
 }

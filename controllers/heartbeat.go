@@ -15,17 +15,20 @@ import (
 
 // Node labels and annotations the heartbeat maintains.
 const (
-	LabelSchedulable  = "vmlet.dev/schedulable"
-	LabelKVM          = "vmlet.dev/kvm"
-	LabelEmulation    = "vmlet.dev/emulation"
-	LabelTun          = "vmlet.dev/tun"
-	AnnotHeartbeat    = "vmlet.dev/heartbeat"
-	AnnotQEMUVersion  = "vmlet.dev/qemu-version"
-	AnnotCPUModel     = "vmlet.dev/cpu-model"
-	AnnotAccelReason  = "vmlet.dev/accel-reason"
-	DefaultHeartbeat  = 30 * time.Second
-	heartbeatTimeFmt  = time.RFC3339
-	heartbeatStaleMul = 3
+	LabelSchedulable = "vmlet.dev/schedulable"
+	LabelKVM         = "vmlet.dev/kvm"
+	LabelEmulation   = "vmlet.dev/emulation"
+	LabelTun         = "vmlet.dev/tun"
+	AnnotHeartbeat   = "vmlet.dev/heartbeat"
+	AnnotQEMUVersion = "vmlet.dev/qemu-version"
+	AnnotCPUModel    = "vmlet.dev/cpu-model"
+	AnnotAccelReason = "vmlet.dev/accel-reason"
+	// AnnotMetricsAddress is where the node's agent serves Prometheus metrics, host:port of
+	// http://host:port/metrics (absent: metrics off). vmctl top finds the agents by it.
+	AnnotMetricsAddress = "vmlet.dev/metrics-address"
+	DefaultHeartbeat    = 30 * time.Second
+	heartbeatTimeFmt    = time.RFC3339
+	heartbeatStaleMul   = 3
 )
 
 // NodeFacts are the node capabilities the heartbeat publishes (from devices.Probe and QEMU).
@@ -68,6 +71,8 @@ type Heartbeat struct {
 	Facts    NodeFacts
 	Interval time.Duration
 	Register bool
+	// MetricsAddress is published as AnnotMetricsAddress ("" removes it).
+	MetricsAddress string
 	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
 	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
 	// node's only agent. Off (cluster mode), the Node's conditions are the kubelet's and the
@@ -142,6 +147,11 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 	node.Annotations[AnnotQEMUVersion] = h.Facts.QEMUVersion
 	node.Annotations[AnnotCPUModel] = h.Facts.CPUModel
 	node.Annotations[AnnotAccelReason] = h.Facts.AccelReason
+	if h.MetricsAddress != "" {
+		node.Annotations[AnnotMetricsAddress] = h.MetricsAddress
+	} else {
+		delete(node.Annotations, AnnotMetricsAddress)
+	}
 }
 
 // HeartbeatStale reports whether a node's vmlet heartbeat is older than three intervals (or

@@ -3907,11 +3907,18 @@ type DomainStatsResponse struct {
 	TimeUnixNano int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	Vcpus        []*VCPUStats           `protobuf:"bytes,2,rep,name=vcpus,proto3" json:"vcpus,omitempty"`
 	// QEMU process CPU time from /proc/<pid>/stat (all threads), nanoseconds.
-	CpuUserNs     uint64        `protobuf:"varint,3,opt,name=cpu_user_ns,json=cpuUserNs,proto3" json:"cpu_user_ns,omitempty"`
-	CpuSystemNs   uint64        `protobuf:"varint,4,opt,name=cpu_system_ns,json=cpuSystemNs,proto3" json:"cpu_system_ns,omitempty"`
-	Memory        *MemoryStats  `protobuf:"bytes,5,opt,name=memory,proto3" json:"memory,omitempty"`
-	Block         []*BlockStats `protobuf:"bytes,6,rep,name=block,proto3" json:"block,omitempty"`
-	Net           []*NetStats   `protobuf:"bytes,7,rep,name=net,proto3" json:"net,omitempty"`
+	CpuUserNs   uint64        `protobuf:"varint,3,opt,name=cpu_user_ns,json=cpuUserNs,proto3" json:"cpu_user_ns,omitempty"`
+	CpuSystemNs uint64        `protobuf:"varint,4,opt,name=cpu_system_ns,json=cpuSystemNs,proto3" json:"cpu_system_ns,omitempty"`
+	Memory      *MemoryStats  `protobuf:"bytes,5,opt,name=memory,proto3" json:"memory,omitempty"`
+	Block       []*BlockStats `protobuf:"bytes,6,rep,name=block,proto3" json:"block,omitempty"`
+	Net         []*NetStats   `protobuf:"bytes,7,rep,name=net,proto3" json:"net,omitempty"`
+	// QEMU process page faults (/proc/<pid>/stat minflt/majflt): the host's view, not the guest's.
+	QemuMinorFaults uint64 `protobuf:"varint,8,opt,name=qemu_minor_faults,json=qemuMinorFaults,proto3" json:"qemu_minor_faults,omitempty"`
+	QemuMajorFaults uint64 `protobuf:"varint,9,opt,name=qemu_major_faults,json=qemuMajorFaults,proto3" json:"qemu_major_faults,omitempty"`
+	// The guest's file systems from the guest agent (guest-get-fsinfo); empty without an agent.
+	Filesystems []*FilesystemStats `protobuf:"bytes,10,rep,name=filesystems,proto3" json:"filesystems,omitempty"`
+	// The launcher's own counters (QMP latency by command, connection losses).
+	Launcher      *LauncherStats `protobuf:"bytes,11,opt,name=launcher,proto3" json:"launcher,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3995,11 +4002,45 @@ func (x *DomainStatsResponse) GetNet() []*NetStats {
 	return nil
 }
 
+func (x *DomainStatsResponse) GetQemuMinorFaults() uint64 {
+	if x != nil {
+		return x.QemuMinorFaults
+	}
+	return 0
+}
+
+func (x *DomainStatsResponse) GetQemuMajorFaults() uint64 {
+	if x != nil {
+		return x.QemuMajorFaults
+	}
+	return 0
+}
+
+func (x *DomainStatsResponse) GetFilesystems() []*FilesystemStats {
+	if x != nil {
+		return x.Filesystems
+	}
+	return nil
+}
+
+func (x *DomainStatsResponse) GetLauncher() *LauncherStats {
+	if x != nil {
+		return x.Launcher
+	}
+	return nil
+}
+
 type VCPUStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	ThreadId      int32                  `protobuf:"varint,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	TimeNs        uint64                 `protobuf:"varint,3,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"` // user+system of the vCPU thread (/proc/<pid>/task/<tid>/stat)
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Index    int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	ThreadId int32                  `protobuf:"varint,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	TimeNs   uint64                 `protobuf:"varint,3,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"` // user+system of the vCPU thread (/proc/<pid>/task/<tid>/stat)
+	// From /proc/<pid>/task/<tid>/schedstat: time runnable but waiting for a host CPU.
+	DelayNs  uint64 `protobuf:"varint,4,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	HasDelay bool   `protobuf:"varint,5,opt,name=has_delay,json=hasDelay,proto3" json:"has_delay,omitempty"`
+	// Time waiting on I/O as libvirt's vcpu.N.wait (sched's wait_sum; needs kernel schedstats).
+	WaitNs        uint64 `protobuf:"varint,6,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"`
+	HasWait       bool   `protobuf:"varint,7,opt,name=has_wait,json=hasWait,proto3" json:"has_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4055,13 +4096,66 @@ func (x *VCPUStats) GetTimeNs() uint64 {
 	return 0
 }
 
+func (x *VCPUStats) GetDelayNs() uint64 {
+	if x != nil {
+		return x.DelayNs
+	}
+	return 0
+}
+
+func (x *VCPUStats) GetHasDelay() bool {
+	if x != nil {
+		return x.HasDelay
+	}
+	return false
+}
+
+func (x *VCPUStats) GetWaitNs() uint64 {
+	if x != nil {
+		return x.WaitNs
+	}
+	return 0
+}
+
+func (x *VCPUStats) GetHasWait() bool {
+	if x != nil {
+		return x.HasWait
+	}
+	return false
+}
+
 type MemoryStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GuestBytes    uint64                 `protobuf:"varint,1,opt,name=guest_bytes,json=guestBytes,proto3" json:"guest_bytes,omitempty"` // configured guest RAM (query-memory-size-summary)
-	QemuRssBytes  uint64                 `protobuf:"varint,2,opt,name=qemu_rss_bytes,json=qemuRssBytes,proto3" json:"qemu_rss_bytes,omitempty"`
-	QemuPssBytes  uint64                 `protobuf:"varint,3,opt,name=qemu_pss_bytes,json=qemuPssBytes,proto3" json:"qemu_pss_bytes,omitempty"` // from /proc/<pid>/smaps_rollup
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	GuestBytes   uint64                 `protobuf:"varint,1,opt,name=guest_bytes,json=guestBytes,proto3" json:"guest_bytes,omitempty"` // configured guest RAM (query-memory-size-summary)
+	QemuRssBytes uint64                 `protobuf:"varint,2,opt,name=qemu_rss_bytes,json=qemuRssBytes,proto3" json:"qemu_rss_bytes,omitempty"`
+	QemuPssBytes uint64                 `protobuf:"varint,3,opt,name=qemu_pss_bytes,json=qemuPssBytes,proto3" json:"qemu_pss_bytes,omitempty"` // from /proc/<pid>/smaps_rollup
+	// The balloon's view (query-balloon and the guest-stats of a virtio-balloon with stats
+	// polling); has_balloon false: the domain has no balloon and none of these are known.
+	HasBalloon         bool   `protobuf:"varint,4,opt,name=has_balloon,json=hasBalloon,proto3" json:"has_balloon,omitempty"`
+	ActualBalloonBytes uint64 `protobuf:"varint,5,opt,name=actual_balloon_bytes,json=actualBalloonBytes,proto3" json:"actual_balloon_bytes,omitempty"`
+	// Guest statistics as the balloon driver reports them; has_guest_stats false until the guest
+	// driver sent its first report. Each value is -1 in QEMU when the guest did not report it:
+	// those are left 0 with their has_* false.
+	HasGuestStats         bool   `protobuf:"varint,6,opt,name=has_guest_stats,json=hasGuestStats,proto3" json:"has_guest_stats,omitempty"`
+	GuestStatsUpdatedUnix int64  `protobuf:"varint,7,opt,name=guest_stats_updated_unix,json=guestStatsUpdatedUnix,proto3" json:"guest_stats_updated_unix,omitempty"`
+	AvailableBytes        uint64 `protobuf:"varint,8,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"` // stat-available-memory
+	HasAvailable          bool   `protobuf:"varint,9,opt,name=has_available,json=hasAvailable,proto3" json:"has_available,omitempty"`
+	UsableBytes           uint64 `protobuf:"varint,10,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"` // stat-total-memory: guest-visible RAM ("usable" in KubeVirt)
+	HasUsable             bool   `protobuf:"varint,11,opt,name=has_usable,json=hasUsable,proto3" json:"has_usable,omitempty"`
+	UnusedBytes           uint64 `protobuf:"varint,12,opt,name=unused_bytes,json=unusedBytes,proto3" json:"unused_bytes,omitempty"` // stat-free-memory
+	HasUnused             bool   `protobuf:"varint,13,opt,name=has_unused,json=hasUnused,proto3" json:"has_unused,omitempty"`
+	MajorFaults           uint64 `protobuf:"varint,14,opt,name=major_faults,json=majorFaults,proto3" json:"major_faults,omitempty"` // stat-major-faults
+	HasMajorFaults        bool   `protobuf:"varint,15,opt,name=has_major_faults,json=hasMajorFaults,proto3" json:"has_major_faults,omitempty"`
+	MinorFaults           uint64 `protobuf:"varint,16,opt,name=minor_faults,json=minorFaults,proto3" json:"minor_faults,omitempty"` // stat-minor-faults
+	HasMinorFaults        bool   `protobuf:"varint,17,opt,name=has_minor_faults,json=hasMinorFaults,proto3" json:"has_minor_faults,omitempty"`
+	SwapInBytes           uint64 `protobuf:"varint,18,opt,name=swap_in_bytes,json=swapInBytes,proto3" json:"swap_in_bytes,omitempty"` // stat-swap-in
+	HasSwapIn             bool   `protobuf:"varint,19,opt,name=has_swap_in,json=hasSwapIn,proto3" json:"has_swap_in,omitempty"`
+	SwapOutBytes          uint64 `protobuf:"varint,20,opt,name=swap_out_bytes,json=swapOutBytes,proto3" json:"swap_out_bytes,omitempty"` // stat-swap-out
+	HasSwapOut            bool   `protobuf:"varint,21,opt,name=has_swap_out,json=hasSwapOut,proto3" json:"has_swap_out,omitempty"`
+	DiskCachesBytes       uint64 `protobuf:"varint,22,opt,name=disk_caches_bytes,json=diskCachesBytes,proto3" json:"disk_caches_bytes,omitempty"` // stat-disk-caches
+	HasDiskCaches         bool   `protobuf:"varint,23,opt,name=has_disk_caches,json=hasDiskCaches,proto3" json:"has_disk_caches,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *MemoryStats) Reset() {
@@ -4115,18 +4209,159 @@ func (x *MemoryStats) GetQemuPssBytes() uint64 {
 	return 0
 }
 
+func (x *MemoryStats) GetHasBalloon() bool {
+	if x != nil {
+		return x.HasBalloon
+	}
+	return false
+}
+
+func (x *MemoryStats) GetActualBalloonBytes() uint64 {
+	if x != nil {
+		return x.ActualBalloonBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasGuestStats() bool {
+	if x != nil {
+		return x.HasGuestStats
+	}
+	return false
+}
+
+func (x *MemoryStats) GetGuestStatsUpdatedUnix() int64 {
+	if x != nil {
+		return x.GuestStatsUpdatedUnix
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetAvailableBytes() uint64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasAvailable() bool {
+	if x != nil {
+		return x.HasAvailable
+	}
+	return false
+}
+
+func (x *MemoryStats) GetUsableBytes() uint64 {
+	if x != nil {
+		return x.UsableBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasUsable() bool {
+	if x != nil {
+		return x.HasUsable
+	}
+	return false
+}
+
+func (x *MemoryStats) GetUnusedBytes() uint64 {
+	if x != nil {
+		return x.UnusedBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasUnused() bool {
+	if x != nil {
+		return x.HasUnused
+	}
+	return false
+}
+
+func (x *MemoryStats) GetMajorFaults() uint64 {
+	if x != nil {
+		return x.MajorFaults
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasMajorFaults() bool {
+	if x != nil {
+		return x.HasMajorFaults
+	}
+	return false
+}
+
+func (x *MemoryStats) GetMinorFaults() uint64 {
+	if x != nil {
+		return x.MinorFaults
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasMinorFaults() bool {
+	if x != nil {
+		return x.HasMinorFaults
+	}
+	return false
+}
+
+func (x *MemoryStats) GetSwapInBytes() uint64 {
+	if x != nil {
+		return x.SwapInBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasSwapIn() bool {
+	if x != nil {
+		return x.HasSwapIn
+	}
+	return false
+}
+
+func (x *MemoryStats) GetSwapOutBytes() uint64 {
+	if x != nil {
+		return x.SwapOutBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasSwapOut() bool {
+	if x != nil {
+		return x.HasSwapOut
+	}
+	return false
+}
+
+func (x *MemoryStats) GetDiskCachesBytes() uint64 {
+	if x != nil {
+		return x.DiskCachesBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetHasDiskCaches() bool {
+	if x != nil {
+		return x.HasDiskCaches
+	}
+	return false
+}
+
 type BlockStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // disk id
-	RdBytes       uint64                 `protobuf:"varint,2,opt,name=rd_bytes,json=rdBytes,proto3" json:"rd_bytes,omitempty"`
-	WrBytes       uint64                 `protobuf:"varint,3,opt,name=wr_bytes,json=wrBytes,proto3" json:"wr_bytes,omitempty"`
-	RdOps         uint64                 `protobuf:"varint,4,opt,name=rd_ops,json=rdOps,proto3" json:"rd_ops,omitempty"`
-	WrOps         uint64                 `protobuf:"varint,5,opt,name=wr_ops,json=wrOps,proto3" json:"wr_ops,omitempty"`
-	FlushOps      uint64                 `protobuf:"varint,6,opt,name=flush_ops,json=flushOps,proto3" json:"flush_ops,omitempty"`
-	RdTotalTimeNs uint64                 `protobuf:"varint,7,opt,name=rd_total_time_ns,json=rdTotalTimeNs,proto3" json:"rd_total_time_ns,omitempty"`
-	WrTotalTimeNs uint64                 `protobuf:"varint,8,opt,name=wr_total_time_ns,json=wrTotalTimeNs,proto3" json:"wr_total_time_ns,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // disk id
+	RdBytes          uint64                 `protobuf:"varint,2,opt,name=rd_bytes,json=rdBytes,proto3" json:"rd_bytes,omitempty"`
+	WrBytes          uint64                 `protobuf:"varint,3,opt,name=wr_bytes,json=wrBytes,proto3" json:"wr_bytes,omitempty"`
+	RdOps            uint64                 `protobuf:"varint,4,opt,name=rd_ops,json=rdOps,proto3" json:"rd_ops,omitempty"`
+	WrOps            uint64                 `protobuf:"varint,5,opt,name=wr_ops,json=wrOps,proto3" json:"wr_ops,omitempty"`
+	FlushOps         uint64                 `protobuf:"varint,6,opt,name=flush_ops,json=flushOps,proto3" json:"flush_ops,omitempty"`
+	RdTotalTimeNs    uint64                 `protobuf:"varint,7,opt,name=rd_total_time_ns,json=rdTotalTimeNs,proto3" json:"rd_total_time_ns,omitempty"`
+	WrTotalTimeNs    uint64                 `protobuf:"varint,8,opt,name=wr_total_time_ns,json=wrTotalTimeNs,proto3" json:"wr_total_time_ns,omitempty"`
+	FlushTotalTimeNs uint64                 `protobuf:"varint,9,opt,name=flush_total_time_ns,json=flushTotalTimeNs,proto3" json:"flush_total_time_ns,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *BlockStats) Reset() {
@@ -4215,6 +4450,13 @@ func (x *BlockStats) GetWrTotalTimeNs() uint64 {
 	return 0
 }
 
+func (x *BlockStats) GetFlushTotalTimeNs() uint64 {
+	if x != nil {
+		return x.FlushTotalTimeNs
+	}
+	return 0
+}
+
 // NetStats are the host side tap counters: rx is what the guest sent.
 type NetStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4226,6 +4468,8 @@ type NetStats struct {
 	TxPackets     uint64                 `protobuf:"varint,6,opt,name=tx_packets,json=txPackets,proto3" json:"tx_packets,omitempty"`
 	RxDropped     uint64                 `protobuf:"varint,7,opt,name=rx_dropped,json=rxDropped,proto3" json:"rx_dropped,omitempty"`
 	TxDropped     uint64                 `protobuf:"varint,8,opt,name=tx_dropped,json=txDropped,proto3" json:"tx_dropped,omitempty"`
+	RxErrors      uint64                 `protobuf:"varint,9,opt,name=rx_errors,json=rxErrors,proto3" json:"rx_errors,omitempty"`
+	TxErrors      uint64                 `protobuf:"varint,10,opt,name=tx_errors,json=txErrors,proto3" json:"tx_errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4316,6 +4560,236 @@ func (x *NetStats) GetTxDropped() uint64 {
 	return 0
 }
 
+func (x *NetStats) GetRxErrors() uint64 {
+	if x != nil {
+		return x.RxErrors
+	}
+	return 0
+}
+
+func (x *NetStats) GetTxErrors() uint64 {
+	if x != nil {
+		return x.TxErrors
+	}
+	return 0
+}
+
+// FilesystemStats is one guest file system (guest-get-fsinfo).
+type FilesystemStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MountPoint    string                 `protobuf:"bytes,1,opt,name=mount_point,json=mountPoint,proto3" json:"mount_point,omitempty"`
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	DiskName      string                 `protobuf:"bytes,3,opt,name=disk_name,json=diskName,proto3" json:"disk_name,omitempty"` // the disk's id when the agent names a device vmlet attached, else ""
+	TotalBytes    uint64                 `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FilesystemStats) Reset() {
+	*x = FilesystemStats{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FilesystemStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FilesystemStats) ProtoMessage() {}
+
+func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FilesystemStats.ProtoReflect.Descriptor instead.
+func (*FilesystemStats) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *FilesystemStats) GetMountPoint() string {
+	if x != nil {
+		return x.MountPoint
+	}
+	return ""
+}
+
+func (x *FilesystemStats) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FilesystemStats) GetDiskName() string {
+	if x != nil {
+		return x.DiskName
+	}
+	return ""
+}
+
+func (x *FilesystemStats) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *FilesystemStats) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+// LauncherStats are the launcher's own counters since it started.
+type LauncherStats struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Qmp                 []*QMPCommandStats     `protobuf:"bytes,1,rep,name=qmp,proto3" json:"qmp,omitempty"`
+	QmpConnectionLosses uint64                 `protobuf:"varint,2,opt,name=qmp_connection_losses,json=qmpConnectionLosses,proto3" json:"qmp_connection_losses,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *LauncherStats) Reset() {
+	*x = LauncherStats{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LauncherStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LauncherStats) ProtoMessage() {}
+
+func (x *LauncherStats) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LauncherStats.ProtoReflect.Descriptor instead.
+func (*LauncherStats) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *LauncherStats) GetQmp() []*QMPCommandStats {
+	if x != nil {
+		return x.Qmp
+	}
+	return nil
+}
+
+func (x *LauncherStats) GetQmpConnectionLosses() uint64 {
+	if x != nil {
+		return x.QmpConnectionLosses
+	}
+	return 0
+}
+
+// QMPCommandStats is a latency histogram of one QMP command, Prometheus-shaped: bucket_counts[i]
+// counts replies that took at most upper_bounds_seconds[i] (cumulative, as Prometheus).
+type QMPCommandStats struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Command            string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Count              uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	SumSeconds         float64                `protobuf:"fixed64,3,opt,name=sum_seconds,json=sumSeconds,proto3" json:"sum_seconds,omitempty"`
+	UpperBoundsSeconds []float64              `protobuf:"fixed64,4,rep,packed,name=upper_bounds_seconds,json=upperBoundsSeconds,proto3" json:"upper_bounds_seconds,omitempty"`
+	BucketCounts       []uint64               `protobuf:"varint,5,rep,packed,name=bucket_counts,json=bucketCounts,proto3" json:"bucket_counts,omitempty"`
+	Errors             uint64                 `protobuf:"varint,6,opt,name=errors,proto3" json:"errors,omitempty"` // replies that were QMP errors
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *QMPCommandStats) Reset() {
+	*x = QMPCommandStats{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QMPCommandStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QMPCommandStats) ProtoMessage() {}
+
+func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QMPCommandStats.ProtoReflect.Descriptor instead.
+func (*QMPCommandStats) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *QMPCommandStats) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *QMPCommandStats) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *QMPCommandStats) GetSumSeconds() float64 {
+	if x != nil {
+		return x.SumSeconds
+	}
+	return 0
+}
+
+func (x *QMPCommandStats) GetUpperBoundsSeconds() []float64 {
+	if x != nil {
+		return x.UpperBoundsSeconds
+	}
+	return nil
+}
+
+func (x *QMPCommandStats) GetBucketCounts() []uint64 {
+	if x != nil {
+		return x.BucketCounts
+	}
+	return nil
+}
+
+func (x *QMPCommandStats) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
 type QMPRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// command is one QMP command object, e.g. {"execute":"query-status"}.
@@ -4327,7 +4801,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +4813,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +4826,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -4379,7 +4853,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4391,7 +4865,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4404,7 +4878,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -4424,7 +4898,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +4910,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4449,7 +4923,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -4478,7 +4952,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +4964,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +4977,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -4815,7 +5289,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06stdout\x18\x02 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\x05R\x06signal\"\x14\n" +
-	"\x12DomainStatsRequest\"\xcf\x02\n" +
+	"\x12DomainStatsRequest\"\xab\x04\n" +
 	"\x13DomainStatsResponse\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x122\n" +
 	"\x05vcpus\x18\x02 \x03(\v2\x1c.vmlet.launcher.v1.VCPUStatsR\x05vcpus\x12\x1e\n" +
@@ -4823,16 +5297,50 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\rcpu_system_ns\x18\x04 \x01(\x04R\vcpuSystemNs\x126\n" +
 	"\x06memory\x18\x05 \x01(\v2\x1e.vmlet.launcher.v1.MemoryStatsR\x06memory\x123\n" +
 	"\x05block\x18\x06 \x03(\v2\x1d.vmlet.launcher.v1.BlockStatsR\x05block\x12-\n" +
-	"\x03net\x18\a \x03(\v2\x1b.vmlet.launcher.v1.NetStatsR\x03net\"W\n" +
+	"\x03net\x18\a \x03(\v2\x1b.vmlet.launcher.v1.NetStatsR\x03net\x12*\n" +
+	"\x11qemu_minor_faults\x18\b \x01(\x04R\x0fqemuMinorFaults\x12*\n" +
+	"\x11qemu_major_faults\x18\t \x01(\x04R\x0fqemuMajorFaults\x12D\n" +
+	"\vfilesystems\x18\n" +
+	" \x03(\v2\".vmlet.launcher.v1.FilesystemStatsR\vfilesystems\x12<\n" +
+	"\blauncher\x18\v \x01(\v2 .vmlet.launcher.v1.LauncherStatsR\blauncher\"\xc3\x01\n" +
 	"\tVCPUStats\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\x05R\bthreadId\x12\x17\n" +
-	"\atime_ns\x18\x03 \x01(\x04R\x06timeNs\"z\n" +
+	"\atime_ns\x18\x03 \x01(\x04R\x06timeNs\x12\x19\n" +
+	"\bdelay_ns\x18\x04 \x01(\x04R\adelayNs\x12\x1b\n" +
+	"\thas_delay\x18\x05 \x01(\bR\bhasDelay\x12\x17\n" +
+	"\await_ns\x18\x06 \x01(\x04R\x06waitNs\x12\x19\n" +
+	"\bhas_wait\x18\a \x01(\bR\ahasWait\"\xfa\x06\n" +
 	"\vMemoryStats\x12\x1f\n" +
 	"\vguest_bytes\x18\x01 \x01(\x04R\n" +
 	"guestBytes\x12$\n" +
 	"\x0eqemu_rss_bytes\x18\x02 \x01(\x04R\fqemuRssBytes\x12$\n" +
-	"\x0eqemu_pss_bytes\x18\x03 \x01(\x04R\fqemuPssBytes\"\xef\x01\n" +
+	"\x0eqemu_pss_bytes\x18\x03 \x01(\x04R\fqemuPssBytes\x12\x1f\n" +
+	"\vhas_balloon\x18\x04 \x01(\bR\n" +
+	"hasBalloon\x120\n" +
+	"\x14actual_balloon_bytes\x18\x05 \x01(\x04R\x12actualBalloonBytes\x12&\n" +
+	"\x0fhas_guest_stats\x18\x06 \x01(\bR\rhasGuestStats\x127\n" +
+	"\x18guest_stats_updated_unix\x18\a \x01(\x03R\x15guestStatsUpdatedUnix\x12'\n" +
+	"\x0favailable_bytes\x18\b \x01(\x04R\x0eavailableBytes\x12#\n" +
+	"\rhas_available\x18\t \x01(\bR\fhasAvailable\x12!\n" +
+	"\fusable_bytes\x18\n" +
+	" \x01(\x04R\vusableBytes\x12\x1d\n" +
+	"\n" +
+	"has_usable\x18\v \x01(\bR\thasUsable\x12!\n" +
+	"\funused_bytes\x18\f \x01(\x04R\vunusedBytes\x12\x1d\n" +
+	"\n" +
+	"has_unused\x18\r \x01(\bR\thasUnused\x12!\n" +
+	"\fmajor_faults\x18\x0e \x01(\x04R\vmajorFaults\x12(\n" +
+	"\x10has_major_faults\x18\x0f \x01(\bR\x0ehasMajorFaults\x12!\n" +
+	"\fminor_faults\x18\x10 \x01(\x04R\vminorFaults\x12(\n" +
+	"\x10has_minor_faults\x18\x11 \x01(\bR\x0ehasMinorFaults\x12\"\n" +
+	"\rswap_in_bytes\x18\x12 \x01(\x04R\vswapInBytes\x12\x1e\n" +
+	"\vhas_swap_in\x18\x13 \x01(\bR\thasSwapIn\x12$\n" +
+	"\x0eswap_out_bytes\x18\x14 \x01(\x04R\fswapOutBytes\x12 \n" +
+	"\fhas_swap_out\x18\x15 \x01(\bR\n" +
+	"hasSwapOut\x12*\n" +
+	"\x11disk_caches_bytes\x18\x16 \x01(\x04R\x0fdiskCachesBytes\x12&\n" +
+	"\x0fhas_disk_caches\x18\x17 \x01(\bR\rhasDiskCaches\"\x9e\x02\n" +
 	"\n" +
 	"BlockStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
@@ -4842,7 +5350,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06wr_ops\x18\x05 \x01(\x04R\x05wrOps\x12\x1b\n" +
 	"\tflush_ops\x18\x06 \x01(\x04R\bflushOps\x12'\n" +
 	"\x10rd_total_time_ns\x18\a \x01(\x04R\rrdTotalTimeNs\x12'\n" +
-	"\x10wr_total_time_ns\x18\b \x01(\x04R\rwrTotalTimeNs\"\xde\x01\n" +
+	"\x10wr_total_time_ns\x18\b \x01(\x04R\rwrTotalTimeNs\x12-\n" +
+	"\x13flush_total_time_ns\x18\t \x01(\x04R\x10flushTotalTimeNs\"\x98\x02\n" +
 	"\bNetStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03tap\x18\x02 \x01(\tR\x03tap\x12\x19\n" +
@@ -4855,7 +5364,30 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\n" +
 	"rx_dropped\x18\a \x01(\x04R\trxDropped\x12\x1d\n" +
 	"\n" +
-	"tx_dropped\x18\b \x01(\x04R\ttxDropped\"E\n" +
+	"tx_dropped\x18\b \x01(\x04R\ttxDropped\x12\x1b\n" +
+	"\trx_errors\x18\t \x01(\x04R\brxErrors\x12\x1b\n" +
+	"\ttx_errors\x18\n" +
+	" \x01(\x04R\btxErrors\"\xa3\x01\n" +
+	"\x0fFilesystemStats\x12\x1f\n" +
+	"\vmount_point\x18\x01 \x01(\tR\n" +
+	"mountPoint\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1b\n" +
+	"\tdisk_name\x18\x03 \x01(\tR\bdiskName\x12\x1f\n" +
+	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
+	"totalBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\"y\n" +
+	"\rLauncherStats\x124\n" +
+	"\x03qmp\x18\x01 \x03(\v2\".vmlet.launcher.v1.QMPCommandStatsR\x03qmp\x122\n" +
+	"\x15qmp_connection_losses\x18\x02 \x01(\x04R\x13qmpConnectionLosses\"\xd1\x01\n" +
+	"\x0fQMPCommandStats\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x1f\n" +
+	"\vsum_seconds\x18\x03 \x01(\x01R\n" +
+	"sumSeconds\x120\n" +
+	"\x14upper_bounds_seconds\x18\x04 \x03(\x01R\x12upperBoundsSeconds\x12#\n" +
+	"\rbucket_counts\x18\x05 \x03(\x04R\fbucketCounts\x12\x16\n" +
+	"\x06errors\x18\x06 \x01(\x04R\x06errors\"E\n" +
 	"\n" +
 	"QMPRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x1d\n" +
@@ -4922,7 +5454,7 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
@@ -4993,10 +5525,13 @@ var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(*MemoryStats)(nil),                    // 66: vmlet.launcher.v1.MemoryStats
 	(*BlockStats)(nil),                     // 67: vmlet.launcher.v1.BlockStats
 	(*NetStats)(nil),                       // 68: vmlet.launcher.v1.NetStats
-	(*QMPRequest)(nil),                     // 69: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 70: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 71: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 72: vmlet.launcher.v1.QMPLogEntry
+	(*FilesystemStats)(nil),                // 69: vmlet.launcher.v1.FilesystemStats
+	(*LauncherStats)(nil),                  // 70: vmlet.launcher.v1.LauncherStats
+	(*QMPCommandStats)(nil),                // 71: vmlet.launcher.v1.QMPCommandStats
+	(*QMPRequest)(nil),                     // 72: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 73: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 74: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 75: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
@@ -5037,59 +5572,62 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	66, // 35: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
 	67, // 36: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
 	68, // 37: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	8,  // 38: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 39: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 40: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 41: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 42: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 43: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 44: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	23, // 45: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	30, // 46: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	32, // 47: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	34, // 48: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	36, // 49: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	38, // 50: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	41, // 51: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	44, // 52: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	46, // 53: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	48, // 54: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
-	50, // 55: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	53, // 56: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	55, // 57: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	61, // 58: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	63, // 59: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	69, // 60: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	71, // 61: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 62: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 63: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 64: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 65: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 66: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 67: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 68: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 69: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 70: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 71: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 72: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 73: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 74: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	43, // 75: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	45, // 76: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	47, // 77: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	49, // 78: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
-	51, // 79: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	54, // 80: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	56, // 81: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	62, // 82: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	64, // 83: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	70, // 84: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	72, // 85: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	62, // [62:86] is the sub-list for method output_type
-	38, // [38:62] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	69, // 38: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
+	70, // 39: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
+	71, // 40: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
+	8,  // 41: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	10, // 42: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	12, // 43: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	14, // 44: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	16, // 45: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	18, // 46: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	20, // 47: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	23, // 48: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	30, // 49: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	32, // 50: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	34, // 51: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	36, // 52: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	38, // 53: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	41, // 54: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	44, // 55: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	46, // 56: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	48, // 57: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	50, // 58: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	53, // 59: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	55, // 60: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	61, // 61: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	63, // 62: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	72, // 63: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	74, // 64: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 65: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 66: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 67: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 68: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 69: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 70: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 71: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 72: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 73: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 74: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 75: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 76: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 77: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	43, // 78: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	45, // 79: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	47, // 80: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	49, // 81: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	51, // 82: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	54, // 83: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	56, // 84: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	62, // 85: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	64, // 86: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	73, // 87: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	75, // 88: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	65, // [65:89] is the sub-list for method output_type
+	41, // [41:65] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -5110,7 +5648,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,7 +36,8 @@ import (
 // config/samples/vmim.yaml moves the VMI to the client's node, a second migration moves it back;
 // each time the VMI reports the target node and its pod address there (on that node's pod
 // subnet), the client reaches the service at that address, the guest's counter kept counting
-// (same process), and the node it left has nothing of it. Ctrl-C leaves nothing.
+// (same process), and the node it left has nothing of it. Between the two, vmlet is killed
+// (SIGKILL) and started again: it adopts the migrated VM where it now runs. Ctrl-C leaves nothing.
 func TestLocalMigration(t *testing.T) {
 	s := newLocalSetup(t)
 	kubectl := filepath.Join(s.assets, "kubectl")
@@ -101,6 +102,27 @@ func TestLocalMigration(t *testing.T) {
 		from, to := vm, cl.node
 		if i == 1 {
 			to = nodes[slices.Index(nodes, vm.node)^1]
+		}
+		if i == 1 {
+			// vmlet itself crashes right after a migration (kill -9: no shutdown of anything);
+			// the next start adopts the migrated VM on its new node and can migrate it again.
+			if err := p.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.wait(t, time.Minute); err == nil {
+				t.Fatal("vmlet local killed with SIGKILL exited 0")
+			}
+			if !poll.Alive(vm.launcherPid) || !poll.Alive(vm.qemuPid) {
+				t.Fatalf("after kill -9 of vmlet: launcher alive %v, QEMU alive %v", poll.Alive(vm.launcherPid), poll.Alive(vm.qemuPid))
+			}
+			p = s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
+			p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
+			c = s.client(t)
+			again := s.runningOn(t, c, "migratable")
+			if again.uid != vm.uid || again.node != vm.node || again.qemuPid != vm.qemuPid || again.launcherPid != vm.launcherPid {
+				t.Fatalf("after kill -9 and restart: %+v, want the migrated VM adopted: %+v", again, vm)
+			}
+			waitServes(t, cl, vm.podAddr, reply)
 		}
 		before := guestCount(t, sock(from))
 		if i == 0 {

@@ -182,6 +182,12 @@ func (c *Client) CancelMigration(ctx context.Context) error {
 	return wrap("cancel migration", err)
 }
 
+// StartPostcopy switches a running migration started with allow_postcopy to post-copy.
+func (c *Client) StartPostcopy(ctx context.Context) error {
+	_, err := c.api.StartPostcopy(ctx, &pb.StartPostcopyRequest{})
+	return wrap("start postcopy", err)
+}
+
 // FinalizeMigration waits (up to timeout, 0: 5 min) for the migration to complete; the source
 // then stops QEMU, the target runs the guest (use API() with keep_paused for a guest that was
 // paused on the source).

@@ -190,47 +190,69 @@ func migrationPair(t *testing.T, name string) (src, dst *proc, srcRec, dstRec *r
 	return src, dst, srcRec, dstRec
 }
 
-// TestMigrationPostcopy: a post-copy migration (the guest switches to the target right after
-// the migration starts and pulls its memory on demand) keeps the guest and its files.
+// TestMigrationPostcopy: a post-copy migration keeps the guest and its files, switched right
+// after the migration starts (postcopy) or later by StartPostcopy (allow_postcopy, as the agent
+// does when a pre-copy would not complete in time: here a 1 MiB/s pre-copy that could not).
+// StartPostcopy is refused by the target.
 func TestMigrationPostcopy(t *testing.T) {
-	src, dst, srcRec, dstRec := migrationPair(t, "postcopy")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	d, err := src.client.GetDomain(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		opts *pb.MigrationOptions
+	}{
+		{"immediate", &pb.MigrationOptions{Postcopy: true}},
+		{"on-demand", &pb.MigrationOptions{AllowPostcopy: true, BandwidthBytesPerSec: 1 << 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst, srcRec, dstRec := migrationPair(t, "postcopy-"+tc.name)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			d, err := src.client.GetDomain(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := src.client.Migrate(ctx, uri, tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			if tc.opts.GetAllowPostcopy() {
+				if _, err := srcRec.waitEvent(ctx, 0, "migration active", isMigration("active")); err != nil {
+					t.Fatal(err)
+				}
+				if err := dst.client.StartPostcopy(ctx); !errors.Is(err, launcher.ErrWrongState) {
+					t.Errorf("StartPostcopy on the target = %v, want ErrWrongState", err)
+				}
+				if err := src.client.StartPostcopy(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := srcRec.waitEvent(ctx, 0, "postcopy-active", isMigration("postcopy-active")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dst.client.FinalizeMigration(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			st, err := src.client.FinalizeMigration(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("postcopy migration: total %d ms, downtime %d ms, postcopy requests %d", st.GetTotalTimeMs(),
+				st.GetDowntimeMs(), st.GetPostcopyRequests())
+			if code, err := src.wait(ctx); err != nil || code != launcher.ExitOK {
+				t.Errorf("source exit %d %v, want 0", code, err)
+			}
+			if _, err := dstRec.waitEvent(ctx, 0, "target agent", isAgent(true)); err != nil {
+				t.Fatal(err)
+			}
+			r, err := dst.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
+			if err != nil || string(r.GetStdout()) != "postcopy-"+tc.name+"\n" {
+				t.Errorf("read file after migration: %q %v", r.GetStdout(), err)
+			}
+			src.assertClean(t)
+		})
 	}
-	opts := &pb.MigrationOptions{Postcopy: true}
-	uri, err := dst.client.PrepareMigrationTarget(ctx, d.GetLiveSpec(), "", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.client.Migrate(ctx, uri, opts); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dst.client.FinalizeMigration(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	st, err := src.client.FinalizeMigration(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("postcopy migration: total %d ms, downtime %d ms, postcopy requests %d", st.GetTotalTimeMs(),
-		st.GetDowntimeMs(), st.GetPostcopyRequests())
-	if _, err := srcRec.waitEvent(ctx, 0, "postcopy-active", isMigration("postcopy-active")); err != nil {
-		t.Error(err)
-	}
-	if code, err := src.wait(ctx); err != nil || code != launcher.ExitOK {
-		t.Errorf("source exit %d %v, want 0", code, err)
-	}
-	if _, err := dstRec.waitEvent(ctx, 0, "target agent", isAgent(true)); err != nil {
-		t.Fatal(err)
-	}
-	r, err := dst.client.GuestExec(ctx, "/bin/cat", []string{"/tmp/mig.txt"}, nil, 0)
-	if err != nil || string(r.GetStdout()) != "postcopy\n" {
-		t.Errorf("read file after migration: %q %v", r.GetStdout(), err)
-	}
-	src.assertClean(t)
 }
 
 // TestMigrationCancel: a slow multifd migration (1 MiB/s) is cancelled: the source keeps

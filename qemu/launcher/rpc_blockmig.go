@@ -16,7 +16,7 @@ import (
 
 // exportDisks starts the target's NBD server for req's receive_disks and returns its URI.
 func (l *api) exportDisks(ctx context.Context, d *domain, req *pb.PrepareMigrationTargetRequest) (string, error) {
-	if req.GetOptions().GetPostcopy() {
+	if o := req.GetOptions(); o.GetPostcopy() || o.GetAllowPostcopy() {
 		return "", fmt.Errorf("%w: post-copy with received disks: the target cannot run before the source ended its mirrors", ErrInvalidRequest)
 	}
 	uri := req.GetNbdListenUri()
@@ -43,7 +43,7 @@ func checkMirrorRequest(req *pb.MigrateRequest) error {
 	if len(req.GetMirrorDisks()) == 0 {
 		return nil
 	}
-	if req.GetOptions().GetPostcopy() {
+	if o := req.GetOptions(); o.GetPostcopy() || o.GetAllowPostcopy() {
 		return fmt.Errorf("migrate: %w: post-copy with mirror_disks: the target cannot run before the mirrors ended", ErrInvalidRequest)
 	}
 	if !strings.HasPrefix(req.GetNbdUri(), "unix:") {

@@ -29,7 +29,7 @@ const (
 func migrationCaps(o *pb.MigrationOptions) qemu.MigrationCaps {
 	return qemu.MigrationCaps{
 		AutoConverge: o.GetAutoConverge(),
-		PostcopyRAM:  o.GetPostcopy(),
+		PostcopyRAM:  o.GetPostcopy() || o.GetAllowPostcopy(),
 		Multifd:      o.GetMultifdChannels() > 0,
 	}
 }
@@ -132,6 +132,22 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 		}
 	}
 	return &pb.MigrateResponse{}, nil
+}
+
+// StartPostcopy implements the RPC (QMP migrate-start-postcopy) on a source whose migration was
+// started with allow_postcopy (or postcopy).
+func (l *api) StartPostcopy(ctx context.Context, _ *pb.StartPostcopyRequest) (*pb.StartPostcopyResponse, error) {
+	d, err := l.active()
+	if err != nil {
+		return nil, err
+	}
+	if d.migrationRole() != roleSource {
+		return nil, fmt.Errorf("start postcopy: %w: no outgoing migration", ErrWrongState)
+	}
+	if err := d.vm.StartPostcopy(ctx); err != nil {
+		return nil, fmt.Errorf("start postcopy: %w", err)
+	}
+	return &pb.StartPostcopyResponse{}, nil
 }
 
 // CancelMigration implements the RPC (QMP migrate_cancel).

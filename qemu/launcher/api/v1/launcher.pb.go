@@ -2493,7 +2493,10 @@ type MigrationOptions struct {
 	// tls_hostname (source only): the name or address the target's certificate must carry in its
 	// SAN. Required with tls_creds_dir when the uri is unix: (between nodes the agents relay the
 	// unix socket); for tcp: the uri's host is used when empty.
-	TlsHostname   string `protobuf:"bytes,7,opt,name=tls_hostname,json=tlsHostname,proto3" json:"tls_hostname,omitempty"`
+	TlsHostname string `protobuf:"bytes,7,opt,name=tls_hostname,json=tlsHostname,proto3" json:"tls_hostname,omitempty"`
+	// allow_postcopy enables postcopy-ram on both sides without switching: StartPostcopy switches
+	// later (when a pre-copy would not complete in time). The target's QEMU needs userfaultfd.
+	AllowPostcopy bool `protobuf:"varint,8,opt,name=allow_postcopy,json=allowPostcopy,proto3" json:"allow_postcopy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2575,6 +2578,13 @@ func (x *MigrationOptions) GetTlsHostname() string {
 		return x.TlsHostname
 	}
 	return ""
+}
+
+func (x *MigrationOptions) GetAllowPostcopy() bool {
+	if x != nil {
+		return x.AllowPostcopy
+	}
+	return false
 }
 
 type MigrateRequest struct {
@@ -3025,6 +3035,78 @@ func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
 	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
+type StartPostcopyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartPostcopyRequest) Reset() {
+	*x = StartPostcopyRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartPostcopyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartPostcopyRequest) ProtoMessage() {}
+
+func (x *StartPostcopyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartPostcopyRequest.ProtoReflect.Descriptor instead.
+func (*StartPostcopyRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+}
+
+type StartPostcopyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartPostcopyResponse) Reset() {
+	*x = StartPostcopyResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartPostcopyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartPostcopyResponse) ProtoMessage() {}
+
+func (x *StartPostcopyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartPostcopyResponse.ProtoReflect.Descriptor instead.
+func (*StartPostcopyResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+}
+
 type MigrationStatus struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Role             string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`     // "", "source", "target"
@@ -3046,7 +3128,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3140,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3153,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -3179,7 +3261,7 @@ type DiskMirrorStatus struct {
 
 func (x *DiskMirrorStatus) Reset() {
 	*x = DiskMirrorStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3273,7 @@ func (x *DiskMirrorStatus) String() string {
 func (*DiskMirrorStatus) ProtoMessage() {}
 
 func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3286,7 @@ func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskMirrorStatus.ProtoReflect.Descriptor instead.
 func (*DiskMirrorStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiskMirrorStatus) GetId() string {
@@ -3250,7 +3332,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3344,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3357,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 type GuestPingResponse struct {
@@ -3286,7 +3368,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3380,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3393,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 type GuestInfoRequest struct {
@@ -3322,7 +3404,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3416,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3429,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 type GuestInfoResponse struct {
@@ -3364,7 +3446,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3458,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3471,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -3450,7 +3532,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3544,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3557,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3545,7 +3627,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3639,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3652,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3605,7 +3687,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3699,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3712,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3667,7 +3749,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3761,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3774,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3742,7 +3824,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3836,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3849,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3810,7 +3892,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +3904,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +3917,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3874,7 +3956,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +3968,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +3981,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 type DomainStatsResponse struct {
@@ -3925,7 +4007,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4019,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4032,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -4047,7 +4129,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4059,7 +4141,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4072,7 +4154,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -4160,7 +4242,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4254,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4267,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -4366,7 +4448,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4460,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4473,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BlockStats) GetId() string {
@@ -4476,7 +4558,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4570,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4583,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NetStats) GetId() string {
@@ -4588,7 +4670,7 @@ type FilesystemStats struct {
 
 func (x *FilesystemStats) Reset() {
 	*x = FilesystemStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4600,7 +4682,7 @@ func (x *FilesystemStats) String() string {
 func (*FilesystemStats) ProtoMessage() {}
 
 func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4613,7 +4695,7 @@ func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesystemStats.ProtoReflect.Descriptor instead.
 func (*FilesystemStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FilesystemStats) GetMountPoint() string {
@@ -4662,7 +4744,7 @@ type LauncherStats struct {
 
 func (x *LauncherStats) Reset() {
 	*x = LauncherStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4674,7 +4756,7 @@ func (x *LauncherStats) String() string {
 func (*LauncherStats) ProtoMessage() {}
 
 func (x *LauncherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4687,7 +4769,7 @@ func (x *LauncherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LauncherStats.ProtoReflect.Descriptor instead.
 func (*LauncherStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LauncherStats) GetQmp() []*QMPCommandStats {
@@ -4720,7 +4802,7 @@ type QMPCommandStats struct {
 
 func (x *QMPCommandStats) Reset() {
 	*x = QMPCommandStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4732,7 +4814,7 @@ func (x *QMPCommandStats) String() string {
 func (*QMPCommandStats) ProtoMessage() {}
 
 func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4745,7 +4827,7 @@ func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPCommandStats.ProtoReflect.Descriptor instead.
 func (*QMPCommandStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QMPCommandStats) GetCommand() string {
@@ -4801,7 +4883,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +4895,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +4908,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -4853,7 +4935,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +4947,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +4960,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -4898,7 +4980,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +4992,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5005,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -4952,7 +5034,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5046,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5059,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -5179,7 +5261,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0enbd_listen_uri\x18\x05 \x01(\tR\fnbdListenUri\"K\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x17\n" +
-	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\x9d\x02\n" +
+	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xc4\x02\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
 	"\bpostcopy\x18\x01 \x01(\bR\bpostcopy\x12#\n" +
 	"\rauto_converge\x18\x02 \x01(\bR\fautoConverge\x12)\n" +
@@ -5188,7 +5270,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vdowntime_ms\x18\x05 \x01(\x03R\n" +
 	"downtimeMs\x12\"\n" +
 	"\rtls_creds_dir\x18\x06 \x01(\tR\vtlsCredsDir\x12!\n" +
-	"\ftls_hostname\x18\a \x01(\tR\vtlsHostname\"\xbc\x01\n" +
+	"\ftls_hostname\x18\a \x01(\tR\vtlsHostname\x12%\n" +
+	"\x0eallow_postcopy\x18\b \x01(\bR\rallowPostcopy\"\xbc\x01\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12=\n" +
 	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12\x17\n" +
@@ -5212,7 +5295,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vkeep_paused\x18\x01 \x01(\bR\n" +
 	"keepPaused\"\x1f\n" +
 	"\x1dResumeMigrationTargetResponse\"\x1b\n" +
-	"\x19GetMigrationStatusRequest\"\xef\x03\n" +
+	"\x19GetMigrationStatusRequest\"\x16\n" +
+	"\x14StartPostcopyRequest\"\x17\n" +
+	"\x15StartPostcopyResponse\"\xef\x03\n" +
 	"\x0fMigrationStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -5412,7 +5497,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x13STATE_SHUTTING_DOWN\x10\x05\x12\x11\n" +
 	"\rSTATE_SHUTOFF\x10\x06\x12\x11\n" +
 	"\rSTATE_CRASHED\x10\a\x12\x16\n" +
-	"\x12STATE_MIGRATING_IN\x10\b2\xef\x10\n" +
+	"\x12STATE_MIGRATING_IN\x10\b2\xd3\x11\n" +
 	"\bLauncher\x12G\n" +
 	"\x04Sync\x12\x1e.vmlet.launcher.v1.SyncRequest\x1a\x1f.vmlet.launcher.v1.SyncResponse\x12J\n" +
 	"\x05Pause\x12\x1f.vmlet.launcher.v1.PauseRequest\x1a .vmlet.launcher.v1.PauseResponse\x12P\n" +
@@ -5433,7 +5518,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0fCancelMigration\x12).vmlet.launcher.v1.CancelMigrationRequest\x1a*.vmlet.launcher.v1.CancelMigrationResponse\x12n\n" +
 	"\x11FinalizeMigration\x12+.vmlet.launcher.v1.FinalizeMigrationRequest\x1a,.vmlet.launcher.v1.FinalizeMigrationResponse\x12z\n" +
 	"\x15ResumeMigrationTarget\x12/.vmlet.launcher.v1.ResumeMigrationTargetRequest\x1a0.vmlet.launcher.v1.ResumeMigrationTargetResponse\x12f\n" +
-	"\x12GetMigrationStatus\x12,.vmlet.launcher.v1.GetMigrationStatusRequest\x1a\".vmlet.launcher.v1.MigrationStatus\x12V\n" +
+	"\x12GetMigrationStatus\x12,.vmlet.launcher.v1.GetMigrationStatusRequest\x1a\".vmlet.launcher.v1.MigrationStatus\x12b\n" +
+	"\rStartPostcopy\x12'.vmlet.launcher.v1.StartPostcopyRequest\x1a(.vmlet.launcher.v1.StartPostcopyResponse\x12V\n" +
 	"\tGuestPing\x12#.vmlet.launcher.v1.GuestPingRequest\x1a$.vmlet.launcher.v1.GuestPingResponse\x12V\n" +
 	"\tGuestInfo\x12#.vmlet.launcher.v1.GuestInfoRequest\x1a$.vmlet.launcher.v1.GuestInfoResponse\x12V\n" +
 	"\tGuestExec\x12#.vmlet.launcher.v1.GuestExecRequest\x1a$.vmlet.launcher.v1.GuestExecResponse\x12\\\n" +
@@ -5454,7 +5540,7 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
@@ -5507,31 +5593,33 @@ var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(*ResumeMigrationTargetRequest)(nil),   // 48: vmlet.launcher.v1.ResumeMigrationTargetRequest
 	(*ResumeMigrationTargetResponse)(nil),  // 49: vmlet.launcher.v1.ResumeMigrationTargetResponse
 	(*GetMigrationStatusRequest)(nil),      // 50: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*MigrationStatus)(nil),                // 51: vmlet.launcher.v1.MigrationStatus
-	(*DiskMirrorStatus)(nil),               // 52: vmlet.launcher.v1.DiskMirrorStatus
-	(*GuestPingRequest)(nil),               // 53: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 54: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 55: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 56: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 57: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 58: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 59: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 60: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 61: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 62: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 63: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 64: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 65: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 66: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 67: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 68: vmlet.launcher.v1.NetStats
-	(*FilesystemStats)(nil),                // 69: vmlet.launcher.v1.FilesystemStats
-	(*LauncherStats)(nil),                  // 70: vmlet.launcher.v1.LauncherStats
-	(*QMPCommandStats)(nil),                // 71: vmlet.launcher.v1.QMPCommandStats
-	(*QMPRequest)(nil),                     // 72: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 73: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 74: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 75: vmlet.launcher.v1.QMPLogEntry
+	(*StartPostcopyRequest)(nil),           // 51: vmlet.launcher.v1.StartPostcopyRequest
+	(*StartPostcopyResponse)(nil),          // 52: vmlet.launcher.v1.StartPostcopyResponse
+	(*MigrationStatus)(nil),                // 53: vmlet.launcher.v1.MigrationStatus
+	(*DiskMirrorStatus)(nil),               // 54: vmlet.launcher.v1.DiskMirrorStatus
+	(*GuestPingRequest)(nil),               // 55: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 56: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 57: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 58: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 59: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 60: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 61: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 62: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 63: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 64: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 65: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 66: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 67: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 68: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 69: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 70: vmlet.launcher.v1.NetStats
+	(*FilesystemStats)(nil),                // 71: vmlet.launcher.v1.FilesystemStats
+	(*LauncherStats)(nil),                  // 72: vmlet.launcher.v1.LauncherStats
+	(*QMPCommandStats)(nil),                // 73: vmlet.launcher.v1.QMPCommandStats
+	(*QMPRequest)(nil),                     // 74: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 75: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 76: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 77: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
@@ -5544,7 +5632,7 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
 	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
 	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	51, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	53, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
 	22, // 11: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
 	25, // 12: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
 	26, // 13: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
@@ -5562,19 +5650,19 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	3,  // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
 	40, // 26: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
 	42, // 27: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
-	51, // 28: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	52, // 29: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
-	57, // 30: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	58, // 31: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	59, // 32: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	60, // 33: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	65, // 34: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	66, // 35: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	67, // 36: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	68, // 37: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	69, // 38: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
-	70, // 39: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
-	71, // 40: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
+	53, // 28: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	54, // 29: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	59, // 30: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	60, // 31: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	61, // 32: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	62, // 33: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	67, // 34: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	68, // 35: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	69, // 36: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	70, // 37: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	71, // 38: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
+	72, // 39: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
+	73, // 40: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
 	8,  // 41: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
 	10, // 42: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
 	12, // 43: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
@@ -5593,38 +5681,40 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	46, // 56: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
 	48, // 57: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
 	50, // 58: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	53, // 59: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	55, // 60: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	61, // 61: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	63, // 62: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	72, // 63: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	74, // 64: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 65: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 66: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 67: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 68: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 69: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 70: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 71: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 72: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 73: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 74: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 75: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 76: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 77: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	43, // 78: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	45, // 79: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	47, // 80: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	49, // 81: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
-	51, // 82: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	54, // 83: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	56, // 84: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	62, // 85: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	64, // 86: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	73, // 87: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	75, // 88: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	65, // [65:89] is the sub-list for method output_type
-	41, // [41:65] is the sub-list for method input_type
+	51, // 59: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
+	55, // 60: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	57, // 61: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	63, // 62: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	65, // 63: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	74, // 64: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	76, // 65: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	9,  // 66: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	11, // 67: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	13, // 68: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	15, // 69: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	17, // 70: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	19, // 71: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	21, // 72: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	24, // 73: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	31, // 74: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	33, // 75: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	35, // 76: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	37, // 77: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	39, // 78: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	43, // 79: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	45, // 80: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	47, // 81: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	49, // 82: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	53, // 83: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	52, // 84: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
+	56, // 85: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	58, // 86: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	64, // 87: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	66, // 88: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	75, // 89: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	77, // 90: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	66, // [66:91] is the sub-list for method output_type
+	41, // [41:66] is the sub-list for method input_type
 	41, // [41:41] is the sub-list for extension type_name
 	41, // [41:41] is the sub-list for extension extendee
 	0,  // [0:41] is the sub-list for field type_name
@@ -5648,7 +5738,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	Launcher_FinalizeMigration_FullMethodName      = "/vmlet.launcher.v1.Launcher/FinalizeMigration"
 	Launcher_ResumeMigrationTarget_FullMethodName  = "/vmlet.launcher.v1.Launcher/ResumeMigrationTarget"
 	Launcher_GetMigrationStatus_FullMethodName     = "/vmlet.launcher.v1.Launcher/GetMigrationStatus"
+	Launcher_StartPostcopy_FullMethodName          = "/vmlet.launcher.v1.Launcher/StartPostcopy"
 	Launcher_GuestPing_FullMethodName              = "/vmlet.launcher.v1.Launcher/GuestPing"
 	Launcher_GuestInfo_FullMethodName              = "/vmlet.launcher.v1.Launcher/GuestInfo"
 	Launcher_GuestExec_FullMethodName              = "/vmlet.launcher.v1.Launcher/GuestExec"
@@ -105,6 +106,10 @@ type LauncherClient interface {
 	// stops the NBD server and resumes the guest unless keep_paused.
 	ResumeMigrationTarget(ctx context.Context, in *ResumeMigrationTargetRequest, opts ...grpc.CallOption) (*ResumeMigrationTargetResponse, error)
 	GetMigrationStatus(ctx context.Context, in *GetMigrationStatusRequest, opts ...grpc.CallOption) (*MigrationStatus, error)
+	// StartPostcopy switches a running migration started with allow_postcopy to post-copy: the
+	// guest runs on the target from then on and pulls the pages still missing from the source.
+	// There is no way back: it cannot be cancelled afterwards.
+	StartPostcopy(ctx context.Context, in *StartPostcopyRequest, opts ...grpc.CallOption) (*StartPostcopyResponse, error)
 	GuestPing(ctx context.Context, in *GuestPingRequest, opts ...grpc.CallOption) (*GuestPingResponse, error)
 	GuestInfo(ctx context.Context, in *GuestInfoRequest, opts ...grpc.CallOption) (*GuestInfoResponse, error)
 	// GuestExec runs a program in the guest through the guest agent (guest-exec) and waits.
@@ -313,6 +318,16 @@ func (c *launcherClient) GetMigrationStatus(ctx context.Context, in *GetMigratio
 	return out, nil
 }
 
+func (c *launcherClient) StartPostcopy(ctx context.Context, in *StartPostcopyRequest, opts ...grpc.CallOption) (*StartPostcopyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartPostcopyResponse)
+	err := c.cc.Invoke(ctx, Launcher_StartPostcopy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *launcherClient) GuestPing(ctx context.Context, in *GuestPingRequest, opts ...grpc.CallOption) (*GuestPingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GuestPingResponse)
@@ -429,6 +444,10 @@ type LauncherServer interface {
 	// stops the NBD server and resumes the guest unless keep_paused.
 	ResumeMigrationTarget(context.Context, *ResumeMigrationTargetRequest) (*ResumeMigrationTargetResponse, error)
 	GetMigrationStatus(context.Context, *GetMigrationStatusRequest) (*MigrationStatus, error)
+	// StartPostcopy switches a running migration started with allow_postcopy to post-copy: the
+	// guest runs on the target from then on and pulls the pages still missing from the source.
+	// There is no way back: it cannot be cancelled afterwards.
+	StartPostcopy(context.Context, *StartPostcopyRequest) (*StartPostcopyResponse, error)
 	GuestPing(context.Context, *GuestPingRequest) (*GuestPingResponse, error)
 	GuestInfo(context.Context, *GuestInfoRequest) (*GuestInfoResponse, error)
 	// GuestExec runs a program in the guest through the guest agent (guest-exec) and waits.
@@ -501,6 +520,9 @@ func (UnimplementedLauncherServer) ResumeMigrationTarget(context.Context, *Resum
 }
 func (UnimplementedLauncherServer) GetMigrationStatus(context.Context, *GetMigrationStatusRequest) (*MigrationStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMigrationStatus not implemented")
+}
+func (UnimplementedLauncherServer) StartPostcopy(context.Context, *StartPostcopyRequest) (*StartPostcopyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartPostcopy not implemented")
 }
 func (UnimplementedLauncherServer) GuestPing(context.Context, *GuestPingRequest) (*GuestPingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GuestPing not implemented")
@@ -858,6 +880,24 @@ func _Launcher_GetMigrationStatus_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_StartPostcopy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartPostcopyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).StartPostcopy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_StartPostcopy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).StartPostcopy(ctx, req.(*StartPostcopyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Launcher_GuestPing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GuestPingRequest)
 	if err := dec(in); err != nil {
@@ -1033,6 +1073,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMigrationStatus",
 			Handler:    _Launcher_GetMigrationStatus_Handler,
+		},
+		{
+			MethodName: "StartPostcopy",
+			Handler:    _Launcher_StartPostcopy_Handler,
 		},
 		{
 			MethodName: "GuestPing",

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/vmlet/vmlet/controllers/migration"
 )
 
 // Node labels and annotations the heartbeat maintains.
@@ -38,6 +40,8 @@ type NodeFacts struct {
 	Tun         bool
 	QEMUVersion string
 	CPUModel    string
+	// Postcopy: the node's launchers may receive post-copy migrations (userfaultfd).
+	Postcopy bool
 }
 
 // Labels are the node labels for these facts.
@@ -47,10 +51,11 @@ func (f NodeFacts) Labels() map[string]string {
 		emu = "kvm"
 	}
 	return map[string]string{
-		LabelSchedulable: "true",
-		LabelKVM:         strconv.FormatBool(f.KVM),
-		LabelEmulation:   emu,
-		LabelTun:         strconv.FormatBool(f.Tun),
+		LabelSchedulable:        "true",
+		LabelKVM:                strconv.FormatBool(f.KVM),
+		LabelEmulation:          emu,
+		LabelTun:                strconv.FormatBool(f.Tun),
+		migration.LabelPostcopy: strconv.FormatBool(f.Postcopy),
 	}
 }
 

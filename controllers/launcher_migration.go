@@ -35,11 +35,20 @@ type MigrationLauncher interface {
 	FinalizeMigration(ctx context.Context, timeout time.Duration, keepPaused bool) (MigrationStatus, error)
 	// MigrationStatus is QEMU's view of the migration now.
 	MigrationStatus(ctx context.Context) (MigrationStatus, error)
+	// StartPostcopy switches the outgoing migration (AllowPostcopy) to post-copy: the guest
+	// runs on the target from then on; the migration can no longer be cancelled.
+	StartPostcopy(ctx context.Context) error
+	// KillDomain stops QEMU at once (the launcher exits): a source whose post-copy failed has
+	// no guest left to run.
+	KillDomain(ctx context.Context) error
 }
 
 // MigrationOptions are one migration's settings; both sides get the same.
 type MigrationOptions struct {
-	Postcopy             bool
+	Postcopy bool
+	// AllowPostcopy prepares both sides for post-copy (postcopy-ram) without switching: the
+	// source switches with StartPostcopy when the pre-copy would not complete in time.
+	AllowPostcopy        bool
 	AutoConverge         bool
 	BandwidthBytesPerSec int64 // 0: unlimited
 	// TLSCredsDir is the launcher's QEMU x509 creds folder (pki.WriteQEMUCreds); "": plaintext.
@@ -68,11 +77,13 @@ const (
 	callResumeTarget    = 10 * time.Second
 	callCancelMigration = 10 * time.Second
 	callMigrationStatus = 5 * time.Second
+	callStartPostcopy   = 10 * time.Second
+	callKillDomain      = 30 * time.Second
 	callFinalizeSlack   = 30 * time.Second
 )
 
 func (o MigrationOptions) proto() *pb.MigrationOptions {
-	return &pb.MigrationOptions{Postcopy: o.Postcopy, AutoConverge: o.AutoConverge, BandwidthBytesPerSec: o.BandwidthBytesPerSec,
+	return &pb.MigrationOptions{Postcopy: o.Postcopy, AllowPostcopy: o.AllowPostcopy, AutoConverge: o.AutoConverge, BandwidthBytesPerSec: o.BandwidthBytesPerSec,
 		TlsCredsDir: o.TLSCredsDir, TlsHostname: o.TLSHostname}
 }
 
@@ -174,4 +185,16 @@ func migrationStatusOf(s *pb.MigrationStatus) MigrationStatus {
 		Transferred: int64(s.GetTransferredBytes()), Remaining: int64(s.GetRemainingBytes()), Total: int64(s.GetTotalBytes()),
 		Iterations: int64(s.GetDirtySyncCount()), DirtyRate: s.GetDirtyPagesRate(),
 	}
+}
+
+func (g *grpcLauncher) StartPostcopy(ctx context.Context) error {
+	ctx, cancel := bound(ctx, callStartPostcopy)
+	defer cancel()
+	return g.c.StartPostcopy(ctx)
+}
+
+func (g *grpcLauncher) KillDomain(ctx context.Context) error {
+	ctx, cancel := bound(ctx, callKillDomain)
+	defer cancel()
+	return g.c.Kill(ctx)
 }

@@ -74,6 +74,9 @@ type migrationRun struct {
 	// pausedGuest: the run paused the guest to let the migration converge
 	// (allowWorkloadDisruption).
 	pausedGuest bool
+	// postCopy: the run switched the migration to post-copy (allowPostCopy): the guest runs on
+	// the target and the migration can no longer be undone.
+	postCopy bool
 }
 
 // runView is what a run has seen, read at once.
@@ -86,12 +89,14 @@ type runView struct {
 	why     string // why the run cancelled the migration itself
 	// pausedGuest: the run paused the guest (allowWorkloadDisruption).
 	pausedGuest bool
+	// postCopy: the run switched to post-copy (allowPostCopy).
+	postCopy bool
 }
 
 func (m *migrationRun) snapshot() runView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return runView{m.started, m.status, m.read, m.ended, m.err, m.abortMsg, m.pausedGuest}
+	return runView{m.started, m.status, m.read, m.ended, m.err, m.abortMsg, m.pausedGuest, m.postCopy}
 }
 
 func (m *migrationRun) setStatus(st MigrationStatus) {
@@ -212,11 +217,15 @@ func timeouts(vmi *vmletv1.VirtualMachineInstance, spec *qemu.Spec, copy []trans
 	return completion, progress
 }
 
-// migrationOptions are the QEMU options of the vmi's migration.
-func migrationOptions(vmi *vmletv1.VirtualMachineInstance) MigrationOptions {
+// migrationOptions are the QEMU options of the vmi's migration; both sides compute the same.
+// Post-copy is prepared when allowed (allowPostCopy: the migration controller allows it only
+// towards a node whose QEMU may use userfaultfd) and no disk is copied: with copied disks the
+// target must not run before the source ended its mirrors, so such a migration stays pre-copy.
+func migrationOptions(vmi *vmletv1.VirtualMachineInstance, copy []translate.CopiedDisk) MigrationOptions {
 	cfg := migrationConfig(vmi)
 	return MigrationOptions{
 		AutoConverge:         *cfg.AllowAutoConverge,
+		AllowPostcopy:        *cfg.AllowPostCopy && len(copy) == 0,
 		BandwidthBytesPerSec: cfg.BandwidthPerMigration.Value(),
 	}
 }

@@ -16,8 +16,10 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/network/relay"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 // The source's socket the launcher's QEMU migrates to, in its run folder; the agent relays it to
@@ -57,6 +59,10 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		t := metav1.NewTime(started)
 		ms.StartTimestamp = &t
 	}
+	if v.postCopy && ms.Mode != vmletv1.MigrationPostCopy {
+		ms.Mode = vmletv1.MigrationPostCopy // allowPostCopy: the guest runs on the target now
+		r.Recorder.Eventf(vmi, nil, "Normal", "MigrationPostCopy", "Migrate", "the migration did not complete in time: switched to post-copy, the guest runs on node %s and pulls the rest of its memory from here (allowPostCopy)", ms.TargetNode)
+	}
 	if v.pausedGuest && ms.Mode != vmletv1.MigrationPaused {
 		ms.Mode = vmletv1.MigrationPaused // allowWorkloadDisruption: the guest was paused to converge
 		r.Recorder.Eventf(vmi, nil, "Warning", "MigrationPausedGuest", "Migrate", "the migration did not complete in time: the guest is paused until it does (allowWorkloadDisruption)")
@@ -65,12 +71,22 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		ms.Progress = progressOf(st, read)
 	}
 	if !ended {
-		if ms.AbortRequested {
+		if ms.AbortRequested && v.postCopy {
+			// Too late: the guest runs on the target (KubeVirt's abort of a post-copy fails too).
+			if ms.AbortStatus != vmletv1.MigrationAbortFailed {
+				ms.AbortStatus = vmletv1.MigrationAbortFailed
+				r.Recorder.Eventf(vmi, nil, "Warning", "MigrationAbortFailed", "Migrate", "the migration runs in post-copy: it cannot be aborted")
+			}
+		} else if ms.AbortRequested {
 			if err := r.cancelMigration(ctx, vmi); err != nil {
 				return ctrl.Result{}, true, err
 			}
 		}
-		if ms.Failed {
+		switch {
+		case ms.Failed && v.postCopy && vmi.Status.Phase != vmletv1.Failed:
+			// The target failed while the guest ran there: it is lost.
+			return ctrl.Result{}, true, r.postcopyFailed(ctx, vmi, "the target failed")
+		case ms.Failed && !v.postCopy:
 			// The target failed (it says so): end the stream here too.
 			_ = r.cancelMigration(ctx, vmi)
 		}
@@ -89,8 +105,48 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		return ctrl.Result{}, true, nil
 	}
+	if v.postCopy {
+		return ctrl.Result{}, true, r.postcopyFailed(ctx, vmi, sourceFailure(err, why, false))
+	}
 	r.sourceFailed(vmi, sourceFailure(err, why, ms.AbortRequested))
 	return ctrl.Result{}, true, nil
+}
+
+// postcopyFailed ends a migration that failed in post-copy: the guest's memory is split between
+// the two nodes (the target ran the guest on the pages it had; the source held the rest), so
+// neither can run it any more. The source's QEMU is stopped here, the target's by the target
+// once it reads the failure, and the vmi fails (KubeVirt fails it too).
+func (r *VMIReconciler) postcopyFailed(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, msg string) error {
+	ms := vmi.Status.MigrationState
+	now := metav1.Now()
+	ms.Failed = true
+	if ms.EndTimestamp == nil {
+		ms.EndTimestamp = &now
+	}
+	if ms.FailureReason == "" || strings.HasPrefix(ms.FailureReason, "target: ") {
+		ms.FailureReason = strings.TrimSuffix("source: post-copy failed: "+msg+"; "+ms.FailureReason, "; ")
+	}
+	if ms.AbortRequested {
+		ms.AbortStatus = vmletv1.MigrationAbortFailed
+	}
+	if vmi.Status.Phase == vmletv1.Failed {
+		return nil // said and stopped already; the vmi's final pass removes the rest
+	}
+	why := fmt.Sprintf("the migration to node %s failed in post-copy, the guest's memory is split between the nodes and it cannot run on either: %s", ms.TargetNode, ms.FailureReason)
+	r.fail(vmi, vmistatus.ReasonMigrationPostCopyFailed, why)
+	if st, err := r.Runtime.State(string(vmi.UID)); err != nil || st.Exited != nil {
+		return nil // stopped already (a pass that read the vmi before it was Failed)
+	}
+	l, err := r.connect(ctx, vmi)
+	if err != nil {
+		return err // the next pass stops it (the vmi is Failed)
+	}
+	if ml, ok := l.(MigrationLauncher); ok {
+		if err := ml.KillDomain(ctx); err != nil && !errors.Is(err, launcher.ErrNoDomain) {
+			return fmt.Errorf("stop the source after a failed post-copy: %w", err)
+		}
+	}
+	return nil
 }
 
 // sourceFailure says why the source's run failed: its own reason (a timeout) first.
@@ -218,7 +274,7 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	}
 	completion, progress := timeouts(vmi, spec, copy)
 	m := &migrationRun{migration: ms.MigrationUID, source: true}
-	opts := migrationOptions(vmi)
+	opts := migrationOptions(vmi, copy)
 	if tlsDir != "" {
 		opts.TLSCredsDir, opts.TLSHostname = tlsDir, ms.TargetNodeAddress
 	}
@@ -248,6 +304,9 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	// target sees the stream end only after the source said why it ended.
 	og := outgoing{uri: uri, opts: opts, nbdURI: nbdURI, copy: copy, completion: completion, progress: progress,
 		wake: func() { r.WakeByID(string(vmi.UID)) }}
+	if opts.AllowPostcopy {
+		og.postcopy = ml.StartPostcopy
+	}
 	if disruptionAllowed(vmi) {
 		og.pause = func(ctx context.Context) error { _, err := l.Pause(ctx); return err }
 		og.unpause = func(ctx context.Context) error { _, err := l.Unpause(ctx); return err }
@@ -318,6 +377,9 @@ type outgoing struct {
 	copy   []translate.CopiedDisk
 	// completion bounds the whole migration, progress a stretch without progress.
 	completion, progress time.Duration
+	// postcopy switches to post-copy (allowPostCopy): a migration that reaches its completion
+	// timeout goes on in post-copy instead of being paused or aborted. nil: not allowed.
+	postcopy func(context.Context) error
 	// pause and unpause the guest: with pause (allowWorkloadDisruption) a migration that
 	// reaches its completion timeout pauses the guest to converge instead of being aborted;
 	// a migration that fails after that resumes it. nil: abort.
@@ -327,8 +389,9 @@ type outgoing struct {
 
 // migrateOut drives the outgoing migration: start it, follow its progress every second (waking
 // the vmi), cancel it when it makes no progress for o.progress or runs longer than
-// o.completion (or pause the guest then, when allowed), and finalize it (QEMU stops once it
-// completed).
+// o.completion (when allowed, switch to post-copy then, or else pause the guest), and finalize
+// it (QEMU stops once it completed). A migration in post-copy is never cancelled: the guest
+// runs on the target, and the source holds the pages it has not pulled yet.
 func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o outgoing) (MigrationStatus, error) {
 	mctx, done := context.WithTimeout(ctx, o.completion)
 	err := ml.Migrate(mctx, o.uri, o.opts, o.nbdURI, o.copy) // with disks: once their mirrors are ready
@@ -355,8 +418,11 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 	defer tick.Stop()
 	lowest, moved := int64(-1), start
 	var iter int64
-	paused := false
+	paused, postcopy := false, false
 	cancel := func(why string) {
+		if postcopy {
+			return // no way back: the guest runs on the target
+		}
 		m.mu.Lock()
 		first := m.abortMsg == ""
 		if first {
@@ -398,8 +464,23 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 				lowest, iter, moved = st.Remaining, st.Iterations, now
 			}
 			switch {
+			case postcopy:
+				// The rest arrives on demand and in the background; FinalizeMigration's bound
+				// ends a post-copy that cannot finish.
 			case now.Sub(moved) >= o.progress:
 				cancel("no progress for " + o.progress.String() + " (progressTimeout)")
+			case now.Sub(start) >= o.completion && o.postcopy != nil:
+				// allowPostCopy: the guest moves to the target now and pulls what is missing.
+				pctx, done := context.WithTimeout(ctx, callStartPostcopy)
+				if err := o.postcopy(pctx); err != nil {
+					cancel("not completed within " + o.completion.String() + " and the switch to post-copy failed: " + err.Error())
+				} else {
+					postcopy, moved = true, now
+					m.mu.Lock()
+					m.postCopy = true
+					m.mu.Unlock()
+				}
+				done()
 			case now.Sub(start) >= o.completion && !paused && o.pause != nil:
 				// allowWorkloadDisruption: stop the guest so that the rest converges.
 				pctx, done := context.WithTimeout(ctx, callPause)

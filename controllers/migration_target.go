@@ -134,12 +134,12 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	}
 	sync := *spec
 	sync.StartPaused = false
-	opts := migrationOptions(vmi)
+	copied := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
+	opts := migrationOptions(vmi, copied)
 	if opts.TLSCredsDir, err = r.migrationTLS(vmi); err != nil {
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
 	}
-	copied := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 	var receive []string
 	for _, d := range copied {
 		receive = append(receive, d.ID)
@@ -174,8 +174,10 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0}
 	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
 		// With disks the target stays paused after the stream: ResumeTarget, once the
-		// source ended its mirrors (it says so with completed).
-		return ml.FinalizeMigration(ctx, completion+progress, keepPaused)
+		// source ended its mirrors (it says so with completed). The bound outlasts the
+		// source's (completion + 2×progress from its later start: a paused guest or a
+		// post-copy may go on after the completion timeout), so the source says how it ended.
+		return ml.FinalizeMigration(ctx, completion+3*progress, keepPaused)
 	})
 	ms.TargetNodeAddress = r.Migration.Addr.String()
 	ms.TargetDirectMigrationNodePorts = ports

@@ -102,17 +102,23 @@ func TestVMIFailsWithoutLauncher(t *testing.T) {
 // waitEvent waits for a Warning event with reason about the VMI.
 func waitEvent(t *testing.T, vmi *vmletv1.VirtualMachineInstance, reason string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "Warning event "+reason, func() (bool, string) {
+	waitEventAbout(t, vmi, "Warning", reason)
+}
+
+// waitEventAbout waits for an event of type typ with reason regarding obj.
+func waitEventAbout(t *testing.T, obj client.Object, typ, reason string) {
+	t.Helper()
+	eventually(t, 10*time.Second, typ+" event "+reason, func() (bool, string) {
 		var l eventsv1.EventList
-		if err := env.Client.List(context.Background(), &l, client.InNamespace(vmi.Namespace)); err != nil {
+		if err := env.Client.List(context.Background(), &l, client.InNamespace(obj.GetNamespace())); err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, e := range l.Items {
-			if e.Regarding.UID != vmi.UID {
+			if e.Regarding.UID != obj.GetUID() {
 				continue
 			}
-			if e.Type == "Warning" && e.Reason == reason {
+			if e.Type == typ && e.Reason == reason {
 				return true, ""
 			}
 			seen = append(seen, e.Type+"/"+e.Reason)

@@ -1,8 +1,10 @@
 package devices
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/vmlet/vmlet/qemu/accel"
 	"golang.org/x/sys/unix"
@@ -15,7 +17,10 @@ type Capabilities struct {
 	VhostNet  bool           // /dev/vhost-net is char 10:238
 	Cgroup2   string         // cgroup2 mount point, "" if none
 	BPFDevice bool           // a device program with grants map loads (BPF_PROG_LOAD works)
-	Notes     []string       // why a capability is missing
+	// Userfaultfd: unprivileged processes may create userfaultfds (vm.unprivileged_userfaultfd
+	// is 1), as an unprivileged QEMU receiving a post-copy migration must.
+	Userfaultfd bool
+	Notes       []string // why a capability is missing
 }
 
 // Probe looks at this node. It changes nothing: the BPF check loads a program and maps and
@@ -32,12 +37,33 @@ func Probe() Capabilities {
 	if c.Cgroup2, err = FindCgroup2Mount(); err != nil {
 		c.Notes = append(c.Notes, err.Error())
 	}
+	if c.Userfaultfd, err = unprivilegedUserfaultfd(userfaultfdSysctl); err != nil {
+		c.Notes = append(c.Notes, err.Error())
+	}
 	if err := probeBPF(); err != nil {
 		c.Notes = append(c.Notes, err.Error())
 	} else {
 		c.BPFDevice = true
 	}
 	return c
+}
+
+const userfaultfdSysctl = "/proc/sys/vm/unprivileged_userfaultfd"
+
+// unprivilegedUserfaultfd reads vm.unprivileged_userfaultfd at path (absent before Linux 5.2,
+// when every process could). Equivalent to: sysctl -n vm.unprivileged_userfaultfd
+func unprivilegedUserfaultfd(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read vm.unprivileged_userfaultfd: %w", err)
+	}
+	if v := strings.TrimSpace(string(b)); v != "1" {
+		return false, fmt.Errorf("vm.unprivileged_userfaultfd is %s: unprivileged QEMU cannot receive post-copy migrations", v)
+	}
+	return true, nil
 }
 
 // isCharDevice reports whether path is the char device major:minor. Equivalent to: stat -c %t:%T

@@ -93,7 +93,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("new API client: %w", err)
 	}
 	caps := devices.Probe()
-	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun}
+	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun, Postcopy: caps.Userfaultfd}
 	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady}
 	if err := hb.Beat(ctx); err != nil {
 		return nil, err

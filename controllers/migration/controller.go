@@ -47,6 +47,7 @@ type Picker func(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (stri
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 // Controller is the VirtualMachineInstanceMigration controller.
 type Controller struct {
@@ -247,6 +248,10 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 		c.fail(m, ReasonBadConfig, err.Error())
 		return ctrl.Result{}, nil
 	}
+	noPostCopy, err := c.effectivePostCopy(ctx, &cfg, target)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	orig := vmi.DeepCopy()
 	vmi.Status.MigrationState = &vmletv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: target,
@@ -258,6 +263,9 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil // read the vmi again
 		}
 		return ctrl.Result{}, fmt.Errorf("hand the migration to the nodes: %w", err)
+	}
+	if noPostCopy != "" {
+		c.Recorder.Eventf(m, vmi, corev1.EventTypeWarning, ReasonPostCopyUnavailable, "Migrate", "allowPostCopy is off for this migration: %s", noPostCopy)
 	}
 	setCondition(m, "TargetScheduled", true, "Scheduled", "target node "+target)
 	m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()

@@ -29,6 +29,9 @@ const (
 	// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run
 	// is a new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).
 	ReasonNodeShutdown Reason = "NodeShutdown"
+	// ReasonMigrationPostCopyFailed: a migration failed after it switched to post-copy; the
+	// guest's memory was split between source and target and it cannot run on either.
+	ReasonMigrationPostCopyFailed Reason = "MigrationPostCopyFailed"
 	// ReasonInvalidSpec: the spec does not translate into a domain.
 	ReasonInvalidSpec Reason = "InvalidSpec"
 	// ReasonUnsupported: the spec asks for something vmlet does not do yet.

@@ -112,20 +112,24 @@ func (c *cli) top(ctx context.Context, o *topOptions, name string) error {
 	} else {
 		targets, warnings, err = c.discover(ctx, &o.kube)
 	}
+	warn := func(ws []string) {
+		for _, w := range ws {
+			fmt.Fprintf(c.stderr, "vmctl: warning: %s\n", w)
+		}
+	}
+	warn(warnings)
 	if err != nil {
 		return err
 	}
 	res := c.sample(ctx, targets, o.interval)
+	if err := ctx.Err(); err != nil { // ^C
+		return err
+	}
+	warn(res.failed)
 	if len(res.failed) == len(targets) {
-		for _, f := range res.failed {
-			fmt.Fprintf(c.stderr, "vmctl: warning: %s\n", f)
-		}
 		return fmt.Errorf("no agent answered (%d tried)", len(targets))
 	}
 	warnings = append(warnings, res.failed...)
-	for _, w := range warnings {
-		fmt.Fprintf(c.stderr, "vmctl: warning: %s\n", w)
-	}
 	rows := vmtop.Filter(res.rows, namespace, name)
 	if name != "" && len(rows) == 0 {
 		return notFoundError{namespace: namespace, name: name, answered: len(targets) - len(res.failed), failed: len(res.failed)}

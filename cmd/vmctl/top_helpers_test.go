@@ -55,6 +55,13 @@ func (a *agent) scrapes() int {
 	return a.served
 }
 
+// rewind makes the next scrape the first again.
+func (a *agent) rewind() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.served = 0
+}
+
 func (a *agent) metricsURL() string { return a.URL + "/metrics" }
 
 // deadAgent is the URL of a server that no longer listens.

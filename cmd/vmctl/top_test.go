@@ -147,7 +147,8 @@ func TestTopAgentDown(t *testing.T) {
 	}
 }
 
-// TestTopUsage: bad command lines are exit status 2 and touch no agent.
+// TestTopUsage: bad command lines (top's and the launcher commands') are exit status 2 and
+// touch no agent.
 func TestTopUsage(t *testing.T) {
 	noKubeconfig(t)
 	n1 := newAgent(t, n1First)
@@ -160,6 +161,9 @@ func TestTopUsage(t *testing.T) {
 		{"top", "--no-such-flag"},
 		{"no-such-command"},
 		{"status"}, // no --launcher
+		{"--launcher", "/nonexistent/launcher.sock", "qmp"},
+		{"--launcher", "/nonexistent/launcher.sock", "status", "extra"},
+		{"--launcher", "/nonexistent/launcher.sock", "qmp-log", "-n", "many"},
 	} {
 		r := vmctl(t, &fakeClock{}, args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "--help' for usage.") {

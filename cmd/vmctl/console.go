@@ -19,10 +19,7 @@ const escapeByte = 0x1d
 // console connects the terminal to the guest's serial console: the launcher's
 // <run dir>/sockets/console.sock, next to the launcher socket. The terminal is put in raw
 // mode when stdin is one; Ctrl-] quits. Only one console client can be attached at a time.
-func (c *cli) console(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError("console takes no arguments")
-	}
+func (c *cli) console(ctx context.Context) error {
 	path := filepath.Join(filepath.Dir(c.sock), "sockets", "console.sock")
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+)
+
+// launcherCmds are the commands that talk to one launcher over --launcher.
+func launcherCmds(c *cli) []*cobra.Command {
+	var (
+		asJSON bool
+		grace  time.Duration
+		follow bool
+		last   int
+	)
+	status := &cobra.Command{
+		Use: "status [--json]", Short: "The domain's state, accelerator, QEMU version, devices", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), asJSON) },
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print the Domain message as JSON")
+	pause := &cobra.Command{
+		Use: "pause", Short: "Stop the guest's vCPUs (the node agent's next pass restores spec.paused)", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.pause(cmd.Context(), true) },
+	}
+	unpause := &cobra.Command{
+		Use: "unpause", Short: "Resume the guest's vCPUs", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.pause(cmd.Context(), false) },
+	}
+	shutdown := &cobra.Command{
+		Use: "shutdown [--grace 30s]", Short: "ACPI power button, then quit after the grace period", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.shutdown(cmd.Context(), grace) },
+	}
+	shutdown.Flags().DurationVar(&grace, "grace", 0, "how long the guest may take to power off (0: the launcher's default)")
+	qmp := &cobra.Command{
+		Use: "qmp JSON", Short: "One raw QMP command", Example: `  vmctl --launcher PATH qmp '{"execute":"query-status"}'`,
+		Args: exactArgs(1, `one JSON command, e.g. '{"execute":"query-status"}'`),
+		RunE: func(cmd *cobra.Command, args []string) error { return c.qmp(cmd.Context(), args[0]) },
+	}
+	qmpLog := &cobra.Command{
+		Use: "qmp-log [-f] [-n 50]", Short: "The QMP traffic log", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.qmpLog(cmd.Context(), follow, last) },
+	}
+	qmpLog.Flags().BoolVarP(&follow, "follow", "f", false, "follow: keep printing new entries")
+	qmpLog.Flags().IntVarP(&last, "lines", "n", 50, "print the last n entries first")
+	console := &cobra.Command{
+		Use: "console", Short: "The serial console (Ctrl-] quits)", Args: noArgs,
+		Long: `Connects the terminal to the guest's serial console, <run dir>/sockets/console.sock next to
+the launcher socket (raw mode when stdin is a terminal; Ctrl-] quits; one client at a time).
+For a QMP session of your own use socat - UNIX-CONNECT:<run dir>/sockets/qmp-debug.sock.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.console(cmd.Context()) },
+	}
+	cmds := []*cobra.Command{status, pause, unpause, shutdown, qmp, qmpLog, console}
+	for _, cmd := range cmds {
+		cmd.PreRunE = func(*cobra.Command, []string) error {
+			if c.sock == "" {
+				return usageError("--launcher PATH is required (<run dir>/launcher.sock)")
+			}
+			return nil
+		}
+	}
+	return cmds
+}
+
+// dial connects with the call deadline.
+func (c *cli) dial(ctx context.Context) (*launcher.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return launcher.Dial(dctx, c.sock)
+}
+
+func (c *cli) status(ctx context.Context, asJSON bool) error {
+	cl, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	d, err := cl.GetDomain(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: false}.Marshal(d)
+		if err != nil {
+			return fmt.Errorf("encode domain: %w", err)
+		}
+		fmt.Fprintln(c.stdout, string(b))
+		return nil
+	}
+	printDomain(c.stdout, d)
+	return nil
+}
+
+func printDomain(w io.Writer, d *pb.Domain) {
+	state := strings.TrimPrefix(d.GetState().String(), "STATE_")
+	if d.GetReason() != "" {
+		state += " (" + d.GetReason() + ")"
+	}
+	fmt.Fprintf(w, "name:    %s\nstate:   %s\n", d.GetName(), state)
+	if d.GetState() == pb.State_STATE_NO_DOMAIN {
+		return
+	}
+	fmt.Fprintf(w, "accel:   %s (%s)\nqemu:    %s pid %d\nmachine: %s cpu %s\nagent:   %v\n",
+		d.GetAccel(), d.GetAccelReason(), d.GetQemuVersion(), d.GetPid(), d.GetMachine(), d.GetCpuModel(),
+		map[bool]string{true: "connected", false: "not connected"}[d.GetAgentConnected()])
+	fmt.Fprintf(w, "disks:   %s\nnics:    %s\n", strings.Join(d.GetDisks(), " "), strings.Join(d.GetNics(), " "))
+	if m := d.GetMigration(); m != nil {
+		fmt.Fprintf(w, "migration: %s %s\n", m.GetRole(), m.GetStatus())
+	}
+}
+
+func (c *cli) pause(ctx context.Context, pause bool) error {
+	cl, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var d *pb.Domain
+	if pause {
+		d, err = cl.Pause(ctx)
+	} else {
+		d, err = cl.Unpause(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, strings.TrimPrefix(d.GetState().String(), "STATE_"))
+	return nil
+}
+
+func (c *cli) shutdown(ctx context.Context, grace time.Duration) error {
+	cl, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	// The call lasts up to the grace period plus the quit/kill margin.
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+grace+time.Minute)
+	defer cancel()
+	r, err := cl.Shutdown(ctx, grace)
+	if err != nil {
+		return err
+	}
+	how := "guest powered off"
+	if r.GetForced() {
+		how = "forced"
+	}
+	fmt.Fprintf(c.stdout, "%s (%s)\n", how, r.GetReason())
+	return nil
+}
+
+func (c *cli) qmp(ctx context.Context, command string) error {
+	cl, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	reply, err := cl.QMP(ctx, command)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, reply)
+	return nil
+}
+
+func (c *cli) qmpLog(ctx context.Context, follow bool, n int) error {
+	cl, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if !follow {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	err = cl.QMPLog(ctx, n, follow, func(e *pb.QMPLogEntry) error {
+		t := time.Unix(0, e.GetTimeUnixNano()).UTC().Format("15:04:05.000000")
+		_, err := fmt.Fprintf(c.stdout, "%s %-5s %-6s %s\n", t, e.GetOrigin(), e.GetDirection(), e.GetText())
+		return err
+	})
+	if follow && errors.Is(err, context.Canceled) {
+		return nil // ^C
+	}
+	return err
+}

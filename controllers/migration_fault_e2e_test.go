@@ -387,3 +387,67 @@ func qemuPid(t *testing.T, a *agent, uid string) int {
 	}
 	return int(d.GetPid())
 }
+
+// TestMigrationSourceKilledAfterSwitchover: the source's QEMU dies after the switchover but
+// before the source cleaned up (its launcher is frozen while the migration completes, then QEMU
+// is killed): the target keeps the guest (its processes survive), the migration succeeds and
+// the source node is left clean.
+func TestMigrationSourceKilledAfterSwitchover(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	testguest.Assets(t)
+	n := startTwoNodes(t)
+	defer n.stop(t)
+	ctx := context.Background()
+	setMigrationConfig(t, "bandwidthPerMigration: 16Mi\n") // 128 MiB: ≈8 s, time to freeze the launcher
+	defer setMigrationConfig(t, "")
+	vmi := masqueradeVMI("src-killed")
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(ctx, vmi) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	vmi = mustGetVMI(t, vmi)
+	uid := string(vmi.UID)
+	pid := guestCounter(t, n.a, vmi, "src-killed")
+	qemu := qemuPid(t, n.a, uid)
+	st, err := n.a.runtime.State(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	k := startMigration(t, vmi, "src-killed")
+	waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+	if err := syscall.Kill(st.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(st.Pid, syscall.SIGCONT)
+		}
+	}()
+	eventually(t, time.Minute, "the target took the vmi over", func() (bool, string) {
+		v := mustGetVMI(t, vmi)
+		return v.Status.NodeName == secondNode, v.Status.NodeName
+	})
+	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(st.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	m := waitMigration(t, k, 2*time.Minute)
+	if m.Status.Phase != vmletv1.MigrationSucceeded {
+		t.Fatalf("phase %s: %+v", m.Status.Phase, m.Status.MigrationState)
+	}
+	assertStaysOn(t, n, vmi, secondNode)
+	if got := strings.TrimSpace(guestShell(t, n.b, vmi, "cat /tmp/counter.pid")); got != pid {
+		t.Fatalf("counter pid %q on the target, want %s", got, pid)
+	}
+	guestShell(t, n.b, vmi, "kill -0 "+pid)
+	waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
+}

@@ -227,6 +227,10 @@ func (r *VMIReconciler) sourceAdopt(ctx context.Context, vmi *vmletv1.VirtualMac
 		})
 		return ctrl.Result{}, true, nil
 	}
+	if strings.HasPrefix(mst.Status, "postcopy") {
+		// The guest ran on the target, its stream went with the old agent's relay: lost.
+		return ctrl.Result{}, true, r.postcopyFailed(ctx, vmi, "the source node agent restarted during post-copy (QEMU's migration was "+mst.Status+")")
+	}
 	if mst.Status != "failed" && mst.Status != "cancelled" && mst.Status != "none" {
 		if err := ml.CancelMigration(ctx); err != nil {
 			return ctrl.Result{}, true, err

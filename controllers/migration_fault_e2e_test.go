@@ -46,9 +46,11 @@ func (l *link) set(cut bool) {
 	l.cond.Broadcast()
 }
 
-func (l *link) wait() {
+// wait blocks while the link is cut, unless c was closed (a closed connection's copies end,
+// as a relay that closes it expects).
+func (l *link) wait(c *linkConn) {
 	l.mu.Lock()
-	for l.cut {
+	for l.cut && !c.closed {
 		l.cond.Wait()
 	}
 	l.mu.Unlock()
@@ -56,18 +58,27 @@ func (l *link) wait() {
 
 type linkConn struct {
 	net.Conn
-	l *link
+	l      *link
+	closed bool // under l.mu
 }
 
-func (c linkConn) Read(b []byte) (int, error) {
+func (c *linkConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	c.l.wait()
+	c.l.wait(c)
 	return n, err
 }
 
-func (c linkConn) Write(b []byte) (int, error) {
-	c.l.wait()
+func (c *linkConn) Write(b []byte) (int, error) {
+	c.l.wait(c)
 	return c.Conn.Write(b)
+}
+
+func (c *linkConn) Close() error {
+	c.l.mu.Lock()
+	c.closed = true
+	c.l.mu.Unlock()
+	c.l.cond.Broadcast()
+	return c.Conn.Close()
 }
 
 // through makes a node's migration dials go over l.
@@ -78,7 +89,7 @@ func through(m *controllers.MigrationNet, l *link) *controllers.MigrationNet {
 		if err != nil {
 			return nil, err
 		}
-		return linkConn{c, l}, nil
+		return &linkConn{Conn: c, l: l}, nil
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -70,7 +71,8 @@ func setPostcopyLabel(t *testing.T, node string, can bool) {
 // survive, the source node is left clean), where the same migration towards a node that cannot
 // receive post-copy keeps pre-copy (allowPostCopy recorded false, a PostCopyUnavailable event)
 // and is aborted at the completion timeout. When the link stalls in the switch to post-copy, the guest is lost on both nodes: the vmi is Failed
-// (MigrationPostCopyFailed) and neither node keeps anything of it.
+// (MigrationPostCopyFailed) and neither node keeps anything of it; the same when the source's
+// agent restarts during post-copy.
 func TestMigrationPostCopy(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -151,5 +153,46 @@ func TestMigrationPostCopy(t *testing.T) {
 		waitEvent(t, vmi, string(vmistatus.ReasonMigrationPostCopyFailed))
 		waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
 		waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
+	})
+
+	t.Run("the source agent restarts in post-copy", func(t *testing.T) {
+		// As above, but the source's agent restarts while the stalled migration is in
+		// post-copy: its relay goes with it, and the new agent finds QEMU in post-copy (not a
+		// migration it may cancel and resume): the vmi is Failed, both nodes clean.
+		v := masqueradeVMI("postcopy-restart")
+		if err := env.Client.Create(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		vk := client.ObjectKeyFromObject(v)
+		defer waitDeleted(t, vk)
+		defer func() { _ = env.Client.Delete(ctx, v) }()
+		v = waitCondition(t, vk, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+		source := v.Status.NodeName
+		k := startMigration(t, v, "postcopy-restart")
+		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+		l.set(true)
+		eventually(t, 30*time.Second, "the migration in post-copy", func() (bool, string) {
+			ms := mustGetVMI(t, v).Status.MigrationState
+			return ms != nil && ms.Mode == vmletv1.MigrationPostCopy, fmt.Sprintf("%+v", ms)
+		})
+		n.restart(t, source)
+		l.set(false)
+		failureOf(t, k)
+		// Whoever sees it first fails the migration (the target, whose stream broke, or the new
+		// source agent, which finds QEMU in post-copy); the source then fails the vmi, its word
+		// first in the reason.
+		var got *vmletv1.VirtualMachineInstance
+		eventually(t, 30*time.Second, "the vmi Failed", func() (bool, string) {
+			got = mustGetVMI(t, v)
+			return got.Status.Phase == vmletv1.Failed, string(got.Status.Phase)
+		})
+		if got.Status.Reason != string(vmistatus.ReasonMigrationPostCopyFailed) {
+			t.Errorf("vmi reason %s, want %s", got.Status.Reason, vmistatus.ReasonMigrationPostCopyFailed)
+		}
+		if why := got.Status.MigrationState.FailureReason; !strings.HasPrefix(why, "source: post-copy failed") {
+			t.Errorf("failure reason %q, want the source's post-copy failure first", why)
+		}
+		waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, string(v.UID))
+		waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, string(v.UID))
 	})
 }

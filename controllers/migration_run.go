@@ -13,6 +13,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/qemu"
 )
@@ -189,6 +190,14 @@ func roleOf(vmi *vmletv1.VirtualMachineInstance, node string) migrationRole {
 		return roleTarget
 	}
 	return roleNone
+}
+
+// postcopyLost says whether the vmi, still on node (its migration's source), lost its guest: its
+// migration failed after switching to post-copy (pure).
+func postcopyLost(vmi *vmletv1.VirtualMachineInstance, node string) bool {
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.Failed && ms.Mode == vmletv1.MigrationPostCopy && ms.SourceNode == node &&
+		vmi.Status.NodeName == node && vmi.DeletionTimestamp.IsZero() && !vmistatus.IsFinal(vmi.Status.Phase)
 }
 
 // migrationConfig is the configuration of the vmi's migration as the controller resolved and

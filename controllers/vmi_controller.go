@@ -230,6 +230,11 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 			r.forgetRun(vmi.UID) // its outcome is in the status
 		}
 	}
+	if role == roleNone && postcopyLost(vmi, r.NodeName) {
+		// The migration failed after it switched to post-copy (the target said so, or this
+		// agent learns it after a restart): the guest cannot run here again.
+		return ctrl.Result{}, r.postcopyFailed(ctx, vmi, "the target failed during post-copy")
+	}
 	switch role {
 	case roleTarget:
 		return r.targetStep(ctx, vmi)

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,6 +159,19 @@ func (d *domain) migratingIn() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.incoming && (d.mig == nil || d.mig.Status != "completed")
+}
+
+// leftForTarget reports whether d's guest went to the target of its outgoing migration: the
+// migration completed or switched to post-copy (the source then lacks the pages the target
+// dirtied). Such a guest must not run here again.
+func (d *domain) leftForTarget() (bool, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.migRole != roleSource || d.mig == nil {
+		return false, ""
+	}
+	st := d.mig.Status
+	return st == "completed" || strings.HasPrefix(st, "postcopy"), st
 }
 
 func (d *domain) migrationRole() string {

@@ -79,6 +79,9 @@ func (l *api) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.UnpauseRes
 	if err != nil {
 		return nil, err
 	}
+	if left, st := d.leftForTarget(); left {
+		return nil, fmt.Errorf("unpause: %w: the guest left for the migration target (outgoing migration %s): it cannot run here again", ErrWrongState, st)
+	}
 	if err := d.vm.Resume(ctx); err != nil {
 		return nil, fmt.Errorf("unpause: %w", err)
 	}

@@ -41,6 +41,9 @@ const (
 // ErrInvalidSpec). A valid spec cannot inject anything into QEMU's command line: every string
 // that reaches an option is from a restricted alphabet, and the free-form ones (paths) reach
 // QEMU only as QMP JSON or as file descriptors.
+// maxBalloonStatsPeriod bounds Balloon.StatsPeriodSeconds (a day; QEMU takes any int64).
+const maxBalloonStatsPeriod = 86400
+
 func (s *Spec) Validate() error {
 	if !nameRe.MatchString(s.Name) {
 		return specErr("name", s.Name, "must be 1-253 of [A-Za-z0-9._-] starting with a letter or digit")
@@ -64,6 +67,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := s.validateCPU(); err != nil {
 		return err
+	}
+	if b := s.Balloon; b != nil && (b.StatsPeriodSeconds < 0 || b.StatsPeriodSeconds > maxBalloonStatsPeriod) {
+		return specErr("balloon.statsPeriodSeconds", fmt.Sprint(b.StatsPeriodSeconds), fmt.Sprintf("must be 0-%d", maxBalloonStatsPeriod))
 	}
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		return specErr("memoryMiB", fmt.Sprint(s.MemoryMiB), fmt.Sprintf("must be %d-%d", MinMemoryMiB, MaxMemoryMiB))

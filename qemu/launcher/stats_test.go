@@ -55,8 +55,15 @@ func diskFilesystem(ctx context.Context, t *testing.T, p *proc, dev string) {
 }
 
 // balloonStats waits (deadline) for the balloon's first guest report and checks its figures
-// against the guest's 256 MiB.
-func balloonStats(t *testing.T, p *proc) {
+// against the guest's 256 MiB; it returns the report's time.
+func balloonStats(t *testing.T, p *proc) int64 {
+	return balloonStatsAfter(t, p, 0)
+}
+
+// balloonStatsAfter is balloonStats for a report newer than after (unix seconds): on a
+// migration target, proof that the balloon polls there too.
+func balloonStatsAfter(t *testing.T, p *proc, after int64) int64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const guest = 256 << 20
@@ -67,7 +74,7 @@ func balloonStats(t *testing.T, p *proc) {
 			return false, err.Error()
 		}
 		m = st.GetMemory()
-		return m.GetHasGuestStats(), m.String()
+		return m.GetHasGuestStats() && m.GetGuestStatsUpdatedUnix() > after, m.String()
 	})
 	t.Logf("balloon: %v", m)
 	if !m.GetHasBalloon() || m.GetActualBalloonBytes() != guest {
@@ -81,4 +88,5 @@ func balloonStats(t *testing.T, p *proc) {
 	if age := time.Since(time.Unix(m.GetGuestStatsUpdatedUnix(), 0)); age < -time.Minute || age > time.Minute {
 		t.Errorf("guest stats updated %s ago", age)
 	}
+	return m.GetGuestStatsUpdatedUnix()
 }

@@ -21,8 +21,17 @@ var qmpBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 // creates it under the map's own lock.
 type qmpStats struct {
 	hists  sync.Map // command name → *qmpHist
+	names  atomic.Int64
 	losses atomic.Uint64
 }
+
+// maxQMPCommands bounds the number of histograms: QEMU has about 250 commands, and a
+// qmp-debug.sock user may type any name (QEMU answers CommandNotFound). Names beyond it are
+// counted under qmpOtherCommand.
+const (
+	maxQMPCommands  = 300
+	qmpOtherCommand = "(other)"
+)
 
 // qmpHist is one command's histogram. counts[i] is the number of replies in bucket i alone
 // (not cumulative: one atomic add per reply); counts[len(qmpBuckets)] are those above the
@@ -37,7 +46,14 @@ type qmpHist struct {
 func (s *qmpStats) observe(cmd string, took time.Duration, qmpErr *qmp.Error) {
 	h, ok := s.hists.Load(cmd)
 	if !ok {
-		h, _ = s.hists.LoadOrStore(cmd, &qmpHist{counts: make([]atomic.Uint64, len(qmpBuckets)+1)})
+		if s.names.Add(1) > maxQMPCommands {
+			cmd = qmpOtherCommand
+		}
+		var loaded bool
+		h, loaded = s.hists.LoadOrStore(cmd, &qmpHist{counts: make([]atomic.Uint64, len(qmpBuckets)+1)})
+		if loaded {
+			s.names.Add(-1) // another caller created it first
+		}
 	}
 	qh := h.(*qmpHist)
 	sec := took.Seconds()

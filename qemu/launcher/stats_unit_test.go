@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -138,6 +139,31 @@ func TestQMPStats(t *testing.T) {
 	}
 }
 
+// TestQMPStatsNamesBounded: names past maxQMPCommands share one histogram.
+func TestQMPStatsNamesBounded(t *testing.T) {
+	var s qmpStats
+	for i := range maxQMPCommands + 10 {
+		s.observe(fmt.Sprintf("cmd-%d", i), time.Millisecond, &qmp.Error{Class: "CommandNotFound"})
+	}
+	s.observe("cmd-0", time.Millisecond, nil) // an existing name keeps its own
+	got := s.snapshot().GetQmp()
+	if len(got) != maxQMPCommands+1 {
+		t.Fatalf("%d histograms, want %d", len(got), maxQMPCommands+1)
+	}
+	for _, h := range got {
+		switch h.GetCommand() {
+		case qmpOtherCommand:
+			if h.GetCount() != 10 || h.GetErrors() != 10 {
+				t.Errorf("other: %v, want 10 replies, 10 errors", h)
+			}
+		case "cmd-0":
+			if h.GetCount() != 2 || h.GetErrors() != 1 {
+				t.Errorf("cmd-0: %v, want 2 replies, 1 error", h)
+			}
+		}
+	}
+}
+
 func equalU64(a, b []uint64) bool {
 	if len(a) != len(b) {
 		return false
@@ -186,4 +212,18 @@ func TestBalloonStats(t *testing.T) {
 	if !proto.Equal(&m, want) {
 		t.Errorf("balloonStats = %v, want %v", &m, want)
 	}
+}
+
+// BenchmarkQMPObserve is the cost QMP latency recording adds to every command (parallel: the
+// launcher's RPCs send commands concurrently).
+func BenchmarkQMPObserve(b *testing.B) {
+	var s qmpStats
+	names := []string{"query-status", "query-cpus-fast", "query-blockstats", "qom-get"}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			s.observe(names[i%len(names)], time.Duration(i%5000)*time.Microsecond, nil)
+			i++
+		}
+	})
 }

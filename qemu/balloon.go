@@ -42,7 +42,7 @@ type BalloonInfo struct {
 	Free, Total, Available, Caches *uint64 // bytes: stat-free-memory, -total-, -available-, stat-disk-caches
 }
 
-// ErrNoBalloon: the VM has no balloon device.
+// ErrNoBalloon is Balloon's error for a VM without a balloon device.
 var ErrNoBalloon = errors.New("no balloon device")
 
 // Balloon returns the balloon's figures, or ErrNoBalloon.

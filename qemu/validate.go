@@ -35,15 +35,14 @@ const (
 	maxSunPathLen  = 107 // sizeof(sun_path) minus the NUL
 	maxNICQueues   = 16
 	maxTCGCacheMiB = 4096
+	// maxBalloonStatsPeriod bounds Balloon.StatsPeriodSeconds (a day; QEMU takes any int64).
+	maxBalloonStatsPeriod = 86400
 )
 
 // Validate checks the whole spec and returns the first problem as a *SpecError (which wraps
 // ErrInvalidSpec). A valid spec cannot inject anything into QEMU's command line: every string
 // that reaches an option is from a restricted alphabet, and the free-form ones (paths) reach
 // QEMU only as QMP JSON or as file descriptors.
-// maxBalloonStatsPeriod bounds Balloon.StatsPeriodSeconds (a day; QEMU takes any int64).
-const maxBalloonStatsPeriod = 86400
-
 func (s *Spec) Validate() error {
 	if !nameRe.MatchString(s.Name) {
 		return specErr("name", s.Name, "must be 1-253 of [A-Za-z0-9._-] starting with a letter or digit")

@@ -100,12 +100,12 @@ func diskID(a qga.FSDisk, pci map[qemu.PCIAddr]string, disks []qemu.Disk) string
 	p := a.PCIController
 	qdev := pci[qemu.PCIAddr{Bus: p.Bus, Slot: p.Slot, Function: p.Function}]
 	for _, d := range disks {
-		switch {
-		case d.Bus == qemu.BusSCSI:
+		switch d.Bus {
+		case qemu.BusSCSI:
 			if qdev == qemu.SCSIController && a.BusType == "scsi" && a.Target == d.Port-1 && a.Unit == 0 {
 				return d.ID
 			}
-		case d.Bus == qemu.BusVirtio || d.Bus == "":
+		case qemu.BusVirtio, "":
 			if qdev != "" && qdev == d.ID {
 				return d.ID
 			}

@@ -179,6 +179,10 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 		b.opt("-object", "", "rng-random", "id", objRNG, "filename", "/dev/urandom")
 		b.opt("-device", "", "virtio-rng-pci", "rng", objRNG, "id", devRNG, "bus", "pcie.0", "addr", addrRNG)
 	}
+	if bl := spec.Balloon; bl != nil {
+		b.opt("-device", "", "virtio-balloon-pci", "id", devBalloon, "bus", "pcie.0", "addr", addrBalloon,
+			"free-page-reporting", onOff(bl.FreePageReporting))
+	}
 	if spec.needsSCSI() {
 		b.opt("-device", "", "virtio-scsi-pci", "id", devSCSI, "bus", "pcie.0", "addr", addrSCSI)
 	}
@@ -223,6 +227,14 @@ func (f FDs) check(spec *Spec) error {
 		return missing("initrd with a non-plain path")
 	}
 	return nil
+}
+
+// onOff is a QEMU boolean option value.
+func onOff(v bool) string {
+	if v {
+		return "on"
+	}
+	return "off"
 }
 
 func fdOrPath(path string, fd int) string {

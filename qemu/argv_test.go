@@ -42,6 +42,7 @@ func fullSpec() Spec {
 	s.Serial = &Serial{Socket: "/run/vmlet/vm1/serial.sock", LogFile: "/var/log/vmlet/vm1-serial.log"}
 	s.Agent = &Agent{Socket: "/run/vmlet/vm1/qga.sock"}
 	s.RNG = true
+	s.Balloon = &Balloon{StatsPeriodSeconds: 10, FreePageReporting: true}
 	s.HotplugPorts = 9
 	return s
 }

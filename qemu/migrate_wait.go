@@ -162,7 +162,7 @@ func (vm *VM) completedStats(ctx context.Context, m MigrationInfo) (MigrationInf
 // when the guest was running on the source. A failed migration returns a *MigrationError (the
 // target QEMU then usually exits by itself).
 //
-// QMP: event MIGRATION; query-migrate; cont.
+// QMP: event MIGRATION; query-migrate; cont; qom-set guest-stats-polling-interval.
 func (vm *VM) WaitIncoming(ctx context.Context, resume bool) (MigrationInfo, error) {
 	events, unsub := vm.mon.Subscribe(isMigrationEvent)
 	defer unsub()
@@ -181,6 +181,10 @@ func (vm *VM) WaitIncoming(ctx context.Context, resume bool) (MigrationInfo, err
 				resumed = true
 			}
 			if m.Status == "completed" {
+				// The device state arrived: make sure the balloon polls on this side.
+				if err := vm.setBalloonStatsPeriod(ctx); err != nil {
+					vm.log.Warn("balloon stats after incoming migration", "err", err)
+				}
 				return m, nil
 			}
 		case "failed", "cancelled":

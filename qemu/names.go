@@ -14,6 +14,7 @@ const (
 	objRNG        = "rng_src"
 	devRNG        = "rng_dev"
 	devSCSI       = "scsi_0"
+	devBalloon    = "balloon_0"
 	busSCSI       = devSCSI + ".0"
 	serialLogSet  = 1 // -add-fd set id of the serial log file
 
@@ -21,6 +22,7 @@ const (
 	addrVirtSerial = "0x5"
 	addrRNG        = "0x6"
 	addrSCSI       = "0x7"
+	addrBalloon    = "0x8"
 	rootPortSlot0  = 0x10 // root ports fill functions 0-7 of slots 0x10-0x13
 )
 

@@ -55,12 +55,13 @@ var (
 		"-object":  {"", "id", "filename"},
 	}
 	deviceKeys = map[string][]string{
-		"isa-serial":        {"", "chardev", "id"},
-		"virtio-serial-pci": {"", "id", "bus", "addr"},
-		"virtserialport":    {"", "bus", "chardev", "name", "id"},
-		"virtio-rng-pci":    {"", "rng", "id", "bus", "addr"},
-		"virtio-scsi-pci":   {"", "id", "bus", "addr"},
-		"pcie-root-port":    {"", "id", "bus", "chassis", "port", "addr", "multifunction"},
+		"isa-serial":         {"", "chardev", "id"},
+		"virtio-serial-pci":  {"", "id", "bus", "addr"},
+		"virtserialport":     {"", "bus", "chardev", "name", "id"},
+		"virtio-rng-pci":     {"", "rng", "id", "bus", "addr"},
+		"virtio-scsi-pci":    {"", "id", "bus", "addr"},
+		"virtio-balloon-pci": {"", "id", "bus", "addr", "free-page-reporting"},
+		"pcie-root-port":     {"", "id", "bus", "chassis", "port", "addr", "multifunction"},
 	}
 	jsonKeys = map[string][]string{
 		"-blockdev": {"driver", "node-name", "filename", "aio", "cache", "read-only", "file"},

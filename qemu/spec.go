@@ -39,6 +39,8 @@ type Spec struct {
 	Agent *Agent
 	// RNG adds a virtio-rng-pci device fed from the host's /dev/urandom.
 	RNG bool
+	// Balloon adds a virtio-balloon-pci memory balloon; nil means none.
+	Balloon *Balloon
 	// SCSI adds the virtio-scsi controller even when no disk uses the SCSI bus, so that SCSI
 	// disks can be hotplugged later. It is implied by any SCSI disk in Disks.
 	SCSI bool
@@ -190,6 +192,18 @@ type Serial struct {
 // on a unix socket that vmlet binds.
 type Agent struct {
 	Socket string // absolute path, shorter than 108 bytes; created by Start
+}
+
+// Balloon is the virtio memory balloon (libvirt's <memballoon model='virtio'>). It sits at a
+// fixed address on pcie.0 (no root port), so it changes neither the hotplug ports nor the
+// migration layout; source and target must both have it or both not.
+type Balloon struct {
+	// StatsPeriodSeconds is the guest-stats-polling-interval: how often QEMU asks the guest
+	// driver for memory statistics (libvirt's <stats period>). 0 asks for none.
+	StatsPeriodSeconds int
+	// FreePageReporting lets the guest report freed pages so the host can reclaim them
+	// (free-page-reporting=on).
+	FreePageReporting bool
 }
 
 // AgentPortName is the virtio-serial port name qemu-ga looks for.

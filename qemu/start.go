@@ -67,6 +67,7 @@ var startSteps = []startStep{
 	{"connect-qmp", (*starter).connectQMP},
 	{"attach-devices", (*starter).attachDevices},
 	{"refresh-boot-order", (*starter).refreshBootOrder},
+	{"balloon-stats", (*starter).balloonStats},
 	{"cont", (*starter).cont},
 }
 
@@ -279,6 +280,14 @@ func (s *starter) refreshBootOrder(ctx context.Context) error {
 	}
 }
 
+// balloonStats turns on the balloon's guest statistics polling. It runs on migration targets
+// too (before migrate-incoming): the polling interval is not migrated, and the device's
+// post-load restarts the timer with the target's own value; WaitIncoming sets it once more
+// after the migration completed.
+func (s *starter) balloonStats(ctx context.Context) error {
+	return s.vm.setBalloonStatsPeriod(ctx)
+}
+
 func (s *starter) cont(ctx context.Context) error {
 	if s.spec.StartPaused || s.spec.Incoming {
 		return nil
@@ -298,6 +307,10 @@ func cloneSpec(spec *Spec) *Spec {
 	if spec.Agent != nil {
 		a := *spec.Agent
 		c.Agent = &a
+	}
+	if spec.Balloon != nil {
+		b := *spec.Balloon
+		c.Balloon = &b
 	}
 	return &c
 }

@@ -35,6 +35,8 @@ const (
 	maxSunPathLen  = 107 // sizeof(sun_path) minus the NUL
 	maxNICQueues   = 16
 	maxTCGCacheMiB = 4096
+	// maxBalloonStatsPeriod bounds Balloon.StatsPeriodSeconds (a day; QEMU takes any int64).
+	maxBalloonStatsPeriod = 86400
 )
 
 // Validate checks the whole spec and returns the first problem as a *SpecError (which wraps
@@ -64,6 +66,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := s.validateCPU(); err != nil {
 		return err
+	}
+	if b := s.Balloon; b != nil && (b.StatsPeriodSeconds < 0 || b.StatsPeriodSeconds > maxBalloonStatsPeriod) {
+		return specErr("balloon.statsPeriodSeconds", fmt.Sprint(b.StatsPeriodSeconds), fmt.Sprintf("must be 0-%d", maxBalloonStatsPeriod))
 	}
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		return specErr("memoryMiB", fmt.Sprint(s.MemoryMiB), fmt.Sprintf("must be %d-%d", MinMemoryMiB, MaxMemoryMiB))

@@ -28,6 +28,7 @@ func TestValidateRejects(t *testing.T) {
 		{"max cpu migratable", func(s *Spec) { s.Migratable, s.CPU.Model = true, "max" }, "cpu.model"},
 		{"accel", func(s *Spec) { s.Accel = "hvf" }, "accel"},
 		{"tb-size", func(s *Spec) { s.TCGCacheMiB = -1 }, "tcgCacheMiB"},
+		{"balloon stats period", func(s *Spec) { s.Balloon = &Balloon{StatsPeriodSeconds: -1} }, "balloon.statsPeriodSeconds"},
 		{"memory", func(s *Spec) { s.MemoryMiB = 8 }, "memoryMiB"},
 		{"vcpus", func(s *Spec) { s.CPU = CPU{Sockets: 2, Cores: 200} }, "cpu"},
 		{"negative cores", func(s *Spec) { s.CPU.Cores = -1 }, "cpu"},

@@ -31,6 +31,10 @@ type Devices struct {
 	// Serial console access will not be available if set to false. Defaults to true.
 	// +optional
 	AutoattachSerialConsole *bool `json:"autoattachSerialConsole,omitempty"`
+	// Whether to attach a memory balloon device (virtio-balloon-pci with guest memory
+	// statistics every 10 s and free page reporting) or not. Defaults to true.
+	// +optional
+	AutoattachMemBalloon *bool `json:"autoattachMemBalloon,omitempty"`
 	// Whether to have a random number generator from host (virtio-rng-pci).
 	// +optional
 	Rng *Rng `json:"rng,omitempty"`

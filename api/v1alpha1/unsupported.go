@@ -78,7 +78,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.domain.devices", "watchdog", KindObject},
 	{"spec.domain.devices", "inputs", KindArray},
 	{"spec.domain.devices", "logSerialConsole", KindBoolean},
-	{"spec.domain.devices", "autoattachMemBalloon", KindBoolean},
 	{"spec.domain.devices", "autoattachInputDevice", KindBoolean},
 	{"spec.domain.devices", "autoattachVSOCK", KindBoolean},
 	{"spec.domain.devices", "blockMultiQueue", KindBoolean},

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -75,4 +76,23 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+// TestSameDevicesEverywhere: no mode has a memory balloon (libvirt's is switched off, the
+// launcher's spec and bare QEMU's have none), so none pays for one the others lack.
+func TestSameDevicesEverywhere(t *testing.T) {
+	g := testGuest()
+	x, err := DomainXML(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(x, `<memballoon model="none"></memballoon>`) {
+		t.Errorf("libvirt domain has a memory balloon:\n%s", x)
+	}
+	if b := g.LauncherSpec().GetBalloon(); b != nil {
+		t.Errorf("launcher spec has a balloon %v", b)
+	}
+	if b := g.QEMUSpec().Balloon; b != nil {
+		t.Errorf("bare QEMU spec has a balloon %v", b)
+	}
 }

@@ -38,7 +38,9 @@ const marker = "VMLET-GUEST-READY"
 // baseCmdline is the test guest's kernel command line (testguest.BaseCmdline).
 const baseCmdline = "console=ttyS0 quiet panic=-1"
 
-// LauncherSpec is g as a launcher Sync request (the launcher picks its own socket paths).
+// LauncherSpec is g as a launcher Sync request (the launcher picks its own socket paths). It
+// has no memory balloon, as a VMI with autoattachMemBalloon: false: the libvirt side runs
+// <memballoon model='none'/> and bare QEMU none, so all three run the same devices.
 func (g Guest) LauncherSpec() *pb.DomainSpec {
 	return &pb.DomainSpec{
 		Name:         g.Name,

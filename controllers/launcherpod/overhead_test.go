@@ -22,7 +22,8 @@ import (
 
 // The overhead measurement behind launcherpod.MemoryOverhead: boot the test guest under QEMU
 // the way the node agent does (TCG, tb-size, serial, guest agent channel, SCSI controller,
-// hotplug ports) and split QEMU's RSS into guest RAM, TCG translation cache and the rest.
+// hotplug ports, memory balloon) and split QEMU's RSS into guest RAM, TCG translation cache
+// and the rest.
 //
 //	go test -run '^$' -bench QEMUOverhead -benchtime 1x ./controllers/launcherpod/
 //
@@ -93,6 +94,8 @@ func measure(t testing.TB, memMiB, vcpus int) qemuMemory {
 		SCSI:         true,
 		HotplugPorts: 4,
 		StartPaused:  true,
+		// The balloon translation adds by default (autoattachMemBalloon).
+		Balloon: &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
 	defer cancel()

@@ -110,6 +110,7 @@ func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced
 	if d.Devices.Rng != nil {
 		s.RNG = true
 	}
+	s.Balloon = memBalloon(vmi)
 	if d.Devices.AutoattachSerialConsole == nil || *d.Devices.AutoattachSerialConsole {
 		s.Serial = &qemu.Serial{
 			Socket:  filepath.Join(env.RunDir, "serial.sock"),

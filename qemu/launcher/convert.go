@@ -60,6 +60,9 @@ func SpecFromProto(p *pb.DomainSpec, paths Paths) (*qemu.Spec, NetNS, error) {
 	if p.GetAgent() {
 		s.Agent = &qemu.Agent{Socket: paths.AgentSocket()}
 	}
+	if b := p.GetBalloon(); b != nil {
+		s.Balloon = &qemu.Balloon{StatsPeriodSeconds: int(b.GetStatsPeriodSeconds()), FreePageReporting: b.GetFreePageReporting()}
+	}
 	return s, ns, nil
 }
 
@@ -88,6 +91,9 @@ func SpecToProto(s *qemu.Spec, ns NetNS) *pb.DomainSpec {
 	}
 	if s.Boot != (qemu.Boot{}) {
 		p.Boot = &pb.Boot{Kernel: s.Boot.Kernel, Initrd: s.Boot.Initrd, Cmdline: s.Boot.Cmdline}
+	}
+	if b := s.Balloon; b != nil {
+		p.Balloon = &pb.Balloon{StatsPeriodSeconds: int32(b.StatsPeriodSeconds), FreePageReporting: b.FreePageReporting}
 	}
 	for _, d := range s.Disks {
 		p.Disks = append(p.Disks, DiskToProto(d))

@@ -28,6 +28,7 @@ func TestSpecConversion(t *testing.T) {
 		Serial:       &qemu.Serial{Socket: testPaths.ConsoleSocket(), LogFile: testPaths.SerialLog()},
 		Agent:        &qemu.Agent{Socket: testPaths.AgentSocket()},
 		RNG:          true,
+		Balloon:      &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
 		SCSI:         true,
 		HotplugPorts: 4,
 		Migratable:   true,

@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +65,7 @@ func hotplugDisk(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	} else if st.GetBlock()[i].GetRdBytes() == 0 {
 		t.Errorf("data1 read 0 bytes although the guest read it: %v", st.GetBlock()[i])
 	}
+	diskFilesystem(ctx, t, p, dev)
 	from, off = rec.len(), con.Len()
 	if err := p.client.UnplugDisk(ctx, "data1"); err != nil {
 		t.Fatal(err)
@@ -99,6 +103,28 @@ func testNetns(t *testing.T) (string, string) {
 	return "/var/run/netns/" + ns, "vt0"
 }
 
+// tapErrors reads the tap's error counters (rx errs, tx errs columns of /proc/net/dev) in
+// its namespace, independently of the launcher (ip netns exec).
+func tapErrors(t *testing.T, netns, tap string) (rx, tx uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", filepath.Base(netns), "cat", "/proc/net/dev").Output()
+	if err != nil {
+		t.Fatalf("read /proc/net/dev in %s: %v", netns, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if f := strings.Fields(rest); ok && strings.TrimSpace(name) == tap && len(f) >= 11 {
+			rx, _ = strconv.ParseUint(f[2], 10, 64)
+			tx, _ = strconv.ParseUint(f[10], 10, 64)
+			return rx, tx
+		}
+	}
+	t.Fatalf("no %s in %s's /proc/net/dev:\n%s", tap, netns, out)
+	return 0, 0
+}
+
 // hotplugNIC attaches a NIC on a tap in a test-made netns, checks guest, events and stats,
 // then unplugs it.
 func hotplugNIC(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
@@ -122,6 +148,8 @@ func hotplugNIC(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	}
 	if i := slices.IndexFunc(st.GetNet(), func(n *pb.NetStats) bool { return n.GetId() == "net1" }); i < 0 || st.GetNet()[i].GetTap() != tap {
 		t.Errorf("net stats lack net1 on %s: %v", tap, st.GetNet())
+	} else if rx, tx := tapErrors(t, netns, tap); st.GetNet()[i].GetRxErrors() != rx || st.GetNet()[i].GetTxErrors() != tx {
+		t.Errorf("net1 errors rx %d tx %d, the kernel says rx %d tx %d", st.GetNet()[i].GetRxErrors(), st.GetNet()[i].GetTxErrors(), rx, tx)
 	}
 	d, err := p.client.GetDomain(ctx)
 	if err != nil {
@@ -163,5 +191,56 @@ func domainStats(t *testing.T, p *proc) {
 	}
 	if m := st.GetMemory(); m.GetGuestBytes() != 256<<20 || m.GetQemuRssBytes() == 0 || m.GetQemuPssBytes() == 0 {
 		t.Errorf("memory %v, want 256 MiB guest and a non-zero RSS/PSS", m)
+	}
+	if st.GetQemuMinorFaults() == 0 {
+		t.Errorf("qemu minor faults 0: QEMU touched its guest RAM, it must have faulted")
+	}
+	// vCPU delay and wait exactly when the kernel provides them (schedstat; sched's wait_sum).
+	_, errDelay := os.Stat("/proc/self/schedstat")
+	sched, _ := os.ReadFile("/proc/self/sched")
+	wantWait := strings.Contains(string(sched), "wait_sum")
+	for _, v := range st.GetVcpus() {
+		t.Logf("vcpu: %v; qemu faults minor %d major %d", v, st.GetQemuMinorFaults(), st.GetQemuMajorFaults())
+		if v.GetHasDelay() != (errDelay == nil) || v.GetHasWait() != wantWait || (!v.GetHasWait() && v.GetWaitNs() != 0) {
+			t.Errorf("vcpu %v: want has_delay %v, has_wait %v", v, errDelay == nil, wantWait)
+		}
+	}
+	qmpHistograms(t, st.GetLauncher())
+	balloonStats(t, p)
+}
+
+// qmpHistograms checks the launcher's QMP latency histograms: query-status (the launcher's
+// own refreshes) and the stats queries were timed, buckets are cumulative and end at most at
+// the count, the bounds go from 0.5 ms to 10 s.
+func qmpHistograms(t *testing.T, ls *pb.LauncherStats) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, c := range ls.GetQmp() {
+		seen[c.GetCommand()] = true
+		if c.GetCommand() == "query-status" {
+			t.Logf("qmp histogram: %v", c)
+		}
+		b, n := c.GetUpperBoundsSeconds(), c.GetBucketCounts()
+		if len(b) != len(n) || len(b) == 0 || b[0] != 0.0005 || b[len(b)-1] != 10 || c.GetCount() == 0 || c.GetSumSeconds() <= 0 {
+			t.Errorf("histogram %v: want bounds 0.5 ms … 10 s, a count and a sum", c)
+			continue
+		}
+		for i := range n {
+			if (i > 0 && (n[i] < n[i-1] || b[i] <= b[i-1])) || n[i] > c.GetCount() {
+				t.Errorf("histogram %s not cumulative: bounds %v counts %v count %d", c.GetCommand(), b, n, c.GetCount())
+				break
+			}
+		}
+		if c.GetErrors() > c.GetCount() {
+			t.Errorf("histogram %s: %d errors of %d replies", c.GetCommand(), c.GetErrors(), c.GetCount())
+		}
+	}
+	for _, cmd := range []string{"qmp_capabilities", "query-status", "query-cpus-fast", "query-blockstats", "cont"} {
+		if !seen[cmd] {
+			t.Errorf("no QMP histogram for %s (have %v)", cmd, seen)
+		}
+	}
+	if ls.GetQmpConnectionLosses() != 0 {
+		t.Errorf("qmp connection losses %d on a healthy domain", ls.GetQmpConnectionLosses())
 	}
 }

@@ -52,6 +52,7 @@ type Launcher struct {
 	log    *slog.Logger
 	events *eventLog
 	qlog   *qmpLog
+	qstats qmpStats // QMP latency by command, lost connections (DomainStats.launcher)
 
 	lis      net.Listener
 	tapLis   *net.UnixListener // the agent hands tap files over here

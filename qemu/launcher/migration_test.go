@@ -47,6 +47,7 @@ func TestMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	srcReport := balloonStats(t, src)
 	d, err := src.client.GetDomain(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +124,8 @@ func TestMigration(t *testing.T) {
 	if err != nil || td.GetState() != pb.State_STATE_RUNNING || len(td.GetDisks()) != 1 {
 		t.Errorf("target domain %v (%v), want RUNNING with data1", td, err)
 	}
+	// The balloon came along (same device on both sides) and its statistics go on on the target.
+	balloonStatsAfter(t, dst, srcReport)
 
 	// Once its incoming migration completed, the target is an ordinary domain: it migrates on.
 	third := startLauncher(t, launchOpts{})

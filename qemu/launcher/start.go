@@ -124,7 +124,7 @@ func (s *starter) startQEMU(r *revert.Reverter) error {
 		QMPSocket: l.paths.QMPSocket(),
 		Logger:    l.log,
 		Stderr:    stderr,
-		QMP:       qmp.Options{Tap: l.qlog.tap},
+		QMP:       qmp.Options{Tap: l.qlog.tap, Observe: l.qstats.observe},
 	})
 	if err != nil {
 		stderr.Close()
@@ -151,9 +151,12 @@ func (s *starter) watchEvents(r *revert.Reverter) error {
 	d.watchers.Add(1)
 	go func() {
 		defer d.watchers.Done()
+		sawShutdown := false
 		for e := range events { // closed when QEMU's monitor ends, or by unsub
+			sawShutdown = sawShutdown || e.Name == "SHUTDOWN"
 			d.onEvent(e)
 		}
+		d.monitorEnded(sawShutdown)
 	}()
 	r.Add(unsub)
 	return nil
@@ -226,6 +229,24 @@ func (d *domain) onEvent(e qmp.Event) {
 		if json.Unmarshal(e.Data, &data) == nil {
 			d.setMigration(data.Status)
 		}
+	}
+}
+
+// monitorEnded counts the end of the event stream as a lost QMP connection when the monitor
+// is gone while the domain was meant to run (lostWhileRunning); an unsubscribe is no loss.
+func (d *domain) monitorEnded(sawShutdown bool) {
+	mon := d.vm.Monitor()
+	select {
+	case <-mon.Done():
+	default:
+		return
+	}
+	d.stopMu.Lock()
+	intent := d.intent
+	d.stopMu.Unlock()
+	if lostWhileRunning(intent, sawShutdown, d.migratingIn()) {
+		d.l.qstats.lost()
+		d.l.log.Warn("qmp connection lost while the domain was meant to run", "err", mon.Err())
 	}
 }
 

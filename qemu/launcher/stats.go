@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -9,10 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmlet/vmlet/qemu"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
-// The driver has no stats calls yet: these wrap the QMP queries DomainStats needs.
+// The QMP queries DomainStats makes itself (the driver has calls for the balloon and PCI).
 
 type cpuFast struct {
 	Index    int `json:"cpu-index"`
@@ -31,6 +33,7 @@ type blockStat struct {
 		FlushOps     uint64 `json:"flush_operations"`
 		RdTotalTimeN uint64 `json:"rd_total_time_ns"`
 		WrTotalTimeN uint64 `json:"wr_total_time_ns"`
+		FlTotalTimeN uint64 `json:"flush_total_time_ns"`
 	} `json:"stats"`
 }
 
@@ -42,9 +45,11 @@ func blockDeviceID(qdev string) string {
 	return s
 }
 
-// DomainStats implements the RPC. QMP: query-cpus-fast, query-blockstats,
-// query-memory-size-summary; /proc/<pid>/stat, task/<tid>/stat, smaps_rollup; the taps'
-// counters from /proc/net/dev in their namespaces.
+// DomainStats implements the RPC. QMP: query-cpus-fast, query-memory-size-summary,
+// query-blockstats, query-balloon and qom-get guest-stats (with a balloon), query-pci (with
+// guest file systems on disks); /proc/<pid>/stat, smaps_rollup, task/<tid>/{stat,schedstat,
+// sched}; the taps' counters from /proc/net/dev in their namespaces; guest-get-fsinfo from
+// the guest agent (best effort, short deadline); the launcher's own QMP counters.
 func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.DomainStatsResponse, error) {
 	d, err := l.active()
 	if err != nil {
@@ -59,17 +64,12 @@ func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.Do
 		return nil, fmt.Errorf("domain stats: %w", err)
 	}
 	for _, c := range cpus {
-		v := &pb.VCPUStats{Index: int32(c.Index), ThreadId: int32(c.ThreadID)}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, c.ThreadID)); err == nil {
-			if t, err := parseStat(b); err == nil {
-				v.TimeNs = t.User + t.System
-			}
-		}
-		out.Vcpus = append(out.Vcpus, v)
+		out.Vcpus = append(out.Vcpus, vcpuStats(pid, c))
 	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
 		if t, err := parseStat(b); err == nil {
 			out.CpuUserNs, out.CpuSystemNs = t.User, t.System
+			out.QemuMinorFaults, out.QemuMajorFaults = t.MinFlt, t.MajFlt
 		}
 	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup"); err == nil {
@@ -84,6 +84,13 @@ func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.Do
 		return nil, fmt.Errorf("domain stats: %w", err)
 	}
 	out.Memory.GuestBytes = mem.Base
+	switch b, err := d.vm.Balloon(ctx); {
+	case errors.Is(err, qemu.ErrNoBalloon):
+	case err != nil:
+		return nil, fmt.Errorf("domain stats: %w", err)
+	default:
+		balloonStats(out.Memory, b)
+	}
 
 	var blocks []blockStat
 	if err := mon.Execute(ctx, "query-blockstats", nil, &blocks); err != nil {
@@ -98,14 +105,71 @@ func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.Do
 		out.Block = append(out.Block, &pb.BlockStats{
 			Id: id, RdBytes: s.RdBytes, WrBytes: s.WrBytes, RdOps: s.RdOps, WrOps: s.WrOps,
 			FlushOps: s.FlushOps, RdTotalTimeNs: s.RdTotalTimeN, WrTotalTimeNs: s.WrTotalTimeN,
+			FlushTotalTimeNs: s.FlTotalTimeN,
 		})
 	}
+	out.Net = l.netStats(d)
+	out.Filesystems = l.guestFilesystems(ctx, d)
+	out.Launcher = l.qstats.snapshot()
+	return out, nil
+}
+
+// vcpuStats reads one vCPU thread's figures as libvirt's vcpu.N.* do: time from task stat
+// (user+system), delay from schedstat's run_delay, wait from sched's wait_sum. A file or line
+// the kernel does not provide leaves the has_* flag false.
+func vcpuStats(pid int, c cpuFast) *pb.VCPUStats {
+	v := &pb.VCPUStats{Index: int32(c.Index), ThreadId: int32(c.ThreadID)}
+	task := fmt.Sprintf("/proc/%d/task/%d/", pid, c.ThreadID)
+	if b, err := os.ReadFile(task + "stat"); err == nil {
+		if t, err := parseStat(b); err == nil {
+			v.TimeNs = t.User + t.System
+		}
+	}
+	if b, err := os.ReadFile(task + "schedstat"); err == nil {
+		if n, err := parseSchedstat(b); err == nil {
+			v.DelayNs, v.HasDelay = n, true
+		}
+	}
+	if b, err := os.ReadFile(task + "sched"); err == nil {
+		if n, ok, err := parseSchedWait(b); err == nil && ok {
+			v.WaitNs, v.HasWait = n, true
+		}
+	}
+	return v
+}
+
+// balloonStats fills the balloon's part of m. Pure.
+func balloonStats(m *pb.MemoryStats, b qemu.BalloonInfo) {
+	m.HasBalloon, m.ActualBalloonBytes = true, b.ActualBytes
+	if b.StatsUpdated.IsZero() {
+		return
+	}
+	m.HasGuestStats, m.GuestStatsUpdatedUnix = true, b.StatsUpdated.Unix()
+	set := func(v *uint64, dst *uint64, has *bool) {
+		if v != nil {
+			*dst, *has = *v, true
+		}
+	}
+	set(b.Available, &m.AvailableBytes, &m.HasAvailable)
+	set(b.Total, &m.UsableBytes, &m.HasUsable)
+	set(b.Free, &m.UnusedBytes, &m.HasUnused)
+	set(b.MajorFaults, &m.MajorFaults, &m.HasMajorFaults)
+	set(b.MinorFaults, &m.MinorFaults, &m.HasMinorFaults)
+	set(b.SwapIn, &m.SwapInBytes, &m.HasSwapIn)
+	set(b.SwapOut, &m.SwapOutBytes, &m.HasSwapOut)
+	set(b.Caches, &m.DiskCachesBytes, &m.HasDiskCaches)
+}
+
+// netStats are the taps' counters, in NIC id order; a tap whose counters cannot be read is
+// left out (logged at debug level).
+func (l *api) netStats(d *domain) []*pb.NetStats {
 	taps := d.tapList()
 	ids := make([]string, 0, len(taps))
 	for id := range taps {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	var out []*pb.NetStats
 	for _, id := range ids {
 		t := taps[id]
 		c, err := l.tapCounters(t)
@@ -113,10 +177,11 @@ func (l *api) DomainStats(ctx context.Context, _ *pb.DomainStatsRequest) (*pb.Do
 			l.log.Debug("tap counters", "nic", id, "err", err)
 			continue
 		}
-		out.Net = append(out.Net, &pb.NetStats{
+		out = append(out, &pb.NetStats{
 			Id: id, Tap: t.Name, RxBytes: c.RxBytes, RxPackets: c.RxPackets, RxDropped: c.RxDropped,
 			TxBytes: c.TxBytes, TxPackets: c.TxPackets, TxDropped: c.TxDropped,
+			RxErrors: c.RxErrors, TxErrors: c.TxErrors,
 		})
 	}
-	return out, nil
+	return out
 }

@@ -52,9 +52,23 @@ func TestSIGTERMForcedQuit(t *testing.T) {
 func TestKill(t *testing.T) {
 	p := startLauncher(t, launchOpts{})
 	rec := watch(t, p.client, 0)
-	syncGuest(t, p, guestSpec(t, "kill"))
+	spec := guestSpec(t, "kill")
+	spec.Balloon = nil // autoattachMemBalloon: false
+	syncGuest(t, p, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// Without a balloon nothing of it is reported (and QEMU has no such device).
+	st, err := p.client.DomainStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.GetMemory(); m.GetHasBalloon() || m.GetActualBalloonBytes() != 0 || m.GetHasGuestStats() || m.GetGuestBytes() != 256<<20 {
+		t.Errorf("memory without a balloon: %v, want 256 MiB guest and no balloon figures", m)
+	}
+	if r, err := p.client.QMP(ctx, `{"execute": "qom-list", "arguments": {"path": "/machine/peripheral"}}`); err != nil ||
+		strings.Contains(r, "balloon") {
+		t.Errorf("peripherals %s (%v): want no balloon", r, err)
+	}
 	if err := p.client.Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +84,15 @@ func TestKill(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
+	if strings.Contains(p.stderr.String(), lostLog) {
+		t.Errorf("the Kill RPC's own kill was counted as a lost QMP connection")
+	}
 	p.assertClean(t)
 }
+
+// lostLog is the launcher's log line for a QMP connection lost while the domain was meant to
+// run (the event DomainStats counts in launcher.qmp_connection_losses).
+const lostLog = "qmp connection lost while the domain was meant to run"
 
 // TestQEMUDies: QEMU killed behind the launcher's back: the launcher reports a crash, exits
 // ExitQEMUDied and cleans up.
@@ -103,6 +124,9 @@ func TestQEMUDies(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "signal killed") {
 		t.Errorf("launcher log does not say QEMU was killed")
+	}
+	if !strings.Contains(p.stderr.String(), lostLog) {
+		t.Errorf("launcher log does not count the lost QMP connection (%q)", lostLog)
 	}
 	p.assertClean(t)
 }

@@ -151,14 +151,25 @@ type FS struct {
 	Disks      []FSDisk `json:"disk"`
 }
 
-// FSDisk is a disk under a filesystem.
+// FSDisk is a disk under a filesystem (GuestDiskAddress). For a SCSI disk, Bus, Target and
+// Unit are the channel, target and LUN; PCIController is the PCI function the guest found the
+// disk (or its SCSI controller) at, as the guest numbers PCI buses.
 type FSDisk struct {
-	BusType string `json:"bus-type"`
-	Bus     int    `json:"bus"`
-	Target  int    `json:"target"`
-	Unit    int    `json:"unit"`
-	Dev     string `json:"dev,omitempty"`
-	Serial  string `json:"serial,omitempty"`
+	PCIController *PCIAddress `json:"pci-controller,omitempty"`
+	BusType       string      `json:"bus-type"`
+	Bus           int         `json:"bus"`
+	Target        int         `json:"target"`
+	Unit          int         `json:"unit"`
+	Dev           string      `json:"dev,omitempty"`
+	Serial        string      `json:"serial,omitempty"`
+}
+
+// PCIAddress is a guest PCI address (GuestPCIAddress).
+type PCIAddress struct {
+	Domain   int `json:"domain"`
+	Bus      int `json:"bus"`
+	Slot     int `json:"slot"`
+	Function int `json:"function"`
 }
 
 // ExecStatus is guest-exec-status's reply with out-data and err-data decoded.

@@ -149,21 +149,31 @@ func (m *Monitor) roundTrip(parent context.Context, name string, id uint64, line
 		}
 		defer release(m.fdmu)
 	}
+	sent := time.Now()
 	if err := m.write(ctx, name, line, oob, expired); err != nil {
 		return message{}, err
 	}
 	select {
 	case msg := <-ch:
+		m.observe(name, sent, msg)
 		return msg, nil
 	case <-m.done:
 		select {
 		case msg := <-ch: // the reply made it in before the connection went
+			m.observe(name, sent, msg)
 			return msg, nil
 		default:
 			return message{}, gone()
 		}
 	case <-ctx.Done():
 		return message{}, expired()
+	}
+}
+
+// observe reports a replied command to Options.Observe.
+func (m *Monitor) observe(name string, sent time.Time, msg message) {
+	if m.opts.Observe != nil {
+		m.opts.Observe(name, time.Since(sent), msg.err)
 	}
 }
 

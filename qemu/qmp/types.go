@@ -106,6 +106,13 @@ type Options struct {
 	// synchronously (serialized, never concurrently) from the reader and from Execute: keep it
 	// fast and never call the Monitor from it.
 	Tap func(Record)
+	// Observe, if set, is called once per command that got a reply (Execute, ExecuteWithFiles,
+	// ExecuteRaw) with the command's name, the time from just before it was written until its
+	// reply arrived (a wait behind other commands' writes included, not behind their replies),
+	// and the reply's *Error when QEMU answered with one (nil otherwise).
+	// Commands without a reply (timeout, lost connection) are not observed. It runs on the
+	// caller's goroutine, possibly concurrently: keep it fast and lock-cheap.
+	Observe func(cmd string, took time.Duration, qmpErr *Error)
 	// Capabilities is the qmp_capabilities "enable" list (e.g. ["oob"]).
 	Capabilities []string
 }

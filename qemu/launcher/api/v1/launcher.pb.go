@@ -147,7 +147,7 @@ func (x DeviceEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Kind.Descriptor instead.
 func (DeviceEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23, 0}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type DeviceEvent_Action int32
@@ -196,7 +196,7 @@ func (x DeviceEvent_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Action.Descriptor instead.
 func (DeviceEvent_Action) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23, 1}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24, 1}
 }
 
 type DomainSpec struct {
@@ -215,12 +215,15 @@ type DomainSpec struct {
 	// logs it to logs/serial.log (paths are the launcher's, not the caller's).
 	Serial bool `protobuf:"varint,11,opt,name=serial,proto3" json:"serial,omitempty"`
 	// agent asks for the qemu-guest-agent channel (sockets/qga.sock, owned by the launcher).
-	Agent         bool  `protobuf:"varint,12,opt,name=agent,proto3" json:"agent,omitempty"`
-	Rng           bool  `protobuf:"varint,13,opt,name=rng,proto3" json:"rng,omitempty"`
-	Scsi          bool  `protobuf:"varint,14,opt,name=scsi,proto3" json:"scsi,omitempty"`
-	HotplugPorts  int32 `protobuf:"varint,15,opt,name=hotplug_ports,json=hotplugPorts,proto3" json:"hotplug_ports,omitempty"`
-	Migratable    bool  `protobuf:"varint,16,opt,name=migratable,proto3" json:"migratable,omitempty"`
-	StartPaused   bool  `protobuf:"varint,17,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	Agent        bool  `protobuf:"varint,12,opt,name=agent,proto3" json:"agent,omitempty"`
+	Rng          bool  `protobuf:"varint,13,opt,name=rng,proto3" json:"rng,omitempty"`
+	Scsi         bool  `protobuf:"varint,14,opt,name=scsi,proto3" json:"scsi,omitempty"`
+	HotplugPorts int32 `protobuf:"varint,15,opt,name=hotplug_ports,json=hotplugPorts,proto3" json:"hotplug_ports,omitempty"`
+	Migratable   bool  `protobuf:"varint,16,opt,name=migratable,proto3" json:"migratable,omitempty"`
+	StartPaused  bool  `protobuf:"varint,17,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	// balloon adds a virtio-balloon-pci device (KubeVirt's autoattachMemBalloon, on by default
+	// there); unset means none.
+	Balloon       *Balloon `protobuf:"bytes,18,opt,name=balloon,proto3" json:"balloon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +377,67 @@ func (x *DomainSpec) GetStartPaused() bool {
 	return false
 }
 
+func (x *DomainSpec) GetBalloon() *Balloon {
+	if x != nil {
+		return x.Balloon
+	}
+	return nil
+}
+
+// Balloon is the memory balloon device (mirrors qemu.Balloon).
+type Balloon struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stats_period_seconds is the guest-stats-polling-interval set after start; 0: no stats.
+	StatsPeriodSeconds int32 `protobuf:"varint,1,opt,name=stats_period_seconds,json=statsPeriodSeconds,proto3" json:"stats_period_seconds,omitempty"`
+	FreePageReporting  bool  `protobuf:"varint,2,opt,name=free_page_reporting,json=freePageReporting,proto3" json:"free_page_reporting,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Balloon) Reset() {
+	*x = Balloon{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Balloon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Balloon) ProtoMessage() {}
+
+func (x *Balloon) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
+func (*Balloon) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Balloon) GetStatsPeriodSeconds() int32 {
+	if x != nil {
+		return x.StatsPeriodSeconds
+	}
+	return 0
+}
+
+func (x *Balloon) GetFreePageReporting() bool {
+	if x != nil {
+		return x.FreePageReporting
+	}
+	return false
+}
+
 type CPU struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -386,7 +450,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +462,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +475,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{1}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CPU) GetModel() string {
@@ -453,7 +517,7 @@ type Boot struct {
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +529,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +542,7 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{2}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Boot) GetKernel() string {
@@ -521,7 +585,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +597,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +610,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{3}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Disk) GetId() string {
@@ -644,7 +708,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +720,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +733,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{4}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NIC) GetId() string {
@@ -737,7 +801,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +813,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +826,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{5}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SyncRequest) GetSpec() *DomainSpec {
@@ -782,7 +846,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +858,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +871,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{6}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SyncResponse) GetDomain() *Domain {
@@ -832,7 +896,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +908,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +921,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{7}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 type PauseResponse struct {
@@ -869,7 +933,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +945,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +958,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{8}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PauseResponse) GetDomain() *Domain {
@@ -912,7 +976,7 @@ type UnpauseRequest struct {
 
 func (x *UnpauseRequest) Reset() {
 	*x = UnpauseRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +988,7 @@ func (x *UnpauseRequest) String() string {
 func (*UnpauseRequest) ProtoMessage() {}
 
 func (x *UnpauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1001,7 @@ func (x *UnpauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpauseRequest.ProtoReflect.Descriptor instead.
 func (*UnpauseRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{9}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 type UnpauseResponse struct {
@@ -949,7 +1013,7 @@ type UnpauseResponse struct {
 
 func (x *UnpauseResponse) Reset() {
 	*x = UnpauseResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1025,7 @@ func (x *UnpauseResponse) String() string {
 func (*UnpauseResponse) ProtoMessage() {}
 
 func (x *UnpauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1038,7 @@ func (x *UnpauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpauseResponse.ProtoReflect.Descriptor instead.
 func (*UnpauseResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{10}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UnpauseResponse) GetDomain() *Domain {
@@ -993,7 +1057,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1069,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1082,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{11}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShutdownRequest) GetGraceMs() int64 {
@@ -1038,7 +1102,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1114,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1127,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{12}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShutdownResponse) GetForced() bool {
@@ -1088,7 +1152,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1164,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1177,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{13}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 type KillResponse struct {
@@ -1124,7 +1188,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1200,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1213,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{14}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 type ResetRequest struct {
@@ -1160,7 +1224,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1236,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1249,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{15}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 type ResetResponse struct {
@@ -1196,7 +1260,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1272,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1285,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{16}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 type GetDomainRequest struct {
@@ -1232,7 +1296,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1308,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1321,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{17}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 type Domain struct {
@@ -1301,7 +1365,7 @@ type Domain struct {
 
 func (x *Domain) Reset() {
 	*x = Domain{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1377,7 @@ func (x *Domain) String() string {
 func (*Domain) ProtoMessage() {}
 
 func (x *Domain) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1390,7 @@ func (x *Domain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Domain.ProtoReflect.Descriptor instead.
 func (*Domain) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{18}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Domain) GetName() string {
@@ -1477,7 +1541,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1553,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1566,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Lease) GetInterface() string {
@@ -1557,7 +1621,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1633,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1646,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchEventsRequest) GetAfterSeq() uint64 {
@@ -1610,7 +1674,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1686,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1699,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1752,7 +1816,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1828,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1841,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LifecycleEvent) GetState() State {
@@ -1819,7 +1883,7 @@ type DeviceEvent struct {
 
 func (x *DeviceEvent) Reset() {
 	*x = DeviceEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1895,7 @@ func (x *DeviceEvent) String() string {
 func (*DeviceEvent) ProtoMessage() {}
 
 func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1908,7 @@ func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceEvent.ProtoReflect.Descriptor instead.
 func (*DeviceEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeviceEvent) GetKind() DeviceEvent_Kind {
@@ -1878,7 +1942,7 @@ type MigrationEvent struct {
 
 func (x *MigrationEvent) Reset() {
 	*x = MigrationEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1954,7 @@ func (x *MigrationEvent) String() string {
 func (*MigrationEvent) ProtoMessage() {}
 
 func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1967,7 @@ func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationEvent.ProtoReflect.Descriptor instead.
 func (*MigrationEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MigrationEvent) GetRole() string {
@@ -1929,7 +1993,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2005,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2018,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AgentEvent) GetConnected() bool {
@@ -1974,7 +2038,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2050,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2063,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -2018,7 +2082,7 @@ type HotplugDiskRequest struct {
 
 func (x *HotplugDiskRequest) Reset() {
 	*x = HotplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2094,7 @@ func (x *HotplugDiskRequest) String() string {
 func (*HotplugDiskRequest) ProtoMessage() {}
 
 func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2107,7 @@ func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*HotplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HotplugDiskRequest) GetDisk() *Disk {
@@ -2061,7 +2125,7 @@ type HotplugDiskResponse struct {
 
 func (x *HotplugDiskResponse) Reset() {
 	*x = HotplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2137,7 @@ func (x *HotplugDiskResponse) String() string {
 func (*HotplugDiskResponse) ProtoMessage() {}
 
 func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2150,7 @@ func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*HotplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 type UnplugDiskRequest struct {
@@ -2098,7 +2162,7 @@ type UnplugDiskRequest struct {
 
 func (x *UnplugDiskRequest) Reset() {
 	*x = UnplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2174,7 @@ func (x *UnplugDiskRequest) String() string {
 func (*UnplugDiskRequest) ProtoMessage() {}
 
 func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2187,7 @@ func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*UnplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnplugDiskRequest) GetId() string {
@@ -2141,7 +2205,7 @@ type UnplugDiskResponse struct {
 
 func (x *UnplugDiskResponse) Reset() {
 	*x = UnplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2217,7 @@ func (x *UnplugDiskResponse) String() string {
 func (*UnplugDiskResponse) ProtoMessage() {}
 
 func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2230,7 @@ func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*UnplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 type HotplugNICRequest struct {
@@ -2178,7 +2242,7 @@ type HotplugNICRequest struct {
 
 func (x *HotplugNICRequest) Reset() {
 	*x = HotplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2254,7 @@ func (x *HotplugNICRequest) String() string {
 func (*HotplugNICRequest) ProtoMessage() {}
 
 func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2267,7 @@ func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICRequest.ProtoReflect.Descriptor instead.
 func (*HotplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HotplugNICRequest) GetNic() *NIC {
@@ -2221,7 +2285,7 @@ type HotplugNICResponse struct {
 
 func (x *HotplugNICResponse) Reset() {
 	*x = HotplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2297,7 @@ func (x *HotplugNICResponse) String() string {
 func (*HotplugNICResponse) ProtoMessage() {}
 
 func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2310,7 @@ func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICResponse.ProtoReflect.Descriptor instead.
 func (*HotplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 type UnplugNICRequest struct {
@@ -2258,7 +2322,7 @@ type UnplugNICRequest struct {
 
 func (x *UnplugNICRequest) Reset() {
 	*x = UnplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2334,7 @@ func (x *UnplugNICRequest) String() string {
 func (*UnplugNICRequest) ProtoMessage() {}
 
 func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2347,7 @@ func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICRequest.ProtoReflect.Descriptor instead.
 func (*UnplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UnplugNICRequest) GetId() string {
@@ -2301,7 +2365,7 @@ type UnplugNICResponse struct {
 
 func (x *UnplugNICResponse) Reset() {
 	*x = UnplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2377,7 @@ func (x *UnplugNICResponse) String() string {
 func (*UnplugNICResponse) ProtoMessage() {}
 
 func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2390,7 @@ func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICResponse.ProtoReflect.Descriptor instead.
 func (*UnplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 type PrepareMigrationTargetRequest struct {
@@ -2356,7 +2420,7 @@ type PrepareMigrationTargetRequest struct {
 
 func (x *PrepareMigrationTargetRequest) Reset() {
 	*x = PrepareMigrationTargetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2432,7 @@ func (x *PrepareMigrationTargetRequest) String() string {
 func (*PrepareMigrationTargetRequest) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2445,7 @@ func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetRequest.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PrepareMigrationTargetRequest) GetSpec() *DomainSpec {
@@ -2436,7 +2500,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2512,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2525,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PrepareMigrationTargetResponse) GetUri() string {
@@ -2503,7 +2567,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2579,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2592,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MigrationOptions) GetPostcopy() bool {
@@ -2602,7 +2666,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2678,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2691,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MigrateRequest) GetUri() string {
@@ -2671,7 +2735,7 @@ type MirrorDisk struct {
 
 func (x *MirrorDisk) Reset() {
 	*x = MirrorDisk{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2747,7 @@ func (x *MirrorDisk) String() string {
 func (*MirrorDisk) ProtoMessage() {}
 
 func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2760,7 @@ func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorDisk.ProtoReflect.Descriptor instead.
 func (*MirrorDisk) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MirrorDisk) GetId() string {
@@ -2721,7 +2785,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2797,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2810,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
 }
 
 type CancelMigrationRequest struct {
@@ -2757,7 +2821,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2833,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2846,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
 }
 
 type CancelMigrationResponse struct {
@@ -2793,7 +2857,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2869,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2882,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
 }
 
 type FinalizeMigrationRequest struct {
@@ -2833,7 +2897,7 @@ type FinalizeMigrationRequest struct {
 
 func (x *FinalizeMigrationRequest) Reset() {
 	*x = FinalizeMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2909,7 @@ func (x *FinalizeMigrationRequest) String() string {
 func (*FinalizeMigrationRequest) ProtoMessage() {}
 
 func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2922,7 @@ func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
@@ -2884,7 +2948,7 @@ type FinalizeMigrationResponse struct {
 
 func (x *FinalizeMigrationResponse) Reset() {
 	*x = FinalizeMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +2960,7 @@ func (x *FinalizeMigrationResponse) String() string {
 func (*FinalizeMigrationResponse) ProtoMessage() {}
 
 func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +2973,7 @@ func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
@@ -2928,7 +2992,7 @@ type ResumeMigrationTargetRequest struct {
 
 func (x *ResumeMigrationTargetRequest) Reset() {
 	*x = ResumeMigrationTargetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3004,7 @@ func (x *ResumeMigrationTargetRequest) String() string {
 func (*ResumeMigrationTargetRequest) ProtoMessage() {}
 
 func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3017,7 @@ func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeMigrationTargetRequest.ProtoReflect.Descriptor instead.
 func (*ResumeMigrationTargetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResumeMigrationTargetRequest) GetKeepPaused() bool {
@@ -2971,7 +3035,7 @@ type ResumeMigrationTargetResponse struct {
 
 func (x *ResumeMigrationTargetResponse) Reset() {
 	*x = ResumeMigrationTargetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3047,7 @@ func (x *ResumeMigrationTargetResponse) String() string {
 func (*ResumeMigrationTargetResponse) ProtoMessage() {}
 
 func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3060,7 @@ func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*ResumeMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
 type GetMigrationStatusRequest struct {
@@ -3007,7 +3071,7 @@ type GetMigrationStatusRequest struct {
 
 func (x *GetMigrationStatusRequest) Reset() {
 	*x = GetMigrationStatusRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3083,7 @@ func (x *GetMigrationStatusRequest) String() string {
 func (*GetMigrationStatusRequest) ProtoMessage() {}
 
 func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3096,7 @@ func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
 }
 
 type StartPostcopyRequest struct {
@@ -3043,7 +3107,7 @@ type StartPostcopyRequest struct {
 
 func (x *StartPostcopyRequest) Reset() {
 	*x = StartPostcopyRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3119,7 @@ func (x *StartPostcopyRequest) String() string {
 func (*StartPostcopyRequest) ProtoMessage() {}
 
 func (x *StartPostcopyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3132,7 @@ func (x *StartPostcopyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPostcopyRequest.ProtoReflect.Descriptor instead.
 func (*StartPostcopyRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
 }
 
 type StartPostcopyResponse struct {
@@ -3079,7 +3143,7 @@ type StartPostcopyResponse struct {
 
 func (x *StartPostcopyResponse) Reset() {
 	*x = StartPostcopyResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3155,7 @@ func (x *StartPostcopyResponse) String() string {
 func (*StartPostcopyResponse) ProtoMessage() {}
 
 func (x *StartPostcopyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3168,7 @@ func (x *StartPostcopyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPostcopyResponse.ProtoReflect.Descriptor instead.
 func (*StartPostcopyResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 type MigrationStatus struct {
@@ -3128,7 +3192,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3204,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3217,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -3261,7 +3325,7 @@ type DiskMirrorStatus struct {
 
 func (x *DiskMirrorStatus) Reset() {
 	*x = DiskMirrorStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3337,7 @@ func (x *DiskMirrorStatus) String() string {
 func (*DiskMirrorStatus) ProtoMessage() {}
 
 func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3350,7 @@ func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskMirrorStatus.ProtoReflect.Descriptor instead.
 func (*DiskMirrorStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DiskMirrorStatus) GetId() string {
@@ -3332,7 +3396,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3408,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3421,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 type GuestPingResponse struct {
@@ -3368,7 +3432,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3444,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3457,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 type GuestInfoRequest struct {
@@ -3404,7 +3468,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3480,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3493,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 type GuestInfoResponse struct {
@@ -3446,7 +3510,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3522,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3535,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -3532,7 +3596,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3608,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3621,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3627,7 +3691,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3703,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3716,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3687,7 +3751,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3763,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3776,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3749,7 +3813,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +3825,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +3838,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3824,7 +3888,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +3900,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +3913,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3892,7 +3956,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +3968,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +3981,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -3956,7 +4020,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4032,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3981,7 +4045,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 type DomainStatsResponse struct {
@@ -4007,7 +4071,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4083,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4096,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -4129,7 +4193,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +4205,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4218,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -4242,7 +4306,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4318,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4331,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -4448,7 +4512,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4524,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4537,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BlockStats) GetId() string {
@@ -4558,7 +4622,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4634,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4647,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NetStats) GetId() string {
@@ -4664,13 +4728,14 @@ type FilesystemStats struct {
 	DiskName      string                 `protobuf:"bytes,3,opt,name=disk_name,json=diskName,proto3" json:"disk_name,omitempty"` // the disk's id when the agent names a device vmlet attached, else ""
 	TotalBytes    uint64                 `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	UsedBytes     uint64                 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Device        string                 `protobuf:"bytes,6,opt,name=device,proto3" json:"device,omitempty"` // the guest's name of the block device under it (e.g. "vdb"), else ""
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FilesystemStats) Reset() {
 	*x = FilesystemStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4747,7 @@ func (x *FilesystemStats) String() string {
 func (*FilesystemStats) ProtoMessage() {}
 
 func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4760,7 @@ func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesystemStats.ProtoReflect.Descriptor instead.
 func (*FilesystemStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *FilesystemStats) GetMountPoint() string {
@@ -4733,6 +4798,13 @@ func (x *FilesystemStats) GetUsedBytes() uint64 {
 	return 0
 }
 
+func (x *FilesystemStats) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
 // LauncherStats are the launcher's own counters since it started.
 type LauncherStats struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
@@ -4744,7 +4816,7 @@ type LauncherStats struct {
 
 func (x *LauncherStats) Reset() {
 	*x = LauncherStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +4828,7 @@ func (x *LauncherStats) String() string {
 func (*LauncherStats) ProtoMessage() {}
 
 func (x *LauncherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +4841,7 @@ func (x *LauncherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LauncherStats.ProtoReflect.Descriptor instead.
 func (*LauncherStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LauncherStats) GetQmp() []*QMPCommandStats {
@@ -4802,7 +4874,7 @@ type QMPCommandStats struct {
 
 func (x *QMPCommandStats) Reset() {
 	*x = QMPCommandStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4814,7 +4886,7 @@ func (x *QMPCommandStats) String() string {
 func (*QMPCommandStats) ProtoMessage() {}
 
 func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4827,7 +4899,7 @@ func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPCommandStats.ProtoReflect.Descriptor instead.
 func (*QMPCommandStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QMPCommandStats) GetCommand() string {
@@ -4883,7 +4955,7 @@ type QMPRequest struct {
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4895,7 +4967,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4908,7 +4980,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -4935,7 +5007,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4947,7 +5019,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4960,7 +5032,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -4980,7 +5052,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4992,7 +5064,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5005,7 +5077,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{73}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -5034,7 +5106,7 @@ type QMPLogEntry struct {
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5118,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5131,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{74}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -5094,7 +5166,7 @@ var File_qemu_launcher_api_v1_launcher_proto protoreflect.FileDescriptor
 
 const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\n" +
-	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\x95\x04\n" +
+	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\xcb\x04\n" +
 	"\n" +
 	"DomainSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -5117,7 +5189,11 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\n" +
 	"migratable\x18\x10 \x01(\bR\n" +
 	"migratable\x12!\n" +
-	"\fstart_paused\x18\x11 \x01(\bR\vstartPaused\"e\n" +
+	"\fstart_paused\x18\x11 \x01(\bR\vstartPaused\x124\n" +
+	"\aballoon\x18\x12 \x01(\v2\x1a.vmlet.launcher.v1.BalloonR\aballoon\"k\n" +
+	"\aBalloon\x120\n" +
+	"\x14stats_period_seconds\x18\x01 \x01(\x05R\x12statsPeriodSeconds\x12.\n" +
+	"\x13free_page_reporting\x18\x02 \x01(\bR\x11freePageReporting\"e\n" +
 	"\x03CPU\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\asockets\x18\x02 \x01(\x05R\asockets\x12\x14\n" +
@@ -5452,7 +5528,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"tx_dropped\x18\b \x01(\x04R\ttxDropped\x12\x1b\n" +
 	"\trx_errors\x18\t \x01(\x04R\brxErrors\x12\x1b\n" +
 	"\ttx_errors\x18\n" +
-	" \x01(\x04R\btxErrors\"\xa3\x01\n" +
+	" \x01(\x04R\btxErrors\"\xbb\x01\n" +
 	"\x0fFilesystemStats\x12\x1f\n" +
 	"\vmount_point\x18\x01 \x01(\tR\n" +
 	"mountPoint\x12\x12\n" +
@@ -5461,7 +5537,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x04 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\"y\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\x12\x16\n" +
+	"\x06device\x18\x06 \x01(\tR\x06device\"y\n" +
 	"\rLauncherStats\x124\n" +
 	"\x03qmp\x18\x01 \x03(\v2\".vmlet.launcher.v1.QMPCommandStatsR\x03qmp\x122\n" +
 	"\x15qmp_connection_losses\x18\x02 \x01(\x04R\x13qmpConnectionLosses\"\xd1\x01\n" +
@@ -5540,184 +5617,186 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
 	(DeviceEvent_Action)(0),                // 2: vmlet.launcher.v1.DeviceEvent.Action
 	(*DomainSpec)(nil),                     // 3: vmlet.launcher.v1.DomainSpec
-	(*CPU)(nil),                            // 4: vmlet.launcher.v1.CPU
-	(*Boot)(nil),                           // 5: vmlet.launcher.v1.Boot
-	(*Disk)(nil),                           // 6: vmlet.launcher.v1.Disk
-	(*NIC)(nil),                            // 7: vmlet.launcher.v1.NIC
-	(*SyncRequest)(nil),                    // 8: vmlet.launcher.v1.SyncRequest
-	(*SyncResponse)(nil),                   // 9: vmlet.launcher.v1.SyncResponse
-	(*PauseRequest)(nil),                   // 10: vmlet.launcher.v1.PauseRequest
-	(*PauseResponse)(nil),                  // 11: vmlet.launcher.v1.PauseResponse
-	(*UnpauseRequest)(nil),                 // 12: vmlet.launcher.v1.UnpauseRequest
-	(*UnpauseResponse)(nil),                // 13: vmlet.launcher.v1.UnpauseResponse
-	(*ShutdownRequest)(nil),                // 14: vmlet.launcher.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),               // 15: vmlet.launcher.v1.ShutdownResponse
-	(*KillRequest)(nil),                    // 16: vmlet.launcher.v1.KillRequest
-	(*KillResponse)(nil),                   // 17: vmlet.launcher.v1.KillResponse
-	(*ResetRequest)(nil),                   // 18: vmlet.launcher.v1.ResetRequest
-	(*ResetResponse)(nil),                  // 19: vmlet.launcher.v1.ResetResponse
-	(*GetDomainRequest)(nil),               // 20: vmlet.launcher.v1.GetDomainRequest
-	(*Domain)(nil),                         // 21: vmlet.launcher.v1.Domain
-	(*Lease)(nil),                          // 22: vmlet.launcher.v1.Lease
-	(*WatchEventsRequest)(nil),             // 23: vmlet.launcher.v1.WatchEventsRequest
-	(*Event)(nil),                          // 24: vmlet.launcher.v1.Event
-	(*LifecycleEvent)(nil),                 // 25: vmlet.launcher.v1.LifecycleEvent
-	(*DeviceEvent)(nil),                    // 26: vmlet.launcher.v1.DeviceEvent
-	(*MigrationEvent)(nil),                 // 27: vmlet.launcher.v1.MigrationEvent
-	(*AgentEvent)(nil),                     // 28: vmlet.launcher.v1.AgentEvent
-	(*LeaseEvent)(nil),                     // 29: vmlet.launcher.v1.LeaseEvent
-	(*HotplugDiskRequest)(nil),             // 30: vmlet.launcher.v1.HotplugDiskRequest
-	(*HotplugDiskResponse)(nil),            // 31: vmlet.launcher.v1.HotplugDiskResponse
-	(*UnplugDiskRequest)(nil),              // 32: vmlet.launcher.v1.UnplugDiskRequest
-	(*UnplugDiskResponse)(nil),             // 33: vmlet.launcher.v1.UnplugDiskResponse
-	(*HotplugNICRequest)(nil),              // 34: vmlet.launcher.v1.HotplugNICRequest
-	(*HotplugNICResponse)(nil),             // 35: vmlet.launcher.v1.HotplugNICResponse
-	(*UnplugNICRequest)(nil),               // 36: vmlet.launcher.v1.UnplugNICRequest
-	(*UnplugNICResponse)(nil),              // 37: vmlet.launcher.v1.UnplugNICResponse
-	(*PrepareMigrationTargetRequest)(nil),  // 38: vmlet.launcher.v1.PrepareMigrationTargetRequest
-	(*PrepareMigrationTargetResponse)(nil), // 39: vmlet.launcher.v1.PrepareMigrationTargetResponse
-	(*MigrationOptions)(nil),               // 40: vmlet.launcher.v1.MigrationOptions
-	(*MigrateRequest)(nil),                 // 41: vmlet.launcher.v1.MigrateRequest
-	(*MirrorDisk)(nil),                     // 42: vmlet.launcher.v1.MirrorDisk
-	(*MigrateResponse)(nil),                // 43: vmlet.launcher.v1.MigrateResponse
-	(*CancelMigrationRequest)(nil),         // 44: vmlet.launcher.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil),        // 45: vmlet.launcher.v1.CancelMigrationResponse
-	(*FinalizeMigrationRequest)(nil),       // 46: vmlet.launcher.v1.FinalizeMigrationRequest
-	(*FinalizeMigrationResponse)(nil),      // 47: vmlet.launcher.v1.FinalizeMigrationResponse
-	(*ResumeMigrationTargetRequest)(nil),   // 48: vmlet.launcher.v1.ResumeMigrationTargetRequest
-	(*ResumeMigrationTargetResponse)(nil),  // 49: vmlet.launcher.v1.ResumeMigrationTargetResponse
-	(*GetMigrationStatusRequest)(nil),      // 50: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*StartPostcopyRequest)(nil),           // 51: vmlet.launcher.v1.StartPostcopyRequest
-	(*StartPostcopyResponse)(nil),          // 52: vmlet.launcher.v1.StartPostcopyResponse
-	(*MigrationStatus)(nil),                // 53: vmlet.launcher.v1.MigrationStatus
-	(*DiskMirrorStatus)(nil),               // 54: vmlet.launcher.v1.DiskMirrorStatus
-	(*GuestPingRequest)(nil),               // 55: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 56: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 57: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 58: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 59: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 60: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 61: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 62: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 63: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 64: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 65: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 66: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 67: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 68: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 69: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 70: vmlet.launcher.v1.NetStats
-	(*FilesystemStats)(nil),                // 71: vmlet.launcher.v1.FilesystemStats
-	(*LauncherStats)(nil),                  // 72: vmlet.launcher.v1.LauncherStats
-	(*QMPCommandStats)(nil),                // 73: vmlet.launcher.v1.QMPCommandStats
-	(*QMPRequest)(nil),                     // 74: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 75: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 76: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 77: vmlet.launcher.v1.QMPLogEntry
+	(*Balloon)(nil),                        // 4: vmlet.launcher.v1.Balloon
+	(*CPU)(nil),                            // 5: vmlet.launcher.v1.CPU
+	(*Boot)(nil),                           // 6: vmlet.launcher.v1.Boot
+	(*Disk)(nil),                           // 7: vmlet.launcher.v1.Disk
+	(*NIC)(nil),                            // 8: vmlet.launcher.v1.NIC
+	(*SyncRequest)(nil),                    // 9: vmlet.launcher.v1.SyncRequest
+	(*SyncResponse)(nil),                   // 10: vmlet.launcher.v1.SyncResponse
+	(*PauseRequest)(nil),                   // 11: vmlet.launcher.v1.PauseRequest
+	(*PauseResponse)(nil),                  // 12: vmlet.launcher.v1.PauseResponse
+	(*UnpauseRequest)(nil),                 // 13: vmlet.launcher.v1.UnpauseRequest
+	(*UnpauseResponse)(nil),                // 14: vmlet.launcher.v1.UnpauseResponse
+	(*ShutdownRequest)(nil),                // 15: vmlet.launcher.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),               // 16: vmlet.launcher.v1.ShutdownResponse
+	(*KillRequest)(nil),                    // 17: vmlet.launcher.v1.KillRequest
+	(*KillResponse)(nil),                   // 18: vmlet.launcher.v1.KillResponse
+	(*ResetRequest)(nil),                   // 19: vmlet.launcher.v1.ResetRequest
+	(*ResetResponse)(nil),                  // 20: vmlet.launcher.v1.ResetResponse
+	(*GetDomainRequest)(nil),               // 21: vmlet.launcher.v1.GetDomainRequest
+	(*Domain)(nil),                         // 22: vmlet.launcher.v1.Domain
+	(*Lease)(nil),                          // 23: vmlet.launcher.v1.Lease
+	(*WatchEventsRequest)(nil),             // 24: vmlet.launcher.v1.WatchEventsRequest
+	(*Event)(nil),                          // 25: vmlet.launcher.v1.Event
+	(*LifecycleEvent)(nil),                 // 26: vmlet.launcher.v1.LifecycleEvent
+	(*DeviceEvent)(nil),                    // 27: vmlet.launcher.v1.DeviceEvent
+	(*MigrationEvent)(nil),                 // 28: vmlet.launcher.v1.MigrationEvent
+	(*AgentEvent)(nil),                     // 29: vmlet.launcher.v1.AgentEvent
+	(*LeaseEvent)(nil),                     // 30: vmlet.launcher.v1.LeaseEvent
+	(*HotplugDiskRequest)(nil),             // 31: vmlet.launcher.v1.HotplugDiskRequest
+	(*HotplugDiskResponse)(nil),            // 32: vmlet.launcher.v1.HotplugDiskResponse
+	(*UnplugDiskRequest)(nil),              // 33: vmlet.launcher.v1.UnplugDiskRequest
+	(*UnplugDiskResponse)(nil),             // 34: vmlet.launcher.v1.UnplugDiskResponse
+	(*HotplugNICRequest)(nil),              // 35: vmlet.launcher.v1.HotplugNICRequest
+	(*HotplugNICResponse)(nil),             // 36: vmlet.launcher.v1.HotplugNICResponse
+	(*UnplugNICRequest)(nil),               // 37: vmlet.launcher.v1.UnplugNICRequest
+	(*UnplugNICResponse)(nil),              // 38: vmlet.launcher.v1.UnplugNICResponse
+	(*PrepareMigrationTargetRequest)(nil),  // 39: vmlet.launcher.v1.PrepareMigrationTargetRequest
+	(*PrepareMigrationTargetResponse)(nil), // 40: vmlet.launcher.v1.PrepareMigrationTargetResponse
+	(*MigrationOptions)(nil),               // 41: vmlet.launcher.v1.MigrationOptions
+	(*MigrateRequest)(nil),                 // 42: vmlet.launcher.v1.MigrateRequest
+	(*MirrorDisk)(nil),                     // 43: vmlet.launcher.v1.MirrorDisk
+	(*MigrateResponse)(nil),                // 44: vmlet.launcher.v1.MigrateResponse
+	(*CancelMigrationRequest)(nil),         // 45: vmlet.launcher.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil),        // 46: vmlet.launcher.v1.CancelMigrationResponse
+	(*FinalizeMigrationRequest)(nil),       // 47: vmlet.launcher.v1.FinalizeMigrationRequest
+	(*FinalizeMigrationResponse)(nil),      // 48: vmlet.launcher.v1.FinalizeMigrationResponse
+	(*ResumeMigrationTargetRequest)(nil),   // 49: vmlet.launcher.v1.ResumeMigrationTargetRequest
+	(*ResumeMigrationTargetResponse)(nil),  // 50: vmlet.launcher.v1.ResumeMigrationTargetResponse
+	(*GetMigrationStatusRequest)(nil),      // 51: vmlet.launcher.v1.GetMigrationStatusRequest
+	(*StartPostcopyRequest)(nil),           // 52: vmlet.launcher.v1.StartPostcopyRequest
+	(*StartPostcopyResponse)(nil),          // 53: vmlet.launcher.v1.StartPostcopyResponse
+	(*MigrationStatus)(nil),                // 54: vmlet.launcher.v1.MigrationStatus
+	(*DiskMirrorStatus)(nil),               // 55: vmlet.launcher.v1.DiskMirrorStatus
+	(*GuestPingRequest)(nil),               // 56: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 57: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 58: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 59: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 60: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 61: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 62: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 63: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 64: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 65: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 66: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 67: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 68: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 69: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 70: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 71: vmlet.launcher.v1.NetStats
+	(*FilesystemStats)(nil),                // 72: vmlet.launcher.v1.FilesystemStats
+	(*LauncherStats)(nil),                  // 73: vmlet.launcher.v1.LauncherStats
+	(*QMPCommandStats)(nil),                // 74: vmlet.launcher.v1.QMPCommandStats
+	(*QMPRequest)(nil),                     // 75: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 76: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 77: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 78: vmlet.launcher.v1.QMPLogEntry
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
-	4,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
-	5,  // 1: vmlet.launcher.v1.DomainSpec.boot:type_name -> vmlet.launcher.v1.Boot
-	6,  // 2: vmlet.launcher.v1.DomainSpec.disks:type_name -> vmlet.launcher.v1.Disk
-	7,  // 3: vmlet.launcher.v1.DomainSpec.nics:type_name -> vmlet.launcher.v1.NIC
-	3,  // 4: vmlet.launcher.v1.SyncRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	21, // 5: vmlet.launcher.v1.SyncResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	21, // 6: vmlet.launcher.v1.PauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	21, // 7: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	0,  // 8: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
-	3,  // 9: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	53, // 10: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
-	22, // 11: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
-	25, // 12: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
-	26, // 13: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
-	27, // 14: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
-	28, // 15: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
-	29, // 16: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
-	0,  // 17: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
-	1,  // 18: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
-	2,  // 19: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
-	22, // 20: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
-	6,  // 21: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
-	7,  // 22: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
-	3,  // 23: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	40, // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	3,  // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	40, // 26: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	42, // 27: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
-	53, // 28: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	54, // 29: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
-	59, // 30: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	60, // 31: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	61, // 32: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	62, // 33: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	67, // 34: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	68, // 35: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	69, // 36: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	70, // 37: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	71, // 38: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
-	72, // 39: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
-	73, // 40: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
-	8,  // 41: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	10, // 42: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	12, // 43: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	14, // 44: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	16, // 45: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	18, // 46: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	20, // 47: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	23, // 48: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	30, // 49: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	32, // 50: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	34, // 51: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	36, // 52: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	38, // 53: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	41, // 54: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	44, // 55: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	46, // 56: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	48, // 57: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
-	50, // 58: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	51, // 59: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
-	55, // 60: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	57, // 61: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	63, // 62: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	65, // 63: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	74, // 64: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	76, // 65: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	9,  // 66: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	11, // 67: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	13, // 68: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	15, // 69: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	17, // 70: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	19, // 71: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	21, // 72: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	24, // 73: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	31, // 74: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	33, // 75: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	35, // 76: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	37, // 77: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	39, // 78: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	43, // 79: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	45, // 80: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	47, // 81: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	49, // 82: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
-	53, // 83: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	52, // 84: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
-	56, // 85: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	58, // 86: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	64, // 87: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	66, // 88: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	75, // 89: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	77, // 90: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	66, // [66:91] is the sub-list for method output_type
-	41, // [41:66] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	5,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
+	6,  // 1: vmlet.launcher.v1.DomainSpec.boot:type_name -> vmlet.launcher.v1.Boot
+	7,  // 2: vmlet.launcher.v1.DomainSpec.disks:type_name -> vmlet.launcher.v1.Disk
+	8,  // 3: vmlet.launcher.v1.DomainSpec.nics:type_name -> vmlet.launcher.v1.NIC
+	4,  // 4: vmlet.launcher.v1.DomainSpec.balloon:type_name -> vmlet.launcher.v1.Balloon
+	3,  // 5: vmlet.launcher.v1.SyncRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	22, // 6: vmlet.launcher.v1.SyncResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	22, // 7: vmlet.launcher.v1.PauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	22, // 8: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	0,  // 9: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
+	3,  // 10: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	54, // 11: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	23, // 12: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
+	26, // 13: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
+	27, // 14: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
+	28, // 15: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
+	29, // 16: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
+	30, // 17: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
+	0,  // 18: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
+	1,  // 19: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
+	2,  // 20: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
+	23, // 21: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
+	7,  // 22: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
+	8,  // 23: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
+	3,  // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	41, // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	3,  // 26: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	41, // 27: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	43, // 28: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
+	54, // 29: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	55, // 30: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	60, // 31: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	61, // 32: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	62, // 33: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	63, // 34: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	68, // 35: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	69, // 36: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	70, // 37: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	71, // 38: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	72, // 39: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
+	73, // 40: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
+	74, // 41: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
+	9,  // 42: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	11, // 43: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	13, // 44: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	15, // 45: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	17, // 46: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	19, // 47: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	21, // 48: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	24, // 49: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	31, // 50: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	33, // 51: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	35, // 52: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	37, // 53: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	39, // 54: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	42, // 55: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	45, // 56: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	47, // 57: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	49, // 58: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	51, // 59: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	52, // 60: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
+	56, // 61: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	58, // 62: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	64, // 63: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	66, // 64: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	75, // 65: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	77, // 66: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	10, // 67: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	12, // 68: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	14, // 69: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	16, // 70: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	18, // 71: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	20, // 72: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	22, // 73: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	25, // 74: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	32, // 75: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	34, // 76: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	36, // 77: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	38, // 78: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	40, // 79: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	44, // 80: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	46, // 81: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	48, // 82: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	50, // 83: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	54, // 84: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	53, // 85: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
+	57, // 86: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	59, // 87: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	65, // 88: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	67, // 89: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	76, // 90: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	78, // 91: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	67, // [67:92] is the sub-list for method output_type
+	42, // [42:67] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -5725,7 +5804,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 	if File_qemu_launcher_api_v1_launcher_proto != nil {
 		return
 	}
-	file_qemu_launcher_api_v1_launcher_proto_msgTypes[21].OneofWrappers = []any{
+	file_qemu_launcher_api_v1_launcher_proto_msgTypes[22].OneofWrappers = []any{
 		(*Event_Lifecycle)(nil),
 		(*Event_Device)(nil),
 		(*Event_Migration)(nil),
@@ -5738,7 +5817,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

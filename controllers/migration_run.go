@@ -13,8 +13,8 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/migration"
-	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
 )
 

@@ -1,0 +1,61 @@
+package vmimetrics
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+)
+
+// annotationPrefix holds KubeVirt's os, workload and flavor annotations (vm.kubevirt.io/os, …).
+const annotationPrefix = "vm.kubevirt.io/"
+
+// Identity is who the VMI's series are about: its node, namespace, name and labels.
+func Identity(vmi *vmletv1.VirtualMachineInstance) VMI {
+	return VMI{Node: vmi.Status.NodeName, Namespace: vmi.Namespace, Name: vmi.Name, Labels: vmi.Labels}
+}
+
+// VMIInfo is kubevirt_vmi_info for the VMI, with virt-controller's labels: the phase in lower
+// case, the os/workload/flavor annotations, the guest agent's OS, the machine type, whether it
+// is evictable. vmlet has no instance types, preferences or outdated launcher images; its
+// launcher pod name is not on the VMI: those labels are empty, as KubeVirt leaves unknown ones.
+func VMIInfo(vmi *vmletv1.VirtualMachineInstance) prometheus.Metric {
+	a := vmi.Annotations
+	g := vmi.Status.GuestOSInfo
+	machine := ""
+	if vmi.Status.Machine != nil {
+		machine = vmi.Status.Machine.Type
+	}
+	s := &series{}
+	s.add(Info, 1,
+		vmi.Status.NodeName, vmi.Namespace, vmi.Name,
+		strings.ToLower(string(vmi.Status.Phase)),
+		a[annotationPrefix+"os"], a[annotationPrefix+"workload"], a[annotationPrefix+"flavor"],
+		"", "",
+		g.KernelRelease, machine, g.Machine, g.Name, g.VersionID,
+		strconv.FormatBool(evictable(vmi)), "false", "")
+	return s.out[0]
+}
+
+// evictable is KubeVirt's isVMEvictable: a VMI that should live-migrate on eviction but is not
+// (yet) known to be migratable is not.
+func evictable(vmi *vmletv1.VirtualMachineInstance) bool {
+	es := vmi.Spec.EvictionStrategy
+	if es == nil || *es != vmletv1.EvictionStrategyLiveMigrate {
+		return true
+	}
+	c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceIsMigratable)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// Overhead is kubevirt_vmi_launcher_memory_overhead_bytes: the launcher's memory beyond the
+// guest's RAM as vmlet budgets it (launcherpod.MemoryOverhead).
+func Overhead(vmi *vmletv1.VirtualMachineInstance, bytes int64) prometheus.Metric {
+	s := &series{}
+	s.add(LauncherOverhead, float64(bytes), vmi.Namespace, vmi.Name)
+	return s.out[0]
+}

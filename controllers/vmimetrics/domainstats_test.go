@@ -37,7 +37,7 @@ func full() *pb.DomainStatsResponse {
 		Memory: &pb.MemoryStats{
 			GuestBytes: 256 << 20, QemuRssBytes: 300 << 20, QemuPssBytes: 290 << 20,
 			HasBalloon: true, ActualBalloonBytes: 200 << 20,
-			HasGuestStats: true,
+			HasGuestStats:  true,
 			AvailableBytes: 150 << 20, HasAvailable: true, UsableBytes: 240 << 20, HasUsable: true,
 			UnusedBytes: 100 << 20, HasUnused: true, MajorFaults: 7, HasMajorFaults: true,
 			MinorFaults: 7000, HasMinorFaults: true, SwapInBytes: 4096, HasSwapIn: true,

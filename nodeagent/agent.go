@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
-	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmimetrics"
@@ -161,29 +158,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	// (local mode's nodes), each VMI labelled with its node.
 	removeMetrics, err := vmimetrics.AddToProcess(vmimetrics.Source{
 		Node: cfg.NodeName, VMIs: mgr.GetClient(), Launchers: r, Migrations: mgr.GetClient(),
-		Overhead: launcherOverhead(facts.KVM, cfg.TCGCacheMiB),
+		Overhead: vmimetrics.BudgetedOverhead(facts.KVM, cfg.TCGCacheMiB),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("register VMI metrics: %w", err)
 	}
 	return &Agent{Reconciler: r, Facts: facts, Heartbeat: hb, removeMetrics: removeMetrics}, nil
-}
-
-// launcherOverhead is kubevirt_vmi_launcher_memory_overhead_bytes: the memory beyond the guest's
-// RAM a launcher pod budgets (launcherpod.MemoryOverhead), with the node's TCG translation
-// cache unless it runs KVM (a cache of 0 is QEMU's own default size).
-func launcherOverhead(kvm bool, tcgCacheMiB int) func(*vmletv1.VirtualMachineInstance) (int64, bool) {
-	tcg := 0
-	if !kvm {
-		tcg = cmp.Or(tcgCacheMiB, launcherpod.QEMUDefaultTCGCacheMiB)
-	}
-	return func(vmi *vmletv1.VirtualMachineInstance) (int64, bool) {
-		guest, err := launcherpod.GuestMemory(vmi)
-		if err != nil {
-			return 0, false
-		}
-		return launcherpod.MemoryOverhead(guest, launcherpod.VCPUs(vmi), tcg), true
-	}
 }
 
 // Close forgets the agent's in-process network state; the kernel state stays, as do the

@@ -1,6 +1,7 @@
 package vmimetrics
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 )
 
 // annotationPrefix holds KubeVirt's os, workload and flavor annotations (vm.kubevirt.io/os, …).
@@ -58,4 +60,21 @@ func Overhead(vmi *vmletv1.VirtualMachineInstance, bytes int64) prometheus.Metri
 	s := &series{}
 	s.add(LauncherOverhead, float64(bytes), vmi.Namespace, vmi.Name)
 	return s.out[0]
+}
+
+// BudgetedOverhead is a Source.Overhead: the memory beyond the guest's RAM a launcher pod
+// budgets (launcherpod.MemoryOverhead), with the node's TCG translation cache unless it runs
+// KVM (a cache of 0 is QEMU's own default size, as for the pods).
+func BudgetedOverhead(kvm bool, tcgCacheMiB int) func(*vmletv1.VirtualMachineInstance) (int64, bool) {
+	tcg := 0
+	if !kvm {
+		tcg = cmp.Or(tcgCacheMiB, launcherpod.QEMUDefaultTCGCacheMiB)
+	}
+	return func(vmi *vmletv1.VirtualMachineInstance) (int64, bool) {
+		guest, err := launcherpod.GuestMemory(vmi)
+		if err != nil {
+			return 0, false
+		}
+		return launcherpod.MemoryOverhead(guest, launcherpod.VCPUs(vmi), tcg), true
+	}
 }

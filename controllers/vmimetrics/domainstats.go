@@ -125,6 +125,9 @@ func (s *series) net(n *pb.NetStats) {
 	if i == "" {
 		return
 	}
+	if name, ok := s.id.Interfaces[i]; ok {
+		i = name
+	}
 	s.add(NetTraffic, float64(n.GetTxBytes()), i, "rx")
 	s.add(NetRxBytes, float64(n.GetTxBytes()), i)
 	s.add(NetTraffic, float64(n.GetRxBytes()), i, "tx")

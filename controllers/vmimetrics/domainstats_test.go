@@ -6,7 +6,8 @@ import (
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
-var testVMI = VMI{Node: "node-a", Namespace: "ns", Name: "vm1", Labels: map[string]string{"app.kubernetes.io/name": "db", "tier": "back-end"}}
+var testVMI = VMI{Node: "node-a", Namespace: "ns", Name: "vm1", Labels: map[string]string{"app.kubernetes.io/name": "db", "tier": "back-end"},
+	Interfaces: map[string]string{"net-default": "default"}}
 
 // vmiKey is the label part every KubeVirt domainstats series of testVMI starts with.
 func kvLabels(extra ...string) map[string]string {
@@ -45,7 +46,7 @@ func full() *pb.DomainStatsResponse {
 		},
 		Block: []*pb.BlockStats{{Id: "rootdisk", RdBytes: 1000, WrBytes: 2000, RdOps: 10, WrOps: 20, FlushOps: 3,
 			RdTotalTimeNs: 5e8, WrTotalTimeNs: 25e7, FlushTotalTimeNs: 1e7}},
-		Net: []*pb.NetStats{{Id: "default", Tap: "tap0", RxBytes: 111, RxPackets: 11, TxBytes: 222, TxPackets: 22,
+		Net: []*pb.NetStats{{Id: "net-default", Tap: "tap0", RxBytes: 111, RxPackets: 11, TxBytes: 222, TxPackets: 22,
 			RxDropped: 1, TxDropped: 2, RxErrors: 3, TxErrors: 4}},
 		QemuMinorFaults: 900, QemuMajorFaults: 9,
 		Filesystems: []*pb.FilesystemStats{{MountPoint: "/", Type: "ext4", DiskName: "rootdisk", TotalBytes: 1 << 30, UsedBytes: 1 << 29}},

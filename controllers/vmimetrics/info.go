@@ -11,6 +11,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/translate"
 )
 
 // annotationPrefix holds KubeVirt's os, workload and flavor annotations (vm.kubevirt.io/os, …).
@@ -18,7 +19,14 @@ const annotationPrefix = "vm.kubevirt.io/"
 
 // Identity is who the VMI's series are about: its node, namespace, name and labels.
 func Identity(vmi *vmletv1.VirtualMachineInstance) VMI {
-	return VMI{Node: vmi.Status.NodeName, Namespace: vmi.Namespace, Name: vmi.Name, Labels: vmi.Labels}
+	id := VMI{Node: vmi.Status.NodeName, Namespace: vmi.Namespace, Name: vmi.Name, Labels: vmi.Labels}
+	if ifs := vmi.Spec.Domain.Devices.Interfaces; len(ifs) > 0 {
+		id.Interfaces = make(map[string]string, len(ifs))
+		for _, i := range ifs {
+			id.Interfaces[translate.NICID(i.Name)] = i.Name
+		}
+	}
+	return id
 }
 
 // VMIInfo is kubevirt_vmi_info for the VMI, with virt-controller's labels: the phase in lower

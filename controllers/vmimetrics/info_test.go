@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 )
 
 // TestVMIInfo: kubevirt_vmi_info carries virt-controller's labels, filled from the VMI.
@@ -61,5 +62,19 @@ func TestPhaseTransitionSeconds(t *testing.T) {
 	}
 	if _, ok := PhaseTransitionSeconds(vmletv1.Pending, vmi); ok {
 		t.Error("a phase without a timestamp observed")
+	}
+}
+
+// TestIdentityInterfaces: the launcher's NIC ids map back to the VMI's interface names
+// (KubeVirt's interface label), hashed ids of long names included.
+func TestIdentityInterfaces(t *testing.T) {
+	long := "an-interface-name-longer-than-qemu-ids-allow"
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default"}, {Name: long}}
+	id := Identity(vmi)
+	for nic, want := range map[string]string{translate.NICID("default"): "default", translate.NICID(long): long} {
+		if id.Interfaces[nic] != want {
+			t.Errorf("NIC %s: %q, want %q", nic, id.Interfaces[nic], want)
+		}
 	}
 }

@@ -180,6 +180,9 @@ type VMI struct {
 	// Labels are the VMI's labels; KubeVirt's domainstats series carry each as
 	// kubernetes_vmi_label_<key with . / - as _>.
 	Labels map[string]string
+	// Interfaces maps the launcher's NIC ids to the VMI's interface names, KubeVirt's
+	// interface label (a NIC id not in it is its own name).
+	Interfaces map[string]string
 }
 
 // series builds a VMI's metrics: the descriptors for its label set and the values of its

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
@@ -225,5 +226,49 @@ func TestCollectorMigration(t *testing.T) {
 		if s.name == "kubevirt_vmi_migration_data_remaining_bytes" && s.labels["name"] == "m2" {
 			t.Error("progress for an ended migration")
 		}
+	}
+}
+
+// TestAddToProcess: several node agents of one process (local mode's nodes) share the one
+// collector on controller-runtime's registry; each VMI carries its node; a removed agent's
+// VMIs go.
+func TestAddToProcess(t *testing.T) {
+	a, b := testVMIOn("node-a", "pa"), testVMIOn("node-b", "pb")
+	vmis := reader(t, a, b)
+	removeA, err := AddToProcess(Source{Node: "node-a", VMIs: vmis, Launchers: &fakeLaunchers{stats: map[types.UID]*pb.DomainStatsResponse{a.UID: full()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeB, err := AddToProcess(Source{Node: "node-b", VMIs: vmis, Launchers: &fakeLaunchers{stats: map[types.UID]*pb.DomainStatsResponse{b.UID: full()}}})
+	if err != nil {
+		t.Fatalf("second node: %v", err)
+	}
+	defer removeB()
+	nodes := func() map[string]bool {
+		mfs, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, mf := range mfs {
+			if mf.GetName() != "kubevirt_vmi_cpu_usage_seconds_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "node" {
+						out[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got := nodes(); !got["node-a"] || !got["node-b"] || len(got) != 2 {
+		t.Errorf("nodes with series: %v", got)
+	}
+	removeA()
+	if got := nodes(); got["node-a"] || !got["node-b"] {
+		t.Errorf("after node-a's agent left: %v", got)
 	}
 }

@@ -22,13 +22,13 @@ const (
 type Scope int
 
 const (
-	// ScopeKubeVirtVMI: node, namespace, name, then one kubernetes_vmi_label_<key> per label
+	// ScopeKubeVirtVMI is node, namespace, name, then one kubernetes_vmi_label_<key> per label
 	// of the VMI (KubeVirt's domainstats metrics), then the family's own labels.
 	ScopeKubeVirtVMI Scope = iota
-	// ScopeVMI: node, namespace, name, then the family's own labels (vmlet's per-VMI metrics,
+	// ScopeVMI is node, namespace, name, then the family's own labels (vmlet's per-VMI metrics,
 	// KubeVirt's migration domain stats).
 	ScopeVMI
-	// ScopeOwn: the family's own labels only.
+	// ScopeOwn is the family's own labels only.
 	ScopeOwn
 )
 

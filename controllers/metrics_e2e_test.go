@@ -385,3 +385,68 @@ func TestVMIMetrics(t *testing.T) {
 		t.Errorf("series of the deleted VMI left: %v", left)
 	}
 }
+
+// TestVMIMigrationMetrics: while a live migration (slowed to 16 MiB/s) runs, the source node's
+// /metrics has KubeVirt's migration progress for the VMI; once it succeeded, the migration's
+// outcome (kubevirt_vmi_migration_succeeded with the migration's name) and the VMI's domain
+// stats come from the target node, and the progress series are gone. One collector serves
+// both nodes' agents, as in local mode.
+func TestVMIMigrationMetrics(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	n := startTwoNodes(t)
+	defer n.stop(t)
+	setMigrationConfig(t, "bandwidthPerMigration: 16Mi\n")
+	defer setMigrationConfig(t, "")
+	source := func(a *agent) vmimetrics.Source {
+		return vmimetrics.Source{Node: a.r.NodeName, VMIs: a.r.Client, Migrations: a.r.Client, Launchers: a.r}
+	}
+	col := vmimetrics.New(source(n.a), source(n.b))
+	if err := ctrlmetrics.Registry.Register(col); err != nil {
+		t.Fatal(err)
+	}
+	defer ctrlmetrics.Registry.Unregister(col)
+	srv := httptest.NewServer(promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	url := srv.URL + "/metrics"
+
+	ctx := context.Background()
+	vmi := masqueradeVMI("migmetrics")
+	if err := env.Client.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(ctx, vmi) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 30*time.Second)
+
+	mkey := startMigration(t, vmi, "migmetrics-1")
+	onSource := map[string]string{"node": testNode, "namespace": vmi.Namespace, "name": vmi.Name}
+	var progressSeen string
+	eventually(t, 2*time.Minute, "migration progress on /metrics", func() (bool, string) {
+		s := scrapeMetrics(t, url)
+		processed, n := s.sum("kubevirt_vmi_migration_data_processed_bytes", onSource)
+		_, nr := s.sum("kubevirt_vmi_migration_data_remaining_bytes", onSource)
+		total, nt := s.sum("kubevirt_vmi_migration_data_bytes_total", onSource)
+		_, nd := s.sum("kubevirt_vmi_migration_dirty_memory_rate_bytes", onSource)
+		progressSeen = fmt.Sprintf("processed %v (%d series), remaining %d, total %v (%d), dirty rate %d", processed, n, nr, total, nt, nd)
+		return n == 1 && nr == 1 && nt == 1 && nd == 1 && processed > 0 && total >= 128<<20, progressSeen
+	})
+	t.Logf("mid-migration on the source: %s", progressSeen)
+	m := waitMigration(t, mkey, 2*time.Minute)
+	if m.Status.Phase != vmletv1.MigrationSucceeded {
+		t.Fatalf("migration ended %s", m.Status.Phase)
+	}
+	onTarget := map[string]string{"node": secondNode, "namespace": vmi.Namespace, "name": vmi.Name}
+	eventually(t, time.Minute, "the migration's outcome and the VMI's stats from the target", func() (bool, string) {
+		s := scrapeMetrics(t, url)
+		ok, _ := s.sum("kubevirt_vmi_migration_succeeded", map[string]string{"vmi": vmi.Name, "vmim": "migmetrics-1", "namespace": vmi.Namespace})
+		_, failed := s.sum("kubevirt_vmi_migration_failed", map[string]string{"vmi": vmi.Name})
+		_, cpuTarget := s.sum("kubevirt_vmi_cpu_usage_seconds_total", onTarget)
+		_, cpuSource := s.sum("kubevirt_vmi_cpu_usage_seconds_total", onSource)
+		_, progress := s.sum("kubevirt_vmi_migration_data_remaining_bytes", map[string]string{"name": vmi.Name})
+		return ok == 1 && failed == 0 && cpuTarget == 1 && cpuSource == 0 && progress == 0,
+			fmt.Sprintf("succeeded %v, failed series %d, cpu series on target %d / source %d, progress series %d", ok, failed, cpuTarget, cpuSource, progress)
+	})
+}

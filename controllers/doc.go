@@ -17,6 +17,10 @@
 //   - Heartbeat keeps the Node's vmlet.dev labels and heartbeat annotation fresh (and, in
 //     local mode, its Ready condition); LocalScheduler places VMIs in local mode;
 //     ShutdownNode is the graceful node shutdown (VMIs end Failed, reason NodeShutdown).
+//   - Metrics: subpackage vmimetrics maps the launchers' DomainStats to KubeVirt's
+//     kubevirt_vmi_* metrics on each scrape; the reconciler is its vmimetrics.Launchers
+//     (vmi_metrics.go: its live launcher connections, no dialing) and observes reconcile
+//     outcomes, phase transitions and launcher starts where they happen.
 //
 // The cluster side lives in subpackages: cluster (launcher pods, status.nodeName) and
 // launcherpod (the pod it builds). Both sides write phases, conditions and reasons with package

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
@@ -22,8 +25,9 @@ type grpcLauncher struct {
 }
 
 var (
-	_ Launcher = (*grpcLauncher)(nil)
-	_ DHCPHost = (*grpcLauncher)(nil)
+	_ Launcher    = (*grpcLauncher)(nil)
+	_ DHCPHost    = (*grpcLauncher)(nil)
+	_ StatsReader = (*grpcLauncher)(nil)
 )
 
 // Deadlines of the calls to a launcher (incus' commandTimeouts): no reconcile waits longer on a
@@ -51,7 +55,7 @@ func bound(ctx context.Context, d time.Duration) (context.Context, context.Cance
 
 // DialLauncher connects to a launcher's ready socket.
 func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
-	c, err := launcher.Dial(ctx, socket)
+	c, err := launcher.Dial(ctx, socket, grpc.WithChainUnaryInterceptor(vmimetrics.LauncherRPCInterceptor))
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher %s: %w", socket, err)
 	}
@@ -216,3 +220,20 @@ func (g *grpcLauncher) VCPUThreads(ctx context.Context) ([]int, error) {
 }
 
 func (g *grpcLauncher) Close() error { return g.c.Close() }
+
+// StatsReader is a Launcher that reports the domain's statistics and migration progress (the
+// node agent's metrics, package vmimetrics).
+type StatsReader interface {
+	// DomainStats reads vCPU, memory, block, network and guest file system counters.
+	DomainStats(ctx context.Context) (*pb.DomainStatsResponse, error)
+	// MigrationProgress reads query-migrate as the launcher reports it.
+	MigrationProgress(ctx context.Context) (*pb.MigrationStatus, error)
+}
+
+func (g *grpcLauncher) DomainStats(ctx context.Context) (*pb.DomainStatsResponse, error) {
+	return g.c.DomainStats(ctx)
+}
+
+func (g *grpcLauncher) MigrationProgress(ctx context.Context) (*pb.MigrationStatus, error) {
+	return g.c.GetMigrationStatus(ctx)
+}

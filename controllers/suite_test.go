@@ -28,6 +28,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/network"
@@ -272,7 +273,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	r := &controllers.VMIReconciler{
 		Client: mgr.GetClient(), Recorder: events, NodeName: node,
 		Runtime: rt, Dial: controllers.DialLauncher, Args: controllers.DefaultLauncherArgs,
-		Storage: controllers.NodeStorage{Host: &storage.Host{Images: cache}, Root: vr,
+		Storage: controllers.NodeStorage{Host: &storage.Host{Images: cache, OnPull: vmimetrics.ObserveImagePull}, Root: vr,
 			PullBackOff: o.PullBackOff, PullBackOffMax: o.PullBackOffMax},
 		APIReader: mgr.GetAPIReader(),
 		Network:   nn,

@@ -30,6 +30,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/ops"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
@@ -164,7 +165,7 @@ func (r *VMIReconciler) WakeByID(id string) {
 
 // Reconcile is level-based: it reads the VMI and the launcher's state, acts, and writes the
 // status once if it changed.
-func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	if !r.gate.enter() {
 		return ctrl.Result{}, nil // drained: the node is shutting down
 	}
@@ -178,6 +179,8 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if vmi.Status.NodeName != r.NodeName && roleOf(vmi, r.NodeName) == roleNone {
 		return ctrl.Result{}, nil
 	}
+	conflict := false
+	defer func() { vmimetrics.ObserveReconcile(reconcileResult(res, err, conflict), vmi) }()
 	r.mu.Lock()
 	_, seen := r.keys[vmi.UID]
 	r.keys[vmi.UID] = req.NamespacedName
@@ -186,11 +189,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		r.trace(vmi.UID, TraceFirstReconcile, time.Now())
 	}
 	before := vmi.Status.DeepCopy()
-	res, err := r.reconcile(ctx, vmi)
+	res, err = r.reconcile(ctx, vmi)
 	if apierrors.IsConflict(err) {
 		// A write raced another writer of the VMI (e.g. the finalizer patch, guarded by the
 		// resourceVersion): not a failure to report; read everything again. The status in hand
 		// is of the stale object, so it is not written.
+		conflict = true
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	if err != nil {
@@ -206,9 +210,13 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
 			r.trace(vmi.UID, TraceStatusRunning, t0)
 		}
+		if uerr == nil && before.Phase != vmi.Status.Phase {
+			vmimetrics.ObservePhaseTransition(before.Phase, vmi)
+		}
 		switch {
 		case apierrors.IsConflict(uerr):
 			// Someone wrote the VMI since we read it: read everything again.
+			conflict = true
 			return ctrl.Result{RequeueAfter: time.Millisecond}, err
 		case uerr != nil && !apierrors.IsNotFound(uerr):
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))

@@ -15,6 +15,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu"
@@ -105,6 +106,9 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 		// The weight its pod's CPU request would give it in cluster mode.
 		CPUMilli: cpu.MilliValue(),
 	})
+	if o.facts.Launcher == lifecycle.LauncherAbsent {
+		vmimetrics.ObserveLauncherStart(time.Since(t0), err)
+	}
 	if err != nil {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())

@@ -10,6 +10,8 @@
 #   BENCH_PKGS=none BENCH_ROUNDS=3 hack/bench.sh # only the side by side, 3 rounds (not for publishing)
 #   BENCH_SIDEBYSIDE=0 hack/bench.sh             # skip the side by side
 #   BENCH_VMIS=1,20 hack/bench.sh                # agent benchmark without the 100-VMI case
+#   BENCH_PKGS=./controllers hack/bench.sh       # the agent's benchmarks only (start-up, migration,
+#                                                #   BenchmarkScrape: agent CPU per /metrics scrape, 20 VMIs)
 #   BENCH_TCGCACHE=0 hack/bench.sh               # skip the TCG cache sizes (bench/tcgcache, ≈20 min quiet, ≈40 min under load)
 #
 # The TCG cache benchmark boots a real Debian 12 guest (hack/distroguest/build.sh builds it from

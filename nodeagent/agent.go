@@ -18,6 +18,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/network"
@@ -76,6 +77,8 @@ type Agent struct {
 	Reconciler *controllers.VMIReconciler
 	Facts      controllers.NodeFacts
 	Heartbeat  *controllers.Heartbeat
+
+	removeMetrics func()
 }
 
 // Setup adds the node agent to mgr: it probes the node (KVM, tun), writes the Node's labels
@@ -151,13 +154,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	if en, ok := cfg.Runtime.(ExitNotifier); ok {
 		en.SetOnExit(r.WakeByID)
 	}
-	return &Agent{Reconciler: r, Facts: facts, Heartbeat: hb}, nil
+	// The node's VMIs on the process's /metrics: one collector for all the agents of a process
+	// (local mode's nodes), each VMI labelled with its node.
+	removeMetrics, err := vmimetrics.AddToProcess(vmimetrics.Source{
+		Node: cfg.NodeName, VMIs: mgr.GetClient(), Launchers: r, Migrations: mgr.GetClient(),
+		Overhead: vmimetrics.BudgetedOverhead(facts.KVM, cfg.TCGCacheMiB),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register VMI metrics: %w", err)
+	}
+	return &Agent{Reconciler: r, Facts: facts, Heartbeat: hb, removeMetrics: removeMetrics}, nil
 }
 
 // Close forgets the agent's in-process network state; the kernel state stays, as do the
 // launchers and the guests' DHCP servers in them: a new agent picks them up. Call after the
 // manager stopped.
 func (a *Agent) Close() error {
+	if a.removeMetrics != nil {
+		a.removeMetrics()
+	}
 	if a.Reconciler.Network == nil {
 		return nil
 	}

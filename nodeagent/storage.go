@@ -14,6 +14,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/storage/qemuimg"
@@ -123,7 +124,7 @@ func openStorage(cfg StorageConfig) (controllers.NodeStorage, error) {
 			}
 		}
 	}
-	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}}, Root: cfg.VolumeRoot,
+	return controllers.NodeStorage{Host: &storage.Host{Images: cache, QemuImg: qemuimg.Tool{}, OnPull: vmimetrics.ObserveImagePull}, Root: cfg.VolumeRoot,
 		PullBackOff: cfg.PullBackOff, PullBackOffMax: cfg.PullBackOffMax}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/qemu"
@@ -22,6 +23,9 @@ const stateFile = ".vmlet-storage.json"
 type Host struct {
 	Images  *oci.Cache
 	QemuImg qemuimg.Tool
+	// OnPull, if set, is told of every image pull an Apply makes (a cache hit included): how
+	// long it took and its error (the node agent's metrics). Called from concurrent Applies.
+	OnPull func(d time.Duration, err error)
 }
 
 // Result is what Apply made: the disks (host paths resolved to their real, symlink-free

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage/cloudinit"
@@ -45,7 +46,11 @@ func (a *applier) pull(ctx context.Context, act Action) error {
 		}
 		ref, policy = pinned, oci.PullIfNotPresent
 	}
+	t0 := time.Now()
 	img, err := a.h.Images.Pull(ctx, ref, policy)
+	if a.h.OnPull != nil {
+		a.h.OnPull(time.Since(t0), err)
+	}
 	if err != nil {
 		return err
 	}

@@ -23,12 +23,13 @@ type Client struct {
 }
 
 // Dial connects to the launcher serving socketPath (its ReadySocket) and checks that it
-// answers (GetDomain) before ctx ends.
-func Dial(ctx context.Context, socketPath string) (*Client, error) {
-	conn, err := grpc.NewClient("unix://"+socketPath,
+// answers (GetDomain) before ctx ends. opts add to the connection's options (e.g. the node
+// agent's metrics interceptor).
+func Dial(ctx context.Context, socketPath string, opts ...grpc.DialOption) (*Client, error) {
+	conn, err := grpc.NewClient("unix://"+socketPath, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // a 0600 unix socket
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
-	)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher %s: %w", socketPath, err)
 	}

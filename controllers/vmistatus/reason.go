@@ -29,6 +29,9 @@ const (
 	// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run
 	// is a new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).
 	ReasonNodeShutdown Reason = "NodeShutdown"
+	// ReasonNodeUnresponsive: the VMI's node agent stopped beating (KubeVirt's
+	// NodeUnresponsiveReason): Ready=False while its launcher pod lives, Failed once it is gone.
+	ReasonNodeUnresponsive Reason = "NodeUnresponsive"
 	// ReasonInvalidSpec: the spec does not translate into a domain.
 	ReasonInvalidSpec Reason = "InvalidSpec"
 	// ReasonUnsupported: the spec asks for something vmlet does not do yet.

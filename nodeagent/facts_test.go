@@ -18,4 +18,3 @@ func TestCPUModelName(t *testing.T) {
 		}
 	}
 }
-

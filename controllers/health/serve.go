@@ -3,8 +3,11 @@ package health
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,20 +66,58 @@ func AddMetrics(mgr manager.Manager, ln net.Listener) error {
 	return add(mgr, "metrics", ln, mux)
 }
 
-// AddProbes makes mgr serve /healthz (live: the checks in live) and /readyz (ready) on ln,
-// with controller-runtime's handler: 200 "ok" or 500 listing each failing check and why;
-// /readyz/NAME runs one check, ?verbose lists them all. A nil ln adds nothing.
+// AddProbes makes mgr serve /healthz (live: the checks in live) and /readyz (ready) on ln
+// (Handler). A nil ln adds nothing.
 func AddProbes(mgr manager.Manager, ln net.Listener, live, ready Checks) error {
 	if ln == nil {
 		return nil
 	}
 	mux := http.NewServeMux()
 	for path, checks := range map[string]Checks{LivenessPath: live, ReadinessPath: ready} {
-		h := http.StripPrefix(path, &healthz.Handler{Checks: checks})
+		h := http.StripPrefix(path, Handler(checks))
 		mux.Handle(path, h)
 		mux.Handle(path+"/", h)
 	}
 	return add(mgr, "health probes", ln, mux)
+}
+
+// Handler runs the checks (all of them at "/", one at "/NAME") and answers 200 with "ok", or
+// 500 with a line per check, "[+]NAME ok" or "[-]NAME failed: ERROR" (the error in full, unlike
+// controller-runtime's handler, which withholds it: what fails here is what an operator needs,
+// e.g. the VMIs whose launchers do not answer). "?verbose" lists every check on success too,
+// as the Kubernetes components' health endpoints do.
+func Handler(checks Checks) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		names := slices.Sorted(maps.Keys(checks))
+		if one := strings.Trim(req.URL.Path, "/"); one != "" {
+			if _, ok := checks[one]; !ok {
+				http.NotFound(w, req)
+				return
+			}
+			names = []string{one}
+		}
+		var b strings.Builder
+		failed := false
+		for _, n := range names {
+			if err := checks[n](req); err != nil {
+				failed = true
+				fmt.Fprintf(&b, "[-]%s failed: %v\n", n, err)
+			} else {
+				fmt.Fprintf(&b, "[+]%s ok\n", n)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		switch _, verbose := req.URL.Query()["verbose"]; {
+		case failed:
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, "%scheck failed\n", b.String())
+		case verbose:
+			fmt.Fprintf(w, "%scheck passed\n", b.String())
+		default:
+			fmt.Fprint(w, "ok")
+		}
+	})
 }
 
 func add(mgr manager.Manager, name string, ln net.Listener, h http.Handler) error {

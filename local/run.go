@@ -181,7 +181,7 @@ func (s *Stack) startManagers(ctx context.Context) error {
 			TCGCacheMiB: cfg.TCGCacheMiB,
 			Register:    true,
 			// vmlet is this node's only agent: it owns the Node's Ready condition.
-			OwnsNodeReady:  true,
+			OwnsNodeReady:     true,
 			NodeAddress:       n.Fabric.Addr,
 			NodeNetns:         n.Fabric.NetnsPath,
 			MigrationCreds:    creds,

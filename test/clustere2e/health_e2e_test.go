@@ -80,9 +80,10 @@ func waitProbe(t *testing.T, name, addr, path string, code int, want ...string) 
 //   - the agent's /readyz fails, naming the VMI, while its launcher does not answer (SIGSTOP),
 //     and recovers on SIGCONT;
 //   - the agent killed with SIGKILL → within 3 heartbeats the controller labels the node
-//     vmlet.dev/schedulable=false and the VMI Ready=False NodeUnresponsive (still Running: its
-//     launcher pod lives);
-//   - the agent started again → the node is schedulable again and the VMI Ready again.
+//     vmlet.dev/schedulable=false and both VMIs Ready=False NodeUnresponsive (still Running:
+//     their launcher pods live); one's launcher pod deleted → that VMI Failed, reason
+//     NodeUnresponsive;
+//   - the agent started again → the node is schedulable again and the other VMI Ready again.
 func TestClusterHealthAndUnresponsiveNode(t *testing.T) {
 	const beat = time.Second
 	c := startClusterWith(t, clusterOptions{heartbeat: beat})
@@ -109,14 +110,18 @@ func TestClusterHealthAndUnresponsiveNode(t *testing.T) {
 		waitProbe(t, "agent", addr, "/metrics", http.StatusOK, "# TYPE controller_runtime_reconcile_total counter")
 	}
 
-	vmi := guestvmi.VMI("health", guestImage)
-	if err := cl.Create(ctx, vmi); err != nil {
-		t.Fatal(err)
+	vmi, gone := guestvmi.VMI("health", guestImage), guestvmi.VMI("health-gone", guestImage)
+	for _, v := range []*vmletv1.VirtualMachineInstance{vmi, gone} {
+		if err := cl.Create(ctx, v); err != nil {
+			t.Fatal(err)
+		}
 	}
-	key := client.ObjectKeyFromObject(vmi)
-	ready := c.waitVMI(t, key, 3*time.Minute, "Ready", func(v *vmletv1.VirtualMachineInstance) bool {
+	key, goneKey := client.ObjectKeyFromObject(vmi), client.ObjectKeyFromObject(gone)
+	isReady := func(v *vmletv1.VirtualMachineInstance) bool {
 		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
-	})
+	}
+	ready := c.waitVMI(t, key, 3*time.Minute, "Ready", isReady)
+	c.waitVMI(t, goneKey, 3*time.Minute, "Ready", isReady)
 	waitProbe(t, "agent", c.agentHealth, "/readyz", http.StatusOK)
 
 	// A launcher that does not answer makes the agent unready, naming its VMI.
@@ -155,12 +160,29 @@ func TestClusterHealthAndUnresponsiveNode(t *testing.T) {
 	if took > 3*beat+beat {
 		t.Errorf("node unschedulable %s after the kill, want within 3 heartbeats (%s) and a beat of slack", took, 3*beat)
 	}
-	unresponsive := c.waitVMI(t, key, 30*time.Second, "Ready=False NodeUnresponsive", func(v *vmletv1.VirtualMachineInstance) bool {
-		cond := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
-		return cond != nil && cond.Reason == string(vmistatus.ReasonNodeUnresponsive)
+	for _, k := range []client.ObjectKey{key, goneKey} {
+		unresponsive := c.waitVMI(t, k, 30*time.Second, "Ready=False NodeUnresponsive", func(v *vmletv1.VirtualMachineInstance) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+			return cond != nil && cond.Reason == string(vmistatus.ReasonNodeUnresponsive)
+		})
+		if unresponsive.Status.Phase != vmletv1.Running {
+			t.Errorf("%s: phase %s with its launcher pod alive, want Running", k, unresponsive.Status.Phase)
+		}
+	}
+	// One launcher pod goes (the kubelet still runs, the agent does not): its VMI fails, with
+	// the reason.
+	gonePod := c.launcherPod(t, string(gone.UID))
+	if err := cl.Delete(ctx, gonePod); err != nil {
+		t.Fatal(err)
+	}
+	failed := c.waitVMI(t, goneKey, time.Minute, "Failed", func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.Phase == vmletv1.Failed
 	})
-	if unresponsive.Status.Phase != vmletv1.Running {
-		t.Errorf("phase %s with its launcher pod alive, want Running", unresponsive.Status.Phase)
+	if failed.Status.Reason != string(vmistatus.ReasonNodeUnresponsive) {
+		t.Errorf("%s failed with reason %q, want NodeUnresponsive", goneKey, failed.Status.Reason)
+	}
+	if v := c.getVMI(t, key); v.Status.Phase != vmletv1.Running {
+		t.Errorf("%s: phase %s while its pod lives, want Running", key, v.Status.Phase)
 	}
 	waitProbe(t, "controller", c.controllerHealth, "/readyz", http.StatusOK)
 
@@ -174,12 +196,15 @@ func TestClusterHealthAndUnresponsiveNode(t *testing.T) {
 	})
 	waitProbe(t, "agent", c.agentHealth, "/readyz", http.StatusOK)
 
-	if err := cl.Delete(ctx, vmi); err != nil {
-		t.Fatal(err)
+	for _, v := range []*vmletv1.VirtualMachineInstance{vmi, gone} {
+		if err := cl.Delete(ctx, v); err != nil {
+			t.Fatal(err)
+		}
 	}
-	poll.Until(t, 2*time.Minute, "VMI gone", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "VMIs gone", func() (bool, string) {
 		err := cl.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		gerr := cl.Get(ctx, goneKey, &vmletv1.VirtualMachineInstance{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(gerr), fmt.Sprint(err, gerr)
 	})
 	// The node would go stale once this test's agent stops (and its 1 s interval is
 	// published): the next test's agent registers it afresh.
@@ -187,6 +212,15 @@ func TestClusterHealthAndUnresponsiveNode(t *testing.T) {
 	if err := cl.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
 	}
+}
+
+func (c *cluster) getVMI(t *testing.T, key client.ObjectKey) *vmletv1.VirtualMachineInstance {
+	t.Helper()
+	v := &vmletv1.VirtualMachineInstance{}
+	if err := c.env.Client.Get(context.Background(), key, v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // waitNode waits until ok holds for the cluster's node.

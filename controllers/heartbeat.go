@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -25,12 +26,20 @@ const (
 	AnnotQEMUVersion = "vmlet.dev/qemu-version"
 	AnnotCPUModel    = "vmlet.dev/cpu-model"
 	AnnotAccelReason = "vmlet.dev/accel-reason"
+	// AnnotDefaultCPUModel is the CPU model QEMU offers a VMI that names none here: "host"
+	// with KVM, "max" under TCG (a migratable VMI gets qemu.DefaultMigratableCPU anywhere).
+	AnnotDefaultCPUModel = "vmlet.dev/default-cpu-model"
+	// AnnotHeartbeatInterval is the agent's heartbeat interval (a Go duration): the cluster
+	// controller marks the node unschedulable when no beat came for three of them.
+	AnnotHeartbeatInterval = "vmlet.dev/heartbeat-interval"
 	// AnnotMetricsAddress is where the node's agent serves Prometheus metrics, host:port of
 	// http://host:port/metrics (absent: metrics off). vmctl top finds the agents by it.
 	AnnotMetricsAddress = "vmlet.dev/metrics-address"
 	DefaultHeartbeat    = 30 * time.Second
-	heartbeatTimeFmt    = time.RFC3339
-	heartbeatStaleMul   = 3
+	// heartbeatTimeFmt keeps sub-second precision (short test intervals); time.RFC3339
+	// parses it, and the seconds-only stamps of older agents.
+	heartbeatTimeFmt  = time.RFC3339Nano
+	heartbeatStaleMul = 3
 )
 
 // NodeFacts are the node capabilities the heartbeat publishes (from devices.Probe and QEMU).
@@ -38,10 +47,23 @@ type NodeFacts struct {
 	KVM         bool
 	AccelReason string
 	Tun         bool
+	// QEMUVersion is `qemu-system-x86_64 --version`'s (e.g. "7.2.19 (Debian
+	// 1:7.2+dfsg-7+deb12u18)"); empty where the node has no QEMU of its own (cluster mode:
+	// QEMU is in the launcher image, and each VMI's status says the version it runs).
 	QEMUVersion string
-	CPUModel    string
+	// CPUModel is the host CPU's model name (/proc/cpuinfo "model name").
+	CPUModel string
 	// Postcopy: the node's launchers may receive post-copy migrations (userfaultfd).
 	Postcopy bool
+}
+
+// DefaultCPUModel is the CPU model a VMI with no cpu.model gets on this node (qemu's
+// resolution: host with KVM, max under TCG).
+func (f NodeFacts) DefaultCPUModel() string {
+	if f.KVM {
+		return "host"
+	}
+	return "max"
 }
 
 // Labels are the node labels for these facts.
@@ -76,7 +98,9 @@ type Heartbeat struct {
 	Facts    NodeFacts
 	Interval time.Duration
 	Register bool
-	// MetricsAddress is published as AnnotMetricsAddress ("" removes it).
+	// MetricsAddress is published as AnnotMetricsAddress ("" removes it). A wildcard host
+	// (":9250", "0.0.0.0:9250", "[::]:9250") is published as the Node's InternalIP (else its
+	// Hostname address, else its name) with that port: MetricsHostPort.
 	MetricsAddress string
 	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
 	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
@@ -87,11 +111,7 @@ type Heartbeat struct {
 
 // Start implements manager.Runnable: beat now, then every Interval until ctx ends.
 func (h *Heartbeat) Start(ctx context.Context) error {
-	iv := h.Interval
-	if iv == 0 {
-		iv = DefaultHeartbeat
-	}
-	t := time.NewTicker(iv)
+	t := time.NewTicker(h.interval())
 	defer t.Stop()
 	for {
 		if err := h.Beat(ctx); err != nil {
@@ -149,22 +169,68 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 		node.Annotations = map[string]string{}
 	}
 	node.Annotations[AnnotHeartbeat] = time.Now().UTC().Format(heartbeatTimeFmt)
-	node.Annotations[AnnotQEMUVersion] = h.Facts.QEMUVersion
-	node.Annotations[AnnotCPUModel] = h.Facts.CPUModel
-	node.Annotations[AnnotAccelReason] = h.Facts.AccelReason
-	if h.MetricsAddress != "" {
-		node.Annotations[AnnotMetricsAddress] = h.MetricsAddress
-	} else {
-		delete(node.Annotations, AnnotMetricsAddress)
+	node.Annotations[AnnotHeartbeatInterval] = h.interval().String()
+	for k, v := range map[string]string{
+		AnnotQEMUVersion:     h.Facts.QEMUVersion,
+		AnnotCPUModel:        h.Facts.CPUModel,
+		AnnotDefaultCPUModel: h.Facts.DefaultCPUModel(),
+		AnnotAccelReason:     h.Facts.AccelReason,
+		AnnotMetricsAddress:  MetricsHostPort(h.MetricsAddress, node),
+	} {
+		if v != "" {
+			node.Annotations[k] = v
+		} else {
+			delete(node.Annotations, k) // unknown is absent, not ""
+		}
 	}
 }
 
-// HeartbeatStale reports whether a node's vmlet heartbeat is older than three intervals (or
-// missing): its agent is gone or cut off, and its VMIs' status cannot be trusted.
-func HeartbeatStale(node *corev1.Node, interval time.Duration, now time.Time) bool {
-	ts, err := time.Parse(heartbeatTimeFmt, node.Annotations[AnnotHeartbeat])
-	if err != nil {
-		return true
+func (h *Heartbeat) interval() time.Duration {
+	if h.Interval <= 0 {
+		return DefaultHeartbeat
 	}
-	return now.Sub(ts) > heartbeatStaleMul*interval
+	return h.Interval
+}
+
+// MetricsHostPort is where others reach a metrics endpoint bound to bind on node: bind itself,
+// or, for a wildcard host, the node's InternalIP (else its Hostname address, else its name)
+// with bind's port. "" for "". Pure.
+func MetricsHostPort(bind string, node *corev1.Node) string {
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return bind
+	}
+	host = node.Name
+	for _, t := range []corev1.NodeAddressType{corev1.NodeHostName, corev1.NodeInternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == t && a.Address != "" {
+				host = a.Address
+				break
+			}
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// HeartbeatStale reports whether a node's vmlet heartbeat is older than three intervals (or
+// missing): its agent is gone or cut off, and its VMIs' status cannot be trusted. interval is
+// the one the node publishes (AnnotHeartbeatInterval), else fallback.
+func HeartbeatStale(node *corev1.Node, fallback time.Duration, now time.Time) bool {
+	d, ok := HeartbeatDeadline(node, fallback)
+	return !ok || now.After(d)
+}
+
+// HeartbeatDeadline is when the node's heartbeat goes stale: its last beat plus three of the
+// intervals it publishes (AnnotHeartbeatInterval; fallback when it publishes none). ok is
+// false when the node has no (readable) vmlet heartbeat at all. Pure.
+func HeartbeatDeadline(node *corev1.Node, fallback time.Duration) (deadline time.Time, ok bool) {
+	ts, err := time.Parse(time.RFC3339, node.Annotations[AnnotHeartbeat])
+	if err != nil {
+		return time.Time{}, false
+	}
+	iv, err := time.ParseDuration(node.Annotations[AnnotHeartbeatInterval])
+	if err != nil || iv <= 0 {
+		iv = fallback
+	}
+	return ts.Add(heartbeatStaleMul * iv), true
 }

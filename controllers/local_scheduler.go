@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,13 +54,19 @@ type NodeCandidate struct {
 }
 
 // PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
-// nodeSelector and that are not exclude (a migration's source; "" excludes none), the one with
-// the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
+// nodeSelector, that are not labelled LabelSchedulable=false (as launcher pods select
+// schedulable nodes) and that are not exclude (a migration's source; "" excludes none), the
+// one with the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
 func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclude string) (string, string) {
 	sel := labels.SelectorFromSet(vmi.Spec.NodeSelector)
 	var best *NodeCandidate
+	var unschedulable []string
 	for i := range nodes {
 		n := &nodes[i]
+		if n.Name != exclude && n.Labels[LabelSchedulable] == "false" {
+			unschedulable = append(unschedulable, n.Name)
+			continue
+		}
 		if n.Name == exclude || !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
@@ -71,12 +79,15 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if n.Name != exclude {
+		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" {
 			names = append(names, n.Name)
 		}
 	}
 	sort.Strings(names)
 	switch {
+	case len(unschedulable) > 0 && len(names) == 0:
+		sort.Strings(unschedulable)
+		return "", fmt.Sprintf("no schedulable node: %v %s=false (their vmlet agents are not responsive)", unschedulable, LabelSchedulable)
 	case len(names) == 0 && exclude != "":
 		return "", fmt.Sprintf("no node other than %s", exclude)
 	case len(names) == 1:
@@ -157,6 +168,15 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 	out := make([]NodeCandidate, len(nodes))
 	for i, n := range nodes {
 		out[i] = NodeCandidate{Name: n.Name, Labels: n.Labels, VMIs: count[n.Name]}
+		// The Node's own LabelSchedulable, where someone marked it unschedulable.
+		node := &corev1.Node{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node); err == nil && node.Labels[LabelSchedulable] == "false" {
+			out[i].Labels = maps.Clone(n.Labels)
+			if out[i].Labels == nil {
+				out[i].Labels = map[string]string{}
+			}
+			out[i].Labels[LabelSchedulable] = "false"
+		}
 	}
 	return out, nil
 }

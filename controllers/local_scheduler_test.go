@@ -36,6 +36,12 @@ func TestPickNode(t *testing.T) {
 			wantWhy: "none of the nodes [n-2 n-3] matches nodeSelector gpu=yes"},
 		{name: "single node", nodes: nodes[2:], sel: map[string]string{"gpu": "yes"}, wantWhy: "node n-3 does not match nodeSelector gpu=yes"},
 		{name: "only the source", nodes: nodes[1:2], exclude: "n-1", wantWhy: "no node other than n-1"},
+		{name: "unschedulable skipped", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Labels: map[string]string{controllers.LabelSchedulable: "false"}},
+			{Name: "b", VMIs: 5, Labels: map[string]string{controllers.LabelSchedulable: "true"}}}, want: "b"},
+		{name: "only unschedulable", nodes: []controllers.NodeCandidate{
+			{Name: "a", Labels: map[string]string{controllers.LabelSchedulable: "false"}}},
+			wantWhy: "no schedulable node: [a] vmlet.dev/schedulable=false (their vmlet agents are not responsive)"},
 	} {
 		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel), tc.exclude)
 		if got != tc.want || tc.wantWhy != "" && why != tc.wantWhy {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,11 +16,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
@@ -59,6 +62,13 @@ type Config struct {
 	// Fabric is the node fabric's configuration with Nodes > 1 (zero: network's defaults,
 	// namespaces vmlet-fabric and vmlet-node-NODE in /run/netns, 198.19.128.0/17).
 	Fabric network.FabricConfig
+	// Metrics and Probes, when set, serve the whole process's Prometheus metrics and its
+	// /healthz and /readyz (the API server answers; every node's caches synced and launchers
+	// answering); MetricsAddress is the metrics address every node publishes (vmctl top).
+	Metrics, Probes net.Listener
+	MetricsAddress  string
+	// HeartbeatInterval is the node agents' (0: controllers.DefaultHeartbeat).
+	HeartbeatInterval time.Duration
 }
 
 // Stack is a running local mode: control plane, node agents and local scheduler.
@@ -171,11 +181,13 @@ func (s *Stack) startManagers(ctx context.Context) error {
 			TCGCacheMiB: cfg.TCGCacheMiB,
 			Register:    true,
 			// vmlet is this node's only agent: it owns the Node's Ready condition.
-			OwnsNodeReady:  true,
-			NodeAddress:    n.Fabric.Addr,
-			NodeNetns:      n.Fabric.NetnsPath,
-			MigrationCreds: creds,
-			Log:            n.log(cfg),
+			OwnsNodeReady:     true,
+			NodeAddress:       n.Fabric.Addr,
+			NodeNetns:         n.Fabric.NetnsPath,
+			MigrationCreds:    creds,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+			MetricsAddress:    cfg.MetricsAddress,
+			Log:               n.log(cfg),
 		})
 		if err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
@@ -203,6 +215,9 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	}
 	if err := mc.SetupWithManager(mgrs[0]); err != nil {
 		return fmt.Errorf("setup migration controller: %w", err)
+	}
+	if err := s.serve(mgrs); err != nil {
+		return err
 	}
 	for i, n := range s.Nodes {
 		mctx, cancel := context.WithCancel(context.Background())
@@ -236,6 +251,31 @@ func logFile(dir string) io.Writer {
 		return io.Discard
 	}
 	return f
+}
+
+// serve adds the process's metrics and health endpoints to the first node's manager; /readyz
+// checks the API server and, per node, its manager's caches and its launchers.
+func (s *Stack) serve(mgrs []manager.Manager) error {
+	if err := health.AddMetrics(mgrs[0], s.cfg.Metrics); err != nil {
+		return err
+	}
+	if s.cfg.Probes == nil {
+		return nil
+	}
+	api, err := health.APIReachable(s.CP.Config)
+	if err != nil {
+		return err
+	}
+	ready := health.Checks{"api-server": api}
+	for i, n := range s.Nodes {
+		suffix := ""
+		if s.cfg.multi() {
+			suffix = "-" + n.Name
+		}
+		ready["caches"+suffix] = health.CachesSynced(mgrs[i].GetCache())
+		ready["launchers"+suffix] = n.Agent.LaunchersCheck()
+	}
+	return health.AddProbes(mgrs[0], s.cfg.Probes, health.Checks{"ping": healthz.Ping}, ready)
 }
 
 // log is the node's logger: the stack's, with the node's name when there are several.

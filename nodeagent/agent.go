@@ -22,7 +22,6 @@ import (
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/network"
-	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -62,6 +61,12 @@ type Config struct {
 	// MigrationCreds is the node's migration certificate (from the cluster's migration CA),
 	// which migrations use for QEMU's TLS; nil: only plaintext migrations (disableTLS) run.
 	MigrationCreds *controllers.NodeCreds
+	// HeartbeatInterval is how often the agent beats (0: controllers.DefaultHeartbeat); the
+	// cluster controller marks the node unschedulable after three without a beat.
+	HeartbeatInterval time.Duration
+	// MetricsAddress is where this node's metrics are served (host:port; a wildcard host is
+	// published as the Node's address), published for vmctl top; "" when metrics are off.
+	MetricsAddress string
 	Log            logr.Logger
 }
 
@@ -95,9 +100,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new API client: %w", err)
 	}
-	caps := devices.Probe()
-	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun, Postcopy: caps.Userfaultfd}
-	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady}
+	facts, machine := probeFacts(ctx, cfg.Log)
+	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady,
+		Interval: cfg.HeartbeatInterval, MetricsAddress: cfg.MetricsAddress}
 	if err := hb.Beat(ctx); err != nil {
 		return nil, err
 	}
@@ -122,16 +127,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		nn = &controllers.NodeNetwork{Pods: cfg.Pods, Secondary: []string{}}
 	}
 	senv := cfg.Storage.env()
-	// The versioned q35 type this node's QEMU runs for "q35" (written into every vmi's status;
-	// a migration keeps it). Without QEMU here (a cluster node: QEMU is in the launcher
-	// image), vmis get the alias.
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	machine, err := qemu.DefaultQ35Machine(pctx, "")
-	cancel()
-	if err != nil {
-		cfg.Log.Info("no versioned machine type: vmis get the q35 alias", "reason", err.Error())
-		machine = ""
-	}
+	// machine is the versioned q35 type this node's QEMU runs for "q35" (written into every
+	// vmi's status; a migration keeps it).
 	r := &controllers.VMIReconciler{
 		Client:    mgr.GetClient(),
 		Recorder:  mgr.GetEventRecorder("vmlet-agent"),

@@ -12,4 +12,9 @@
 // Network: with NetworkConfig vmlet is the node's CNI (network.Node: a node bridge, NAT, one
 // netns + veth per launcher); with Config.Pods the launchers' network namespaces come from
 // elsewhere (launcher pods whose CNI made them).
+//
+// Node status: the heartbeat (Config.HeartbeatInterval) publishes the node's KVM/TCG labels,
+// the host CPU's model name, the CPU model VMIs get by default, the node's QEMU version (when
+// the node has a QEMU of its own), its interval and where its metrics are served. Health:
+// Agent.LaunchersCheck is the readiness check that every Running VMI's launcher answers.
 package nodeagent

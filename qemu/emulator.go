@@ -36,3 +36,28 @@ func parseQ35Alias(out []byte) (string, error) {
 	}
 	return string(m[1]), nil
 }
+
+var emulatorVersionRe = regexp.MustCompile(`(?m)^QEMU emulator version (\S.*?)\s*$`)
+
+// Version returns the emulator's version as `--version` prints it after "QEMU emulator
+// version" (e.g. "7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)"). ctx bounds the run.
+//
+// Equivalent to: qemu-system-x86_64 --version | head -1
+func Version(ctx context.Context, binary string) (string, error) {
+	if binary == "" {
+		binary = DefaultBinary
+	}
+	out, err := exec.CommandContext(ctx, binary, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("qemu version: %w", err)
+	}
+	return parseVersion(out)
+}
+
+func parseVersion(out []byte) (string, error) {
+	m := emulatorVersionRe.FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("qemu version: %w: no version in %q", ErrInvalidEnv, shorten(string(bytes.TrimSpace(out)), 200))
+	}
+	return string(m[1]), nil
+}

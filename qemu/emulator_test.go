@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 
@@ -31,5 +32,28 @@ func TestDefaultQ35MachineReal(t *testing.T) {
 	}
 	if !versionRe.MatchString(m) {
 		t.Fatalf("DefaultQ35Machine = %q, not versioned", m)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	out := []byte("QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright (c) 2003-2022 Fabrice Bellard and the QEMU Project developers\n")
+	if v, err := parseVersion(out); err != nil || v != "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" {
+		t.Fatalf("parseVersion = %q, %v", v, err)
+	}
+	if _, err := parseVersion([]byte("qemu-img version 7.2.22\n")); !errors.Is(err, ErrInvalidEnv) {
+		t.Fatalf("parseVersion of another tool: %v", err)
+	}
+}
+
+func TestVersionReal(t *testing.T) {
+	bin := prereq.QEMU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := Version(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+`).MatchString(v) {
+		t.Fatalf("Version = %q, does not start with major.minor.micro", v)
 	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/podruntime"
 	"github.com/vmlet/vmlet/controllers/process"
@@ -38,8 +42,10 @@ type agentOptions struct {
 	cgroupParent   string
 	launcherRoot   string
 	register       bool
-	metricsAddr    string
-	healthAddr     string
+	serve          *serveFlags
+	// advertise is the metrics address published on the Node (vmctl top scrapes it).
+	advertise string
+	heartbeat time.Duration
 }
 
 func agentCmd() *cobra.Command {
@@ -86,8 +92,13 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 	f.StringVar(&o.runRoot, "run-root", "/run/vmlet", "launcher run folders (keep short: unix socket paths)")
 	f.StringVar(&o.cgroupParent, "cgroup-parent", "vmlet", "cgroup (under the cgroup2 mount) that holds one jail per launcher")
 	f.BoolVar(&o.register, "register-node", false, "create the Node object if missing (no kubelet registers this node)")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address (0: off)")
-	f.StringVar(&o.healthAddr, "health-probe-bind-address", "0", "health probe address (0: off)")
+	o.serve = addServeFlags(f, fmt.Sprintf(":%d", health.AgentMetricsPort), fmt.Sprintf(":%d", health.AgentHealthPort),
+		"API server answers, caches synced, every Running VMI's launcher answers within "+controllers.LauncherAnswerTimeout.String()+
+			"; no device plugin yet")
+	f.StringVar(&o.advertise, "metrics-advertise-address", "", "metrics address published on the Node ("+controllers.AnnotMetricsAddress+
+		", what vmctl top scrapes); empty: --"+flagMetricsAddr+" with the bound port, a wildcard host published as the Node's InternalIP")
+	f.DurationVar(&o.heartbeat, "heartbeat-interval", controllers.DefaultHeartbeat, "how often the agent writes the Node's "+controllers.AnnotHeartbeat+
+		"; vmlet controller marks the node unschedulable after three intervals without one")
 	nf = addNodeFlags(f, true)
 	return c
 }
@@ -114,10 +125,18 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 			return fmt.Errorf("build scheme: %w", err)
 		}
 	}
+	if o.heartbeat <= 0 {
+		return fmt.Errorf("--heartbeat-interval %s: %w: want > 0", o.heartbeat, nodeagent.ErrBadFlag)
+	}
+	mln, pln, err := o.serve.listen()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.healthAddr,
+		Scheme: scheme,
+		// vmlet serves both itself, on listeners opened above (health.AddMetrics/AddProbes).
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
 		// The agent caches only its own node's VMIs (status.nodeName is a selectable field)
 		// and launcher pods.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -131,7 +150,11 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
-	acfg := nodeagent.Config{NodeName: o.nodeName, Storage: sc, TCGCacheMiB: tcgMiB, Register: o.register, Log: log}
+	acfg := nodeagent.Config{NodeName: o.nodeName, Storage: sc, TCGCacheMiB: tcgMiB, Register: o.register, Log: log,
+		HeartbeatInterval: o.heartbeat, MetricsAddress: cmp.Or(o.advertise, boundAddr(o.serve.metricsAddr, mln))}
+	if mln == nil {
+		acfg.MetricsAddress = ""
+	}
 	var pods *podruntime.Runtime
 	if o.runtime == "pod" {
 		cg, err := devices.FindCgroup2Mount()
@@ -159,8 +182,17 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 			return err
 		}
 	}
+	ready, err := managerChecks(mgr)
+	if err != nil {
+		return err
+	}
+	ready["launchers"] = a.LaunchersCheck()
+	if err := serve(mgr, mln, pln, ready); err != nil {
+		return err
+	}
 	log.Info("node agent starting", "node", o.nodeName, "runtime", o.runtime, "kvm", a.Facts.KVM,
-		"labels", a.Facts.Labels(), "runRoot", o.runRoot)
+		"labels", a.Facts.Labels(), "runRoot", o.runRoot, "metrics", boundAddr(o.serve.metricsAddr, mln),
+		"health", boundAddr(o.serve.healthAddr, pln), "qemu", a.Facts.QEMUVersion, "cpu", a.Facts.CPUModel)
 	err = mgr.Start(ctx)
 	if cerr := a.Close(); cerr != nil {
 		log.Error(cerr, "close agent network")

@@ -60,7 +60,9 @@ func (s *agentSetup) start(t *testing.T) *agentProc {
 		"--kubeconfig", s.env.Kubeconfig, "--node-name", agentNode, "--register-node",
 		"--launcher", s.launcher, "--run-root", s.runRoot, "--state-dir", s.stateDir, "--cgroup-parent", s.cg,
 		"--node-netns", s.nodeNetns, "--pod-netns-dir", s.podNetnsDir, "--resolv-conf", s.resolvConf,
-		"--image", guestImage+"="+s.guestSource)
+		"--image", guestImage+"="+s.guestSource,
+		// Ports the kernel chooses: other packages' vmlet processes may hold the defaults.
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
 	p := &agentProc{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {

@@ -11,13 +11,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
+	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/translate"
@@ -26,8 +26,8 @@ import (
 // controllerFlags are `vmlet controller`'s settings.
 type controllerFlags struct {
 	pods           launcherpod.Options
-	metricsAddr    string
-	probeAddr      string
+	serve          *serveFlags
+	heartbeat      time.Duration
 	leaderElect    bool
 	leaderElectNS  string
 	leaderElectID  string
@@ -62,8 +62,11 @@ VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
 	fs.Int64Var(f.pods.RunAsUser, "launcher-uid", launcherpod.DefaultRunAsUser, "uid of the launcher pods (runAsUser, no capabilities); the node agents' --launcher-uid must match")
 	fs.Int64Var(f.pods.RunAsGroup, "launcher-gid", launcherpod.DefaultRunAsGroup, "gid of the launcher pods (runAsGroup); the node agents' --launcher-gid must match")
 	fs.IntVar(&f.pods.TCGCacheMiB, "tcg-cache-mib", launcherpod.DefaultTCGCacheMiB, "TCG translation cache per VM on the nodes (the agents' --tcg-cache-mib), budgeted in pod memory when emulation is allowed; 0: QEMU's default, budgeted as 1 GiB")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables it)")
-	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "healthz/readyz endpoint address (0 disables it)")
+	f.serve = addServeFlags(fs, fmt.Sprintf(":%d", health.ControllerMetricsPort), fmt.Sprintf(":%d", health.ControllerHealthPort),
+		"API server answers, caches synced")
+	fs.DurationVar(&f.heartbeat, "node-heartbeat-interval", controllers.DefaultHeartbeat, "heartbeat interval of agents that publish none ("+
+		controllers.AnnotHeartbeatInterval+"): a node whose "+controllers.AnnotHeartbeat+" is three intervals old gets "+
+		controllers.LabelSchedulable+"=false and its VMIs Ready=False (NodeUnresponsive); those whose launcher pod is gone fail")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader (a Lease) so that only one replica acts")
 	fs.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own namespace)")
 	fs.StringVar(&f.leaderElectID, "leader-election-id", "vmlet-controller.vmlet.dev", "name of the leader Lease")
@@ -85,11 +88,19 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err := vmletv1.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("add vmlet scheme: %w", err)
 	}
+	if f.heartbeat <= 0 {
+		return fmt.Errorf("--node-heartbeat-interval %s: want > 0", f.heartbeat)
+	}
+	mln, pln, err := f.serve.listen()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   cluster.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
-		HealthProbeBindAddress:  f.probeAddr,
+		Scheme: scheme,
+		Cache:  cluster.CacheOptions(),
+		// vmlet serves both itself, on listeners opened above (health.AddMetrics/AddProbes).
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        f.leaderElectID,
 		LeaderElectionNamespace: f.leaderElectNS,
@@ -114,11 +125,17 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add healthz check: %w", err)
+	nc := &cluster.NodeController{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("vmlet-node-controller"), Interval: f.heartbeat}
+	if err := nc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the node controller: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return fmt.Errorf("add readyz check: %w", err)
+	ready, err := managerChecks(mgr)
+	if err != nil {
+		return err
+	}
+	if err := serve(mgr, mln, pln, ready); err != nil {
+		return err
 	}
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/local"
@@ -27,6 +30,7 @@ type localOptions struct {
 	bootTimeout  time.Duration
 	keepVMs      bool
 	fabricSubnet string
+	serve        *serveFlags
 }
 
 func localCmd() *cobra.Command {
@@ -92,6 +96,10 @@ vmlet that started them; those a killed vmlet left are stopped by the next start
 	f.StringVar(&cfg.Fabric.Name, "fabric-name", "vmlet", "with --nodes > 1: prefix of the fabric's namespaces (NAME-fabric, NAME-node-NODE), uplink veth (NAME-fabric) and nft table (NAME_fabric); at most 8 of [a-z0-9]")
 	nf = addNodeFlags(f, true)
 	f.DurationVar(&o.bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
+	o.serve = addServeFlags(f, fmt.Sprintf("127.0.0.1:%d", health.AgentMetricsPort), fmt.Sprintf("127.0.0.1:%d", health.AgentHealthPort),
+		"one endpoint for the whole process: API server answers, every node's caches synced and every Running VMI's launcher answers within "+
+			controllers.LauncherAnswerTimeout.String()+"; no device plugin yet")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", controllers.DefaultHeartbeat, "how often each node agent writes its Node's "+controllers.AnnotHeartbeat+" and Ready condition")
 	return c
 }
 
@@ -102,6 +110,14 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 	if err := openStateDir(cfg.StateDir, vmletHome); err != nil {
 		return err
 	}
+	if cfg.HeartbeatInterval <= 0 {
+		return fmt.Errorf("--heartbeat-interval %s: %w: want > 0", cfg.HeartbeatInterval, nodeagent.ErrBadFlag)
+	}
+	var lerr error
+	if cfg.Metrics, cfg.Probes, lerr = o.serve.listen(); lerr != nil {
+		return lerr
+	}
+	cfg.MetricsAddress = localAddr(boundAddr(o.serve.metricsAddr, cfg.Metrics))
 	fmt.Fprintf(out, "vmlet local: starting etcd + kube-apiserver (state in %s)...\n", cfg.StateDir)
 	s, err := local.Start(ctx, cfg)
 	if err != nil {
@@ -135,6 +151,9 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 		}
 	} else {
 		fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
+	}
+	if cfg.Metrics != nil || cfg.Probes != nil {
+		fmt.Fprintf(out, "vmlet local: metrics %s, health %s\n", endpoint(cfg.Metrics, health.MetricsPath), endpoint(cfg.Probes, health.ReadinessPath))
 	}
 	if cfg.Demo != "" {
 		if err := demo(ctx, s, cfg, o); err != nil && ctx.Err() == nil { // not Ctrl-C meanwhile
@@ -240,6 +259,23 @@ func hasAddress(v *vmletv1.VirtualMachineInstance) bool {
 		}
 	}
 	return false
+}
+
+// endpoint is the URL of path on ln ("off" without ln).
+func endpoint(ln net.Listener, path string) string {
+	if ln == nil {
+		return "off"
+	}
+	return "http://" + localAddr(ln.Addr().String()) + path
+}
+
+// localAddr is a bound address as this machine reaches it: a wildcard host is 127.0.0.1.
+func localAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // logWriter sends controller logs to <state>/vmlet.log so the terminal shows progress only.

@@ -36,6 +36,7 @@ func TestLocalNodeShutdown(t *testing.T) {
 	}
 	c := s.client(t)
 	assertNodeReady(t, c)
+	assertLocalEndpoints(t, p, c)
 	extra := guestvmi.VMI("extra", demoImage)
 	if err := c.Create(ctx, extra); err != nil {
 		t.Fatal(err)

@@ -154,7 +154,10 @@ func (s *localSetup) commonArgs() []string {
 		"--assets", s.assets, "--crds", filepath.Join(apienv.RepoRoot(), "config", "crd", "bases"),
 		"--node-name", localNode, "--node-netns", s.nodeNetns,
 		"--pod-netns-dir", s.podNetns, "--resolv-conf", s.resolvConf,
-		"--image", demoImage + "=" + s.guestSource}
+		"--image", demoImage + "=" + s.guestSource,
+		// Ports the kernel chooses: other packages' vmlet processes may hold the defaults.
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
+	}
 }
 
 // run starts `vmlet ARGS...` (args include the "local" subcommand).

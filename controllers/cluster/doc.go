@@ -5,5 +5,11 @@
 // deleted. The node agent takes over a VMI once status.nodeName names its node; from then on
 // this controller only watches the pod for failure.
 //
+// NodeController is KubeVirt's virt-controller node controller: a Node whose agent stopped
+// beating for three of its heartbeat intervals gets vmlet.dev/schedulable=false (so no new
+// launcher pod lands there) and a NodeUnresponsive Event; its VMIs get Ready=False
+// (NodeUnresponsive) and end Failed with that reason once their launcher pods are gone. The
+// agent's next beat makes the node schedulable again.
+//
 // Local mode does not run it: controllers.LocalScheduler places VMIs on the single node there.
 package cluster

@@ -135,7 +135,8 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 // leftToAgent is how much longer a VMI whose launcher container ended on a node stays the node
 // agent's to end (with the reason only it knows); 0 once this controller should act.
 func (r *Reconciler) leftToAgent(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod, now time.Time) time.Duration {
-	if vmi.Status.NodeName == "" || (pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded) {
+	if vmi.Status.NodeName == "" || (pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded) ||
+		NodeUnresponsive(vmi) { // no agent to wait for
 		return 0
 	}
 	var ended time.Time

@@ -59,7 +59,13 @@ func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Po
 
 // fail ends the VMI with a reason (vmistatus.Fail: Failed phase, Synchronized=False,
 // Ready=False) and a Warning Event when it becomes Failed.
+// A VMI whose node is unresponsive (NodeController) fails with ReasonNodeUnresponsive when its
+// launcher pod ends or goes: that is why it ended, as KubeVirt says.
 func (r *Reconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason vmistatus.Reason, msg string) {
+	if NodeUnresponsive(vmi) && (reason == vmistatus.ReasonLauncherPodDeleted || reason == vmistatus.ReasonLauncherPodFailed) {
+		c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+		reason, msg = vmistatus.ReasonNodeUnresponsive, c.Message+"; "+msg
+	}
 	if vmistatus.Fail(vmi, reason, msg) {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
 	}

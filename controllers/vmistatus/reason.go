@@ -32,6 +32,9 @@ const (
 	// ReasonMigrationPostCopyFailed: a migration failed after it switched to post-copy; the
 	// guest's memory was split between source and target and it cannot run on either.
 	ReasonMigrationPostCopyFailed Reason = "MigrationPostCopyFailed"
+	// ReasonNodeUnresponsive: the VMI's node agent stopped beating (KubeVirt's
+	// NodeUnresponsiveReason): Ready=False while its launcher pod lives, Failed once it is gone.
+	ReasonNodeUnresponsive Reason = "NodeUnresponsive"
 	// ReasonInvalidSpec: the spec does not translate into a domain.
 	ReasonInvalidSpec Reason = "InvalidSpec"
 	// ReasonUnsupported: the spec asks for something vmlet does not do yet.

@@ -22,6 +22,7 @@ func TestReasonStrings(t *testing.T) {
 		{vmistatus.ReasonLauncherGone, "LauncherGone"},
 		{vmistatus.ReasonLauncherFailed, "LauncherFailed"},
 		{vmistatus.ReasonNodeShutdown, "NodeShutdown"},
+		{vmistatus.ReasonNodeUnresponsive, "NodeUnresponsive"},
 		{vmistatus.ReasonInvalidSpec, "InvalidSpec"},
 		{vmistatus.ReasonUnsupported, "Unsupported"},
 		{vmistatus.ReasonNoPodNetwork, "NoPodNetwork"},

@@ -86,7 +86,12 @@ func run(m *testing.M) int {
 
 // cluster is one test's cluster: controller and agent processes and kubeletsim.
 type cluster struct {
-	env                                  *apienv.Env
+	env *apienv.Env
+	// agentArgs start the node agent again (startAgent); agent is the running one.
+	agentArgs []string
+	agent     *proc
+	// agentHealth and controllerHealth are the processes' health endpoints (host:port).
+	agentHealth, controllerHealth        string
 	tmp                                  string
 	launcherRoot, volumeRoot, imageCache string
 	podCgroups                           string
@@ -102,7 +107,15 @@ type proc struct {
 	done chan error
 }
 
-func startCluster(t *testing.T) *cluster {
+// clusterOptions change what startCluster runs.
+type clusterOptions struct {
+	// heartbeat is the agent's --heartbeat-interval (0: its default).
+	heartbeat time.Duration
+}
+
+func startCluster(t *testing.T) *cluster { return startClusterWith(t, clusterOptions{}) }
+
+func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -139,12 +152,19 @@ func startCluster(t *testing.T) *cluster {
 	}
 	guest := guestvmi.WriteLayout(t, tmp)
 
+	// Ports of their own: other packages' vmlet processes may hold the defaults.
+	c.controllerHealth, c.agentHealth = freeAddr(t), freeAddr(t)
 	c.run(t, "controller", vmlet, "controller", "--kubeconfig", env.Kubeconfig, "--launcher-root", c.launcherRoot,
 		"--volume-root", c.volumeRoot, "--image-cache", c.imageCache, "--allow-emulation",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
-	c.run(t, "agent", vmlet, "agent", "--runtime", "pod", "--kubeconfig", env.Kubeconfig, "--node-name", nodeName,
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.controllerHealth)
+	c.agentArgs = []string{vmlet, "agent", "--runtime", "pod", "--kubeconfig", env.Kubeconfig, "--node-name", nodeName,
 		"--register-node", "--launcher-root", c.launcherRoot, "--volume-root", c.volumeRoot, "--image-cache", c.imageCache,
-		"--state-dir", filepath.Join(tmp, "state"), "--image", guestImage+"="+guest)
+		"--state-dir", filepath.Join(tmp, "state"), "--image", guestImage + "=" + guest,
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.agentHealth}
+	if o.heartbeat > 0 {
+		c.agentArgs = append(c.agentArgs, "--heartbeat-interval", o.heartbeat.String())
+	}
+	c.startAgent(t)
 
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -181,7 +201,47 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-func (c *cluster) run(t *testing.T, name string, args ...string) {
+// startAgent starts the node agent (again).
+func (c *cluster) startAgent(t *testing.T) {
+	t.Helper()
+	c.agent = c.run(t, "agent", c.agentArgs...)
+}
+
+// killAgent kills the node agent the hard way (SIGKILL) and waits until it is gone.
+func (c *cluster) killAgent(t *testing.T) {
+	t.Helper()
+	p := c.agent
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		t.Logf("agent ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not die of SIGKILL")
+	}
+	c.forget(p)
+	c.agent = nil
+}
+
+// stopAgent stops the node agent (SIGTERM, a clean exit expected).
+func (c *cluster) stopAgent(t *testing.T) {
+	t.Helper()
+	c.agent.stop(t)
+	c.forget(c.agent)
+	c.agent = nil
+}
+
+func (c *cluster) forget(p *proc) {
+	for i, q := range c.procs {
+		if q == p {
+			c.procs = append(c.procs[:i], c.procs[i+1:]...)
+			return
+		}
+	}
+}
+
+func (c *cluster) run(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(args[0], args[1:]...), out: &logbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -190,6 +250,7 @@ func (c *cluster) run(t *testing.T, name string, args ...string) {
 	}
 	go func() { p.done <- p.cmd.Wait() }()
 	c.procs = append(c.procs, p)
+	return p
 }
 
 func (p *proc) stop(t *testing.T) {

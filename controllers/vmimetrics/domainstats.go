@@ -83,10 +83,10 @@ func (s *series) memory(m *pb.MemoryStats) {
 		has bool
 		v   uint64
 	}{
-		{MemAvailable, m.GetHasUsable(), m.GetUsableBytes()},      // stat-total-memory
-		{MemUsable, m.GetHasAvailable(), m.GetAvailableBytes()},   // stat-available-memory
-		{MemUnused, m.GetHasUnused(), m.GetUnusedBytes()},         // stat-free-memory
-		{MemCached, m.GetHasDiskCaches(), m.GetDiskCachesBytes()}, // stat-disk-caches
+		{MemAvailable, m.GetHasTotalMemory(), m.GetTotalMemoryBytes()}, // stat-total-memory
+		{MemUsable, m.GetHasAvailable(), m.GetAvailableBytes()},        // stat-available-memory
+		{MemUnused, m.GetHasUnused(), m.GetUnusedBytes()},              // stat-free-memory
+		{MemCached, m.GetHasDiskCaches(), m.GetDiskCachesBytes()},      // stat-disk-caches
 		{MemSwapIn, m.GetHasSwapIn(), m.GetSwapInBytes()},
 		{MemSwapOut, m.GetHasSwapOut(), m.GetSwapOutBytes()},
 		{MemMajFault, m.GetHasMajorFaults(), m.GetMajorFaults()},

@@ -39,7 +39,7 @@ func full() *pb.DomainStatsResponse {
 			GuestBytes: 256 << 20, QemuRssBytes: 300 << 20, QemuPssBytes: 290 << 20,
 			HasBalloon: true, ActualBalloonBytes: 200 << 20,
 			HasGuestStats:  true,
-			AvailableBytes: 150 << 20, HasAvailable: true, UsableBytes: 240 << 20, HasUsable: true,
+			AvailableBytes: 150 << 20, HasAvailable: true, TotalMemoryBytes: 240 << 20, HasTotalMemory: true,
 			UnusedBytes: 100 << 20, HasUnused: true, MajorFaults: 7, HasMajorFaults: true,
 			MinorFaults: 7000, HasMinorFaults: true, SwapInBytes: 4096, HasSwapIn: true,
 			SwapOutBytes: 8192, HasSwapOut: true, DiskCachesBytes: 30 << 20, HasDiskCaches: true,
@@ -194,7 +194,7 @@ func TestDomainStatsUnknownGivesNoSeries(t *testing.T) {
 	}
 	st = full()
 	m := st.Memory
-	m.HasAvailable, m.HasUsable, m.HasUnused, m.HasDiskCaches, m.HasSwapIn, m.HasSwapOut, m.HasMajorFaults, m.HasMinorFaults = false, false, false, false, false, false, false, false
+	m.HasAvailable, m.HasTotalMemory, m.HasUnused, m.HasDiskCaches, m.HasSwapIn, m.HasSwapOut, m.HasMajorFaults, m.HasMinorFaults = false, false, false, false, false, false, false, false
 	got = names(read(t, DomainStats(testVMI, st)))
 	for _, n := range guest {
 		if got[n] {

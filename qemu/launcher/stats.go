@@ -151,7 +151,7 @@ func balloonStats(m *pb.MemoryStats, b qemu.BalloonInfo) {
 		}
 	}
 	set(b.Available, &m.AvailableBytes, &m.HasAvailable)
-	set(b.Total, &m.UsableBytes, &m.HasUsable)
+	set(b.Total, &m.TotalMemoryBytes, &m.HasTotalMemory)
 	set(b.Free, &m.UnusedBytes, &m.HasUnused)
 	set(b.MajorFaults, &m.MajorFaults, &m.HasMajorFaults)
 	set(b.MinorFaults, &m.MinorFaults, &m.HasMinorFaults)

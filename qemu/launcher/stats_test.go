@@ -80,9 +80,9 @@ func balloonStatsAfter(t *testing.T, p *proc, after int64) int64 {
 	if !m.GetHasBalloon() || m.GetActualBalloonBytes() != guest {
 		t.Errorf("balloon actual %d (has %v), want the guest's %d", m.GetActualBalloonBytes(), m.GetHasBalloon(), guest)
 	}
-	if !m.GetHasUnused() || !m.GetHasUsable() || !m.GetHasAvailable() ||
-		m.GetUnusedBytes() == 0 || m.GetUnusedBytes() >= m.GetUsableBytes() || m.GetUsableBytes() > guest ||
-		m.GetAvailableBytes() == 0 || m.GetAvailableBytes() > m.GetUsableBytes() {
+	if !m.GetHasUnused() || !m.GetHasTotalMemory() || !m.GetHasAvailable() ||
+		m.GetUnusedBytes() == 0 || m.GetUnusedBytes() >= m.GetTotalMemoryBytes() || m.GetTotalMemoryBytes() > guest ||
+		m.GetAvailableBytes() == 0 || m.GetAvailableBytes() > m.GetTotalMemoryBytes() {
 		t.Errorf("guest stats %v: want 0 < unused < usable <= %d and 0 < available <= usable", m, guest)
 	}
 	if age := time.Since(time.Unix(m.GetGuestStatsUpdatedUnix(), 0)); age < -time.Minute || age > time.Minute {

@@ -207,7 +207,7 @@ func TestBalloonStats(t *testing.T) {
 	balloonStats(&m, qemu.BalloonInfo{ActualBytes: 256 << 20, StatsUpdated: time.Unix(1764600000, 0),
 		Free: u(100), Total: u(200), Available: u(150), MajorFaults: u(0), MinorFaults: u(7)})
 	want := &pb.MemoryStats{HasBalloon: true, ActualBalloonBytes: 256 << 20, HasGuestStats: true,
-		GuestStatsUpdatedUnix: 1764600000, UnusedBytes: 100, HasUnused: true, UsableBytes: 200, HasUsable: true,
+		GuestStatsUpdatedUnix: 1764600000, UnusedBytes: 100, HasUnused: true, TotalMemoryBytes: 200, HasTotalMemory: true,
 		AvailableBytes: 150, HasAvailable: true, HasMajorFaults: true, MinorFaults: 7, HasMinorFaults: true}
 	if !proto.Equal(&m, want) {
 		t.Errorf("balloonStats = %v, want %v", &m, want)

@@ -4282,26 +4282,30 @@ type MemoryStats struct {
 	// Guest statistics as the balloon driver reports them; has_guest_stats false until the guest
 	// driver sent its first report. Each value is -1 in QEMU when the guest did not report it:
 	// those are left 0 with their has_* false.
-	HasGuestStats         bool   `protobuf:"varint,6,opt,name=has_guest_stats,json=hasGuestStats,proto3" json:"has_guest_stats,omitempty"`
-	GuestStatsUpdatedUnix int64  `protobuf:"varint,7,opt,name=guest_stats_updated_unix,json=guestStatsUpdatedUnix,proto3" json:"guest_stats_updated_unix,omitempty"`
-	AvailableBytes        uint64 `protobuf:"varint,8,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"` // stat-available-memory
-	HasAvailable          bool   `protobuf:"varint,9,opt,name=has_available,json=hasAvailable,proto3" json:"has_available,omitempty"`
-	UsableBytes           uint64 `protobuf:"varint,10,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"` // stat-total-memory: guest-visible RAM ("usable" in KubeVirt)
-	HasUsable             bool   `protobuf:"varint,11,opt,name=has_usable,json=hasUsable,proto3" json:"has_usable,omitempty"`
-	UnusedBytes           uint64 `protobuf:"varint,12,opt,name=unused_bytes,json=unusedBytes,proto3" json:"unused_bytes,omitempty"` // stat-free-memory
-	HasUnused             bool   `protobuf:"varint,13,opt,name=has_unused,json=hasUnused,proto3" json:"has_unused,omitempty"`
-	MajorFaults           uint64 `protobuf:"varint,14,opt,name=major_faults,json=majorFaults,proto3" json:"major_faults,omitempty"` // stat-major-faults
-	HasMajorFaults        bool   `protobuf:"varint,15,opt,name=has_major_faults,json=hasMajorFaults,proto3" json:"has_major_faults,omitempty"`
-	MinorFaults           uint64 `protobuf:"varint,16,opt,name=minor_faults,json=minorFaults,proto3" json:"minor_faults,omitempty"` // stat-minor-faults
-	HasMinorFaults        bool   `protobuf:"varint,17,opt,name=has_minor_faults,json=hasMinorFaults,proto3" json:"has_minor_faults,omitempty"`
-	SwapInBytes           uint64 `protobuf:"varint,18,opt,name=swap_in_bytes,json=swapInBytes,proto3" json:"swap_in_bytes,omitempty"` // stat-swap-in
-	HasSwapIn             bool   `protobuf:"varint,19,opt,name=has_swap_in,json=hasSwapIn,proto3" json:"has_swap_in,omitempty"`
-	SwapOutBytes          uint64 `protobuf:"varint,20,opt,name=swap_out_bytes,json=swapOutBytes,proto3" json:"swap_out_bytes,omitempty"` // stat-swap-out
-	HasSwapOut            bool   `protobuf:"varint,21,opt,name=has_swap_out,json=hasSwapOut,proto3" json:"has_swap_out,omitempty"`
-	DiskCachesBytes       uint64 `protobuf:"varint,22,opt,name=disk_caches_bytes,json=diskCachesBytes,proto3" json:"disk_caches_bytes,omitempty"` // stat-disk-caches
-	HasDiskCaches         bool   `protobuf:"varint,23,opt,name=has_disk_caches,json=hasDiskCaches,proto3" json:"has_disk_caches,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	HasGuestStats         bool  `protobuf:"varint,6,opt,name=has_guest_stats,json=hasGuestStats,proto3" json:"has_guest_stats,omitempty"`
+	GuestStatsUpdatedUnix int64 `protobuf:"varint,7,opt,name=guest_stats_updated_unix,json=guestStatsUpdatedUnix,proto3" json:"guest_stats_updated_unix,omitempty"`
+	// stat-available-memory: what the guest could use without swapping (libvirt's USABLE,
+	// kubevirt_vmi_memory_usable_bytes).
+	AvailableBytes uint64 `protobuf:"varint,8,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	HasAvailable   bool   `protobuf:"varint,9,opt,name=has_available,json=hasAvailable,proto3" json:"has_available,omitempty"`
+	// stat-total-memory: the RAM the guest sees (libvirt's AVAILABLE,
+	// kubevirt_vmi_memory_available_bytes).
+	TotalMemoryBytes uint64 `protobuf:"varint,10,opt,name=total_memory_bytes,json=totalMemoryBytes,proto3" json:"total_memory_bytes,omitempty"`
+	HasTotalMemory   bool   `protobuf:"varint,11,opt,name=has_total_memory,json=hasTotalMemory,proto3" json:"has_total_memory,omitempty"`
+	UnusedBytes      uint64 `protobuf:"varint,12,opt,name=unused_bytes,json=unusedBytes,proto3" json:"unused_bytes,omitempty"` // stat-free-memory
+	HasUnused        bool   `protobuf:"varint,13,opt,name=has_unused,json=hasUnused,proto3" json:"has_unused,omitempty"`
+	MajorFaults      uint64 `protobuf:"varint,14,opt,name=major_faults,json=majorFaults,proto3" json:"major_faults,omitempty"` // stat-major-faults
+	HasMajorFaults   bool   `protobuf:"varint,15,opt,name=has_major_faults,json=hasMajorFaults,proto3" json:"has_major_faults,omitempty"`
+	MinorFaults      uint64 `protobuf:"varint,16,opt,name=minor_faults,json=minorFaults,proto3" json:"minor_faults,omitempty"` // stat-minor-faults
+	HasMinorFaults   bool   `protobuf:"varint,17,opt,name=has_minor_faults,json=hasMinorFaults,proto3" json:"has_minor_faults,omitempty"`
+	SwapInBytes      uint64 `protobuf:"varint,18,opt,name=swap_in_bytes,json=swapInBytes,proto3" json:"swap_in_bytes,omitempty"` // stat-swap-in
+	HasSwapIn        bool   `protobuf:"varint,19,opt,name=has_swap_in,json=hasSwapIn,proto3" json:"has_swap_in,omitempty"`
+	SwapOutBytes     uint64 `protobuf:"varint,20,opt,name=swap_out_bytes,json=swapOutBytes,proto3" json:"swap_out_bytes,omitempty"` // stat-swap-out
+	HasSwapOut       bool   `protobuf:"varint,21,opt,name=has_swap_out,json=hasSwapOut,proto3" json:"has_swap_out,omitempty"`
+	DiskCachesBytes  uint64 `protobuf:"varint,22,opt,name=disk_caches_bytes,json=diskCachesBytes,proto3" json:"disk_caches_bytes,omitempty"` // stat-disk-caches
+	HasDiskCaches    bool   `protobuf:"varint,23,opt,name=has_disk_caches,json=hasDiskCaches,proto3" json:"has_disk_caches,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MemoryStats) Reset() {
@@ -4397,16 +4401,16 @@ func (x *MemoryStats) GetHasAvailable() bool {
 	return false
 }
 
-func (x *MemoryStats) GetUsableBytes() uint64 {
+func (x *MemoryStats) GetTotalMemoryBytes() uint64 {
 	if x != nil {
-		return x.UsableBytes
+		return x.TotalMemoryBytes
 	}
 	return 0
 }
 
-func (x *MemoryStats) GetHasUsable() bool {
+func (x *MemoryStats) GetHasTotalMemory() bool {
 	if x != nil {
-		return x.HasUsable
+		return x.HasTotalMemory
 	}
 	return false
 }
@@ -5471,7 +5475,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\bdelay_ns\x18\x04 \x01(\x04R\adelayNs\x12\x1b\n" +
 	"\thas_delay\x18\x05 \x01(\bR\bhasDelay\x12\x17\n" +
 	"\await_ns\x18\x06 \x01(\x04R\x06waitNs\x12\x19\n" +
-	"\bhas_wait\x18\a \x01(\bR\ahasWait\"\xfa\x06\n" +
+	"\bhas_wait\x18\a \x01(\bR\ahasWait\"\x90\a\n" +
 	"\vMemoryStats\x12\x1f\n" +
 	"\vguest_bytes\x18\x01 \x01(\x04R\n" +
 	"guestBytes\x12$\n" +
@@ -5483,11 +5487,10 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0fhas_guest_stats\x18\x06 \x01(\bR\rhasGuestStats\x127\n" +
 	"\x18guest_stats_updated_unix\x18\a \x01(\x03R\x15guestStatsUpdatedUnix\x12'\n" +
 	"\x0favailable_bytes\x18\b \x01(\x04R\x0eavailableBytes\x12#\n" +
-	"\rhas_available\x18\t \x01(\bR\fhasAvailable\x12!\n" +
-	"\fusable_bytes\x18\n" +
-	" \x01(\x04R\vusableBytes\x12\x1d\n" +
-	"\n" +
-	"has_usable\x18\v \x01(\bR\thasUsable\x12!\n" +
+	"\rhas_available\x18\t \x01(\bR\fhasAvailable\x12,\n" +
+	"\x12total_memory_bytes\x18\n" +
+	" \x01(\x04R\x10totalMemoryBytes\x12(\n" +
+	"\x10has_total_memory\x18\v \x01(\bR\x0ehasTotalMemory\x12!\n" +
 	"\funused_bytes\x18\f \x01(\x04R\vunusedBytes\x12\x1d\n" +
 	"\n" +
 	"has_unused\x18\r \x01(\bR\thasUnused\x12!\n" +

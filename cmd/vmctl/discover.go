@@ -57,6 +57,7 @@ func (c *cli) discover(ctx context.Context, k *kubeFlags) ([]target, []string, e
 		}
 		ts = append(ts, target{node: n.Name, url: u})
 	}
+	ts = oneScrapePerURL(ts)
 	if len(ts) == 0 {
 		return nil, warnings, fmt.Errorf("no node advertises its agent's metrics (annotation %s on %d node(s) listed); use --metrics URL", annotMetricsAddress, len(list.Items))
 	}
@@ -71,4 +72,25 @@ func metricsURL(addr string) (string, error) {
 		return "", fmt.Errorf("%s %q is not host:port", annotMetricsAddress, addr)
 	}
 	return "http://" + net.JoinHostPort(host, port) + "/metrics", nil
+}
+
+// oneScrapePerURL merges the targets of nodes that advertise the same endpoint: one process
+// serving several nodes (`vmlet local --nodes N` serves them all on one listener) is scraped
+// once, its series' node labels saying which VMI runs where.
+func oneScrapePerURL(ts []target) []target {
+	var out []target
+	at := map[string]int{}
+	for _, t := range ts {
+		i, seen := at[t.url]
+		if !seen {
+			at[t.url] = len(out)
+			out = append(out, t)
+			continue
+		}
+		if out[i].node != "" {
+			out[i].nodes, out[i].node = []string{out[i].node}, ""
+		}
+		out[i].nodes = append(out[i].nodes, t.node)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,11 +14,16 @@ import (
 
 // target is one agent's metrics endpoint.
 type target struct {
-	node string // "" for --metrics: the series' node label names it
+	node string // "" for --metrics or several nodes: the series' node label names it
 	url  string
+	// nodes are the nodes sharing url (one process serving several nodes), for messages.
+	nodes []string
 }
 
 func (t target) String() string {
+	if len(t.nodes) > 0 {
+		return fmt.Sprintf("nodes %s (%s)", strings.Join(t.nodes, ", "), t.url)
+	}
 	if t.node == "" {
 		return t.url
 	}

@@ -46,6 +46,9 @@ func TestTopDiscovery(t *testing.T) {
 		"n4": {annotHeartbeat: "2026-12-01T00:00:00Z"}, // an agent with metrics off
 		"n5": nil,                                      // not a vmlet node
 		"n6": {annotMetricsAddress: "nope"},
+		// n1's agent serves n7 too (one process, several nodes, as vmlet local --nodes 2):
+		// scraped once, its VMIs listed once.
+		"n7": {annotMetricsAddress: hostPort(n1.metricsURL()), annotHeartbeat: "2026-12-01T00:00:00Z"},
 	}
 	for name, annots := range nodes {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annots}}
@@ -100,7 +103,7 @@ func TestTopDiscovery(t *testing.T) {
 		}
 	})
 	t.Run("no node advertises metrics", func(t *testing.T) {
-		for _, name := range []string{"n1", "n2", "n3", "n6"} {
+		for _, name := range []string{"n1", "n2", "n3", "n6", "n7"} {
 			if err := env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 				t.Fatalf("delete node %s: %v", name, err)
 			}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -88,6 +90,8 @@ func TestLocalMigration(t *testing.T) {
 		t.Fatalf("client on %s, want %s (its nodeSelector)", cl.node, other)
 	}
 	t.Logf("migratable on %s (pod %s), client on %s (pod %s)", vm.node, vm.podAddr, cl.node, cl.podAddr)
+
+	assertTop(t, s, map[string]string{"migratable": vm.node, "client": cl.node})
 
 	waitFor(t, c, vm.key, 3*time.Minute, "guest agent connected", func(v *vmletv1.VirtualMachineInstance) bool {
 		return isTrue(v, vmletv1.VirtualMachineInstanceAgentConnected)
@@ -269,4 +273,40 @@ func (s *localSetup) waitNodeVMGone(t *testing.T, vm nodeVM, d time.Duration) {
 		return len(left) == 0, strings.Join(left, ", ")
 	})
 	s.assertNodeVMGone(t, vm)
+}
+
+// assertTop runs `vmctl top -A -o json` against the stack (the nodes found through the API,
+// both served on the process's one metrics endpoint): each VMI of want is listed once, on its
+// node, with its memory.
+func assertTop(t *testing.T, s *localSetup, want map[string]string) {
+	t.Helper()
+	vmctl := filepath.Join(s.tmp, "vmctl")
+	if out, err := exec.Command("go", "build", "-o", vmctl, "github.com/vmlet/vmlet/cmd/vmctl").CombinedOutput(); err != nil {
+		t.Fatalf("build vmctl: %v\n%s", err, out)
+	}
+	out, err := exec.Command(vmctl, "top", "-A", "-o", "json", "--interval", "500ms", "--kubeconfig", filepath.Join(s.stateDir, "kubeconfig")).Output()
+	if err != nil {
+		t.Fatalf("vmctl top: %v", err)
+	}
+	var top struct {
+		Items []struct {
+			Namespace, Name, Node string
+			CPUCores              *float64 `json:"cpuCores"`
+			MemoryResidentBytes   *int64   `json:"memoryResidentBytes"`
+		}
+		Warnings []string
+	}
+	if err := json.Unmarshal(out, &top); err != nil {
+		t.Fatalf("vmctl top -o json: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, it := range top.Items {
+		if _, dup := got[it.Name]; dup || it.CPUCores == nil || it.MemoryResidentBytes == nil || *it.MemoryResidentBytes == 0 {
+			t.Errorf("vmctl top: %s listed twice or without figures:\n%s", it.Name, out)
+		}
+		got[it.Name] = it.Node
+	}
+	if !maps.Equal(got, want) || len(top.Warnings) > 0 {
+		t.Errorf("vmctl top: VMIs on nodes %v, warnings %v; want %v", got, top.Warnings, want)
+	}
 }

@@ -430,8 +430,12 @@ func TestVMIMigrationMetrics(t *testing.T) {
 		_, nr := s.sum("kubevirt_vmi_migration_data_remaining_bytes", onSource)
 		total, nt := s.sum("kubevirt_vmi_migration_data_bytes_total", onSource)
 		_, nd := s.sum("kubevirt_vmi_migration_dirty_memory_rate_bytes", onSource)
-		progressSeen = fmt.Sprintf("processed %v (%d series), remaining %d, total %v (%d), dirty rate %d", processed, n, nr, total, nt, nd)
-		return n == 1 && nr == 1 && nt == 1 && nd == 1 && processed > 0 && total >= 128<<20, progressSeen
+		// The last pass's throughput, in bytes per second: above 0 and within the 16 MiB/s
+		// bandwidth limit (QEMU reports megabits per second; a unit slip is 8× or 10^6× off).
+		rate, nx := s.sum("kubevirt_vmi_migration_memory_transfer_rate_bytes", onSource)
+		progressSeen = fmt.Sprintf("processed %v (%d series), remaining %d, total %v (%d), dirty rate %d, transfer rate %v (%d)", processed, n, nr, total, nt, nd, rate, nx)
+		return n == 1 && nr == 1 && nt == 1 && nd == 1 && nx == 1 && processed > 0 && total >= 128<<20 &&
+			rate > 0 && rate <= 1.25*(16<<20), progressSeen
 	})
 	t.Logf("mid-migration on the source: %s", progressSeen)
 	m := waitMigration(t, mkey, 2*time.Minute)

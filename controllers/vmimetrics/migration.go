@@ -19,8 +19,7 @@ var activeMigration = map[string]bool{
 
 // Migration maps the source launcher's view of an outgoing migration (GetMigrationStatus) to
 // KubeVirt's migration domain stats: none unless this launcher is the source of a migration
-// under way. The memory transfer rate is not in the launcher's answer (QEMU's ram.mbps): no
-// series.
+// under way.
 func Migration(id VMI, st *pb.MigrationStatus) []prometheus.Metric {
 	if st.GetRole() != "source" || !activeMigration[st.GetStatus()] {
 		return nil
@@ -32,6 +31,7 @@ func Migration(id VMI, st *pb.MigrationStatus) []prometheus.Metric {
 	if r := st.GetDirtyPagesRate(); r >= 0 {
 		s.add(MigDirtyRate, float64(r)*pageSize)
 	}
+	s.add(MigTransferRate, float64(st.GetMemoryTransferRateBytesPerSec()))
 	return s.out
 }
 

@@ -11,15 +11,16 @@ import (
 )
 
 // TestMigration: a source's migration under way gives KubeVirt's migration domain stats (the
-// dirty rate in bytes per second, pages × 4 KiB); a target, an ended or no migration, none.
+// dirty rate in bytes per second, pages × 4 KiB; the transfer rate); a target, an ended or no migration, none.
 func TestMigration(t *testing.T) {
-	st := &pb.MigrationStatus{Role: "source", Status: "active", TransferredBytes: 100, RemainingBytes: 50, TotalBytes: 150, DirtyPagesRate: 10}
+	st := &pb.MigrationStatus{Role: "source", Status: "active", TransferredBytes: 100, RemainingBytes: 50, TotalBytes: 150, DirtyPagesRate: 10, MemoryTransferRateBytesPerSec: 125000000}
 	got := read(t, Migration(testVMI, st))
 	for n, v := range map[string]float64{
-		"kubevirt_vmi_migration_data_bytes_total":        150,
-		"kubevirt_vmi_migration_data_remaining_bytes":    50,
-		"kubevirt_vmi_migration_data_processed_bytes":    100,
-		"kubevirt_vmi_migration_dirty_memory_rate_bytes": 40960,
+		"kubevirt_vmi_migration_data_bytes_total":           150,
+		"kubevirt_vmi_migration_data_remaining_bytes":       50,
+		"kubevirt_vmi_migration_data_processed_bytes":       100,
+		"kubevirt_vmi_migration_dirty_memory_rate_bytes":    40960,
+		"kubevirt_vmi_migration_memory_transfer_rate_bytes": 125000000,
 	} {
 		k := sample{name: n, labels: vmiOnly()}.key()
 		if s, ok := got[k]; !ok || s.value != v {

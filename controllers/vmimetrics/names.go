@@ -105,9 +105,7 @@ var (
 	MigDataRemaining = mig("kubevirt_vmi_migration_data_remaining_bytes", "The remaining guest OS data to be migrated to the new VM.")
 	MigDataProcessed = mig("kubevirt_vmi_migration_data_processed_bytes", "The total Guest OS data processed and migrated to the new VM.")
 	MigDirtyRate     = mig("kubevirt_vmi_migration_dirty_memory_rate_bytes", "The rate of memory being dirty in the Guest OS.")
-	// kubevirt_vmi_migration_memory_transfer_rate_bytes ("The rate at which the memory is
-	// being transferred.") is not exported: the launcher's MigrationStatus has no rate (QEMU's
-	// query-migrate ram.mbps) to give it.
+	MigTransferRate  = mig("kubevirt_vmi_migration_memory_transfer_rate_bytes", "The rate at which the memory is being transferred.")
 )
 
 // vmlet's own families.
@@ -145,7 +143,7 @@ func Families() []*Family {
 		NetTraffic, NetRxBytes, NetTxBytes, NetRxPackets, NetTxPackets, NetRxErrors, NetTxErrors, NetRxDropped, NetTxDropped,
 		FSCapacity, FSUsed,
 		Info, LauncherOverhead, PhaseTransition, MigrationSucceeded, MigrationFailed,
-		MigDataTotal, MigDataRemaining, MigDataProcessed, MigDirtyRate,
+		MigDataTotal, MigDataRemaining, MigDataProcessed, MigDirtyRate, MigTransferRate,
 		QMPDuration, QMPErrors, QMPLosses, QEMUFaults, ScrapeErrors, LauncherRPC, Reconciles,
 		ImagePulls, ImagePullDuration, LauncherStarts, LauncherStartDuration,
 	}

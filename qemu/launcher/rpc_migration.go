@@ -256,5 +256,7 @@ func migrationStatus(role string, m qemu.MigrationInfo) *pb.MigrationStatus {
 		DirtySyncCount:   uint64(max(m.DirtySyncCount, 0)),
 		PostcopyRequests: uint64(max(m.PostcopyRequests, 0)),
 		DirtyPagesRate:   m.DirtyPagesRate,
+		// mbps is megabits (10^6 bits) per second.
+		MemoryTransferRateBytesPerSec: uint64(max(m.Mbps, 0) * 1e6 / 8),
 	}
 }

@@ -3185,9 +3185,11 @@ type MigrationStatus struct {
 	DirtySyncCount   uint64                 `protobuf:"varint,10,opt,name=dirty_sync_count,json=dirtySyncCount,proto3" json:"dirty_sync_count,omitempty"`
 	PostcopyRequests uint64                 `protobuf:"varint,11,opt,name=postcopy_requests,json=postcopyRequests,proto3" json:"postcopy_requests,omitempty"`
 	DirtyPagesRate   int64                  `protobuf:"varint,20,opt,name=dirty_pages_rate,json=dirtyPagesRate,proto3" json:"dirty_pages_rate,omitempty"` // pages per second the guest dirties (source)
-	Disks            []*DiskMirrorStatus    `protobuf:"bytes,12,rep,name=disks,proto3" json:"disks,omitempty"`                                            // source: the disk mirrors of this migration
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Memory throughput of the last pass in bytes per second (QEMU's ram.mbps, megabits/s).
+	MemoryTransferRateBytesPerSec uint64              `protobuf:"varint,21,opt,name=memory_transfer_rate_bytes_per_sec,json=memoryTransferRateBytesPerSec,proto3" json:"memory_transfer_rate_bytes_per_sec,omitempty"`
+	Disks                         []*DiskMirrorStatus `protobuf:"bytes,12,rep,name=disks,proto3" json:"disks,omitempty"` // source: the disk mirrors of this migration
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *MigrationStatus) Reset() {
@@ -3300,6 +3302,13 @@ func (x *MigrationStatus) GetPostcopyRequests() uint64 {
 func (x *MigrationStatus) GetDirtyPagesRate() int64 {
 	if x != nil {
 		return x.DirtyPagesRate
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetMemoryTransferRateBytesPerSec() uint64 {
+	if x != nil {
+		return x.MemoryTransferRateBytesPerSec
 	}
 	return 0
 }
@@ -5377,7 +5386,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x1dResumeMigrationTargetResponse\"\x1b\n" +
 	"\x19GetMigrationStatusRequest\"\x16\n" +
 	"\x14StartPostcopyRequest\"\x17\n" +
-	"\x15StartPostcopyResponse\"\xef\x03\n" +
+	"\x15StartPostcopyResponse\"\xba\x04\n" +
 	"\x0fMigrationStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -5393,7 +5402,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x10dirty_sync_count\x18\n" +
 	" \x01(\x04R\x0edirtySyncCount\x12+\n" +
 	"\x11postcopy_requests\x18\v \x01(\x04R\x10postcopyRequests\x12(\n" +
-	"\x10dirty_pages_rate\x18\x14 \x01(\x03R\x0edirtyPagesRate\x129\n" +
+	"\x10dirty_pages_rate\x18\x14 \x01(\x03R\x0edirtyPagesRate\x12I\n" +
+	"\"memory_transfer_rate_bytes_per_sec\x18\x15 \x01(\x04R\x1dmemoryTransferRateBytesPerSec\x129\n" +
 	"\x05disks\x18\f \x03(\v2#.vmlet.launcher.v1.DiskMirrorStatusR\x05disks\"\x94\x01\n" +
 	"\x10DiskMirrorStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +

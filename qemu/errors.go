@@ -23,6 +23,9 @@ var (
 	ErrDeviceExists = errors.New("device already attached")
 	// ErrUnknownDevice: no disk or NIC with this id is attached.
 	ErrUnknownDevice = errors.New("unknown device")
+	// ErrUnplugPending: the guest has not released a device asked to unplug yet; the request
+	// stays pending and a later RemoveDisk/RemoveNIC waits for it (never asks again).
+	ErrUnplugPending = errors.New("unplug pending: the guest has not released the device yet")
 	// ErrMigrationFailed: a migration ended in status failed or cancelled.
 	ErrMigrationFailed = errors.New("migration failed")
 	// ErrWrongState: the VM is not in a state where the operation makes sense.

@@ -111,6 +111,14 @@ func (vm *VM) NICs() []NIC {
 // deviceDel asks the guest to release device id and waits until QEMU reports it deleted.
 // DEVICE_DELETED fires twice for virtio devices (first for /machine/peripheral/ID/
 // virtio-backend): only the event for the device itself counts. QMP: device_del.
+//
+// A guest may take longer than ctx allows (or ignore the request until it can act on it): the
+// request then stays pending in QEMU, which may refuse a second device_del ("already in the
+// process of unplug"), and once the guest released the device a second one fails with
+// DeviceNotFound — the unplug could then never complete (its netdev or block nodes stayed).
+// So a later call for the same device does not ask again: it waits for the event, or finds the
+// device already gone (released while nobody waited: the event went unheard) with qom-list.
+// Callers hold devMu.
 func (vm *VM) deviceDel(ctx context.Context, id string) error {
 	path := "/machine/peripheral/" + id
 	events, unsub := vm.mon.Subscribe(func(e qmp.Event) bool {
@@ -124,18 +132,50 @@ func (vm *VM) deviceDel(ctx context.Context, id string) error {
 		return json.Unmarshal(e.Data, &d) == nil && d.Device == id && d.Path == path
 	})
 	defer unsub()
-	if err := vm.execute(ctx, "device_del", map[string]any{"id": id}, nil); err != nil {
-		return err
+	if vm.unplugging[id] {
+		gone, err := vm.peripheralGone(ctx, id)
+		if err != nil {
+			return err
+		}
+		if gone {
+			delete(vm.unplugging, id)
+			return nil
+		}
+	} else {
+		if err := vm.execute(ctx, "device_del", map[string]any{"id": id}, nil); err != nil {
+			return err
+		}
+		if vm.unplugging == nil {
+			vm.unplugging = map[string]bool{}
+		}
+		vm.unplugging[id] = true
 	}
 	select {
 	case _, ok := <-events:
 		if !ok {
 			return fmt.Errorf("wait for DEVICE_DELETED %s: %w", id, ErrExited)
 		}
+		delete(vm.unplugging, id)
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("wait for DEVICE_DELETED %s: %w", id, ctx.Err())
+		return fmt.Errorf("wait for DEVICE_DELETED %s: %w: %w", id, ErrUnplugPending, ctx.Err())
 	}
+}
+
+// peripheralGone reports whether device id is no longer among QEMU's user-created devices.
+// QMP: qom-list /machine/peripheral.
+func (vm *VM) peripheralGone(ctx context.Context, id string) (bool, error) {
+	var props []struct {
+		Name string `json:"name"`
+	}
+	if err := vm.execute(ctx, "qom-list", map[string]any{"path": "/machine/peripheral"}, &props); err != nil {
+		return false, err
+	}
+	return !slices.ContainsFunc(props, func(p struct {
+		Name string `json:"name"`
+	}) bool {
+		return p.Name == id
+	}), nil
 }
 
 // MigrationSpec returns the spec a migration target needs: the source's spec with the disks

@@ -1,7 +1,9 @@
 package qemu
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -81,6 +83,65 @@ func TestNICHotplug(t *testing.T) {
 	}
 	if n := vm.NICs(); len(n) != 1 || n[0].ID != "net2" {
 		t.Errorf("NICs() = %+v after unplugging net1, want only net2", n)
+	}
+}
+
+// TestNICUnplugPending: a guest that does not release an unplugged NIC in time (its vCPUs are
+// stopped) leaves the request pending: RemoveNIC says ErrUnplugPending, and so does a second
+// call (it does not ask QEMU again). Once the guest runs again, a call waiting for it completes
+// the unplug (net1), and one made after the guest released the device, while nobody listened
+// for QEMU's event, finds it gone and completes too (net2: asking QEMU again there fails with
+// DeviceNotFound, and the unplug never completed); each NIC's netdev is deleted.
+func TestNICUnplugPending(t *testing.T) {
+	prereq.Root(t)
+	tap1, _ := tapInNewNetns(t, "vmtap0", 1)
+	tap2, _ := tapInNewNetns(t, "vmtap1", 1)
+	vm := startGuest(t, guestSpec(t, guestOpts{hotplugPorts: 2}))
+	vm.waitReady(t)
+	ctx := ctxT(t, opTimeout)
+	for i, f := range []*os.File{tap1[0], tap2[0]} {
+		from := vm.console.Len()
+		if err := vm.AddNIC(ctx, NIC{ID: fmt.Sprintf("net%d", i+1), MAC: fmt.Sprintf("52:54:00:ab:cd:1%d", i+1), TapFDs: []*os.File{f}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vm.console.WaitFrom(ctx, from, testguest.MarkerNICAdded); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := vm.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"net1", "net2"} {
+		for try := range 2 {
+			short, cancel := context.WithTimeout(ctx, time.Second)
+			err := vm.RemoveNIC(short, id)
+			cancel()
+			if !errors.Is(err, ErrUnplugPending) {
+				t.Fatalf("RemoveNIC(%s) #%d with the guest stopped = %v, want ErrUnplugPending", id, try+1, err)
+			}
+		}
+	}
+	if err := vm.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.RemoveNIC(ctx, "net1"); err != nil {
+		t.Fatalf("RemoveNIC(net1) once the guest runs: %v", err)
+	}
+	waitCond(t, "the guest released net2", func() bool {
+		gone, err := vm.peripheralGone(ctx, "net2")
+		return err == nil && gone
+	})
+	if err := vm.RemoveNIC(ctx, "net2"); err != nil {
+		t.Fatalf("RemoveNIC(net2) after the guest released it: %v", err)
+	}
+	var qe *qmp.Error
+	for _, id := range []string{"net1", "net2"} {
+		if err := vm.Monitor().Execute(ctx, "netdev_del", map[string]any{"id": netdevID(id)}, nil); !errors.As(err, &qe) {
+			t.Errorf("netdev_del %s after RemoveNIC = %v, want a QMP error (netdev gone)", id, err)
+		}
+	}
+	if n := vm.NICs(); len(n) != 0 {
+		t.Errorf("NICs() = %+v after both unplugs", n)
 	}
 }
 

@@ -35,6 +35,9 @@ type VM struct {
 	exports   []string        // disk ids exported by the NBD server
 	mirrors   []string        // disk ids with a mirror job and an NBD client node (mirror.go)
 	tlsCreds  map[string]bool // ids of the tls-creds-x509 objects AddTLSCreds created
+	// unplugging are the devices whose device_del QEMU accepted but the guest has not
+	// released yet (under devMu).
+	unplugging map[string]bool
 
 	killed     atomic.Bool
 	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen

@@ -238,6 +238,7 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonInterfaceAttached), "Hotplug", "interface %s plugged as NIC %s (MAC %s)", hot.Name, nic.ID, nic.MAC)
 	}
 	var busy []string
+	var pending []error
 	for _, id := range attached {
 		if !isSecondaryNIC(id, want) {
 			continue
@@ -246,6 +247,11 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		err := hp.UnplugNIC(uctx, id)
 		cancel()
 		name := interfaceOfNIC(vmi, id)
+		if errors.Is(err, launcher.ErrUnplugPending) {
+			busy = append(busy, name) // QEMU holds its tap until the guest released the NIC
+			pending = append(pending, unplugPending{"nic " + id})
+			continue
+		}
 		if err != nil {
 			busy = append(busy, name)
 			problems = append(problems, nicProblem{vmistatus.ReasonInterfaceUnplugFailed, fmt.Errorf("unplug nic %s: %w", id, err)})
@@ -273,11 +279,11 @@ func (r *VMIReconciler) reconcileNICs(ctx context.Context, vmi *vmletv1.VirtualM
 		err := errors.Join(errs...)
 		r.nicsDegraded(vmi, synced, problems[0].reason, err)
 		if problems[0].reason == vmistatus.ReasonUnknownNetwork && len(problems) == 1 {
-			return nil // nothing to retry until the spec changes
+			return errors.Join(pending...) // nothing else to retry until the spec changes
 		}
-		return err
+		return errors.Join(append([]error{err}, pending...)...)
 	}
-	return nil
+	return errors.Join(pending...)
 }
 
 // nicsDegraded sets Synchronized=False with reason, recording a Warning event when the

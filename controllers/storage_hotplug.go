@@ -117,6 +117,10 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		uctx, cancel := context.WithTimeout(ctx, unplugTimeout)
 		err := hp.UnplugDisk(uctx, id)
 		cancel()
+		if errors.Is(err, launcher.ErrUnplugPending) {
+			errs = append(errs, unplugPending{"disk " + id})
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("unplug disk %s: %w", id, err))
 			continue

@@ -35,11 +35,41 @@ type NodeStorage struct {
 	PullBackOff, PullBackOffMax time.Duration
 }
 
+// unplugPending is a device whose unplug the guest has not acknowledged yet (not a failure: the
+// pass asks again after unplugRetry).
+type unplugPending struct{ device string }
+
+func (u unplugPending) Error() string {
+	return u.device + ": unplug pending (the guest has not released it yet)"
+}
+
+// onlyUnplugPending reports whether err is nothing but pending unplugs (errors.Join trees).
+func onlyUnplugPending(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := err.(unplugPending); ok {
+		return true
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return false
+	}
+	for _, e := range j.Unwrap() {
+		if e != nil && !onlyUnplugPending(e) {
+			return false
+		}
+	}
+	return len(j.Unwrap()) > 0
+}
+
 const (
 	defaultApplyTimeout = 10 * time.Minute
-	// unplugTimeout bounds waiting for the guest to release a disk within one reconcile; a
-	// guest that takes longer is asked again on the next one.
-	unplugTimeout = 20 * time.Second
+	// unplugTimeout bounds waiting for the guest to release a disk or NIC within one pass
+	// (Linux's pciehp alone waits 5 s after the attention button); the unplug stays pending
+	// in QEMU, and the pass after unplugRetry waits for it again: a slow guest holds no worker.
+	unplugTimeout = 2 * time.Second
+	unplugRetry   = 2 * time.Second
 	// secretRetry is how often a VMI waiting for a missing Secret looks again.
 	secretRetry = 3 * time.Second
 )

@@ -205,6 +205,11 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, spec, copy))
 	}
+	if onlyUnplugPending(hotErr) {
+		// The guest takes its time to release a device: look again soon, not as a failure
+		// (no back-off, no Warning).
+		return ctrl.Result{RequeueAfter: unplugRetry}, nil
+	}
 	return ctrl.Result{}, hotErr
 }
 

@@ -126,7 +126,7 @@ func tapErrors(t *testing.T, netns, tap string) (rx, tx uint64) {
 }
 
 // hotplugNIC attaches a NIC on a tap in a test-made netns, checks guest, events and stats,
-// then unplugs it.
+// then unplugs it (first while the guest is paused: pending).
 func hotplugNIC(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	netns, tap := testNetns(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -163,7 +163,21 @@ func hotplugNIC(t *testing.T, p *proc, rec *recorder, con *testguest.Console) {
 	if err := p.client.HotplugNIC(ctx, bad); !errors.Is(err, launcher.ErrTapNotFound) {
 		t.Errorf("hotplug on a missing tap: %v, want ErrTapNotFound", err)
 	}
+	// A guest that cannot release the NIC in time (its vCPUs stopped): the unplug is pending,
+	// said as ErrUnplugPending; once it runs again, the next UnplugNIC completes it.
 	from, off = rec.len(), con.Len()
+	if _, err := p.client.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	err = p.client.UnplugNIC(short, "net1")
+	cancelShort()
+	if !errors.Is(err, launcher.ErrUnplugPending) {
+		t.Errorf("UnplugNIC with the guest paused = %v, want ErrUnplugPending", err)
+	}
+	if _, err := p.client.Unpause(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.client.UnplugNIC(ctx, "net1"); err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,9 @@ var (
 	// ErrEventsLost: WatchEvents asked to resume after events that are no longer retained;
 	// resync with GetDomain and watch from its last_event_seq.
 	ErrEventsLost = errors.New("events no longer retained")
+	// ErrUnplugPending: the guest has not released a device asked to unplug yet; the request
+	// stays pending and a later UnplugDisk/UnplugNIC waits for it again. Unavailable.
+	ErrUnplugPending = errors.New("unplug pending: the guest has not released the device yet")
 	// ErrTimeout: an operation hit its deadline.
 	ErrTimeout = errors.New("timeout")
 )

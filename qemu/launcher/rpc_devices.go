@@ -10,7 +10,11 @@ import (
 
 // unplugTimeout bounds an unplug when the caller's context has no deadline: the guest must
 // release the device (DEVICE_DELETED), and a guest that ignores the request never does.
-const unplugTimeout = 30 * time.Second
+// unplugReplyMargin is how much earlier than the caller's deadline an unplug answers.
+const (
+	unplugTimeout     = 30 * time.Second
+	unplugReplyMargin = 250 * time.Millisecond
+)
 
 // HotplugDisk implements the HotplugDisk RPC. QMP: blockdev-add ×2, device_add.
 func (l *api) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.HotplugDiskResponse, error) {
@@ -36,7 +40,7 @@ func (l *api) UnplugDisk(ctx context.Context, req *pb.UnplugDiskRequest) (*pb.Un
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := withDefaultTimeout(ctx, unplugTimeout)
+	ctx, cancel := unplugContext(ctx)
 	defer cancel()
 	if err := d.vm.RemoveDisk(ctx, req.GetId()); err != nil {
 		return nil, fmt.Errorf("unplug disk: %w", err)
@@ -83,7 +87,7 @@ func (l *api) UnplugNIC(ctx context.Context, req *pb.UnplugNICRequest) (*pb.Unpl
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := withDefaultTimeout(ctx, unplugTimeout)
+	ctx, cancel := unplugContext(ctx)
 	defer cancel()
 	if err := d.vm.RemoveNIC(ctx, req.GetId()); err != nil {
 		return nil, fmt.Errorf("unplug nic: %w", err)
@@ -93,10 +97,12 @@ func (l *api) UnplugNIC(ctx context.Context, req *pb.UnplugNICRequest) (*pb.Unpl
 	return &pb.UnplugNICResponse{}, nil
 }
 
-// withDefaultTimeout adds d to ctx unless it has a deadline already.
-func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+// unplugContext bounds an unplug's wait for the guest: unplugTimeout, or a little less than the
+// caller's deadline, so that a guest still holding the device is answered as ErrUnplugPending
+// (the request stays pending; the caller asks again later) before the caller gives up.
+func unplugContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-unplugReplyMargin))
 	}
-	return context.WithTimeout(ctx, d)
+	return context.WithTimeout(ctx, unplugTimeout)
 }

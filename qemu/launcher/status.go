@@ -44,6 +44,7 @@ var reasons = []struct {
 	{"TERMINATING", codes.Unavailable, ErrTerminating, nil},
 	{"WRONG_STATE", codes.FailedPrecondition, ErrWrongState, []error{qemu.ErrWrongState}},
 	{"EVENTS_LOST", codes.OutOfRange, ErrEventsLost, nil},
+	{"UNPLUG_PENDING", codes.Unavailable, ErrUnplugPending, []error{qemu.ErrUnplugPending}},
 	{"TIMEOUT", codes.DeadlineExceeded, ErrTimeout, []error{qmp.ErrTimeout, context.DeadlineExceeded}},
 	{"QMP_ERROR", codes.Internal, ErrQMP, nil},
 }

@@ -1,0 +1,29 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestOnlyUnplugPending: a pass whose only trouble is unplugs the guest has not acknowledged
+// yet is no failure (it looks again soon); anything else among them still is.
+func TestOnlyUnplugPending(t *testing.T) {
+	p := unplugPending{"disk hot"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{p, true},
+		{errors.Join(p, unplugPending{"nic net1"}), true},
+		{errors.Join(nil, errors.Join(p), nil), true},
+		{errors.Join(p, errors.New("hotplug volume x: boom")), false},
+		{fmt.Errorf("wrapped: %w", p), false}, // a wrapped one is somebody's failure message
+		{errors.New("boom"), false},
+	} {
+		if got := onlyUnplugPending(tc.err); got != tc.want {
+			t.Errorf("onlyUnplugPending(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -207,7 +207,8 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	if onlyUnplugPending(hotErr) {
 		// The guest takes its time to release a device: look again soon, not as a failure
-		// (no back-off, no Warning).
+		// (no back-off, no Warning; the event recorder counts the repeats as one series).
+		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonUnplugPending), "Unplug", "%v", hotErr)
 		return ctrl.Result{RequeueAfter: unplugRetry}, nil
 	}
 	return ctrl.Result{}, hotErr

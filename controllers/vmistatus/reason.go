@@ -32,6 +32,9 @@ const (
 	// ReasonMigrationPostCopyFailed: a migration failed after it switched to post-copy; the
 	// guest's memory was split between source and target and it cannot run on either.
 	ReasonMigrationPostCopyFailed Reason = "MigrationPostCopyFailed"
+	// ReasonUnplugPending (a Normal event): a hot-unplugged disk or NIC the guest has not
+	// released yet; the agent looks again every 2 s.
+	ReasonUnplugPending Reason = "UnplugPending"
 	// ReasonNodeUnresponsive: the VMI's node agent stopped beating (KubeVirt's
 	// NodeUnresponsiveReason): Ready=False while its launcher pod lives, Failed once it is gone.
 	ReasonNodeUnresponsive Reason = "NodeUnresponsive"

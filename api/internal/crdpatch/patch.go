@@ -16,11 +16,8 @@ import (
 // ("9223372036854775807", "1.5e+18", "123456789Ki") is far shorter.
 const quantityMaxLength = 64
 
-// vmiKind is the kind whose schema gets the unsupported-field declarations.
-const vmiKind = "VirtualMachineInstance"
-
 // patchFile reads one CRD manifest, patches it and writes it back in controller-gen's layout.
-func patchFile(path string, unsupported []vmletv1.UnsupportedField) error {
+func patchFile(path string, unsupported map[string][]vmletv1.UnsupportedField) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read CRD: %w", err)
@@ -45,19 +42,18 @@ func patchFile(path string, unsupported []vmletv1.UnsupportedField) error {
 	return nil
 }
 
-// patchCRD applies both patches to every version of crd.
-func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported []vmletv1.UnsupportedField) error {
+// patchCRD applies both patches to every version of crd; unsupported lists the fields to
+// declare by the kind of the CRD.
+func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported map[string][]vmletv1.UnsupportedField) error {
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
 			return fmt.Errorf("version %s has no schema", v.Name)
 		}
 		root := v.Schema.OpenAPIV3Schema
-		if crd.Spec.Names.Kind == vmiKind {
-			for _, f := range unsupported {
-				if err := declareUnsupported(root, f); err != nil {
-					return err
-				}
+		for _, f := range unsupported[crd.Spec.Names.Kind] {
+			if err := declareUnsupported(root, f); err != nil {
+				return err
 			}
 		}
 		boundQuantities(root)

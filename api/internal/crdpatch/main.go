@@ -9,9 +9,17 @@ import (
 )
 
 // unsupported are the KubeVirt fields vmlet rejects, by the kind of the CRD that declares them.
-var unsupported = map[string][]vmletv1.UnsupportedField{
-	"VirtualMachineInstance": vmletv1.UnsupportedFields,
-	"MigrationPolicy":        migrationsv1.UnsupportedFields,
+var unsupported = map[string]Declarations{
+	"VirtualMachineInstance": {
+		Fields:      vmletv1.UnsupportedFields,
+		Description: "Not supported by vmlet: a kubevirt.io/v1 field that vmlet rejects.",
+		Message:     vmletv1.UnsupportedMessage,
+	},
+	"MigrationPolicy": {
+		Fields:      migrationsv1.UnsupportedFields,
+		Description: "Not supported by vmlet: a migrations.kubevirt.io/v1alpha1 field that vmlet rejects.",
+		Message:     migrationsv1.UnsupportedMessage,
+	},
 }
 
 func main() {

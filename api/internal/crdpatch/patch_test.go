@@ -85,13 +85,13 @@ func TestPatchCRDRejectsBadPaths(t *testing.T) {
 }
 
 // byKind declares fields for the test CRD's kind.
-func byKind(fields []vmletv1.UnsupportedField) map[string][]vmletv1.UnsupportedField {
-	return map[string][]vmletv1.UnsupportedField{"VirtualMachineInstance": fields}
+func byKind(fields []vmletv1.UnsupportedField) map[string]Declarations {
+	return map[string]Declarations{"VirtualMachineInstance": {Fields: fields, Description: "unsupported", Message: "remove it"}}
 }
 
 func TestPatchCRDLeavesOtherKinds(t *testing.T) {
 	crd := testCRD()
-	fields := map[string][]vmletv1.UnsupportedField{"MigrationPolicy": {{Parent: "spec", Name: "clock", Kind: vmletv1.KindObject}}}
+	fields := map[string]Declarations{"MigrationPolicy": {Fields: []vmletv1.UnsupportedField{{Parent: "spec", Name: "clock", Kind: vmletv1.KindObject}}}}
 	if err := patchCRD(crd, fields); err != nil {
 		t.Fatalf("patch: %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/health"
@@ -123,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		StateDir:    cfg.StateDir,
 		AssetsDir:   cfg.AssetsDir,
 		CRDDirs:     []string{cfg.CRDDir},
-		AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme},
+		AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme},
 		Log:         logFile(cfg.StateDir),
 	})
 	if err != nil {

@@ -38,6 +38,7 @@ func TestCRDsPassAPIServerValidation(t *testing.T) {
 	for _, file := range []string{
 		"vmlet.dev_virtualmachineinstances.yaml",
 		"vmlet.dev_virtualmachineinstancemigrations.yaml",
+		"migrations.vmlet.dev_migrationpolicies.yaml",
 	} {
 		t.Run(file, func(t *testing.T) {
 			crd := loadCRD(t, file)

@@ -175,7 +175,13 @@ type VirtualMachineInstanceMigrationState struct {
 	// Indicates the final status of the live migration abortion.
 	// +optional
 	AbortStatus MigrationAbortStatus `json:"abortStatus,omitempty"`
-	// Migration configurations to apply (resolved when the migration was scheduled).
+	// Name of the migration policy (migrations.vmlet.dev MigrationPolicy) whose fields
+	// override the cluster's configuration for this migration. If empty, no policy is matched.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	MigrationPolicyName *string `json:"migrationPolicyName,omitempty"`
+	// Migration configurations to apply (resolved when the migration was scheduled: the
+	// cluster's configuration with the matched policy's fields over it).
 	// +optional
 	MigrationConfiguration *MigrationConfiguration `json:"migrationConfiguration,omitempty"`
 	// SourceDomain is vmlet-specific: the device layout the source runs (machine type, CPU

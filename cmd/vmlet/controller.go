@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
@@ -87,6 +88,9 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	if err := vmletv1.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("add vmlet scheme: %w", err)
+	}
+	if err := migrationsv1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("add migrations scheme: %w", err)
 	}
 	if f.heartbeat <= 0 {
 		return fmt.Errorf("--node-heartbeat-interval %s: want > 0", f.heartbeat)

@@ -48,6 +48,8 @@ type Picker func(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (stri
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups=migrations.vmlet.dev,resources=migrationpolicies,verbs=get;list;watch
 
 // Controller is the VirtualMachineInstanceMigration controller.
 type Controller struct {
@@ -56,8 +58,9 @@ type Controller struct {
 	// Pick places migration targets. Local mode picks among its nodes; nil fails every
 	// migration with NoTargetNode (cluster mode places no target launcher pods yet).
 	Pick Picker
-	// APIReader reads the configuration ConfigMap (uncached, the controller does not watch
-	// ConfigMaps); nil means Client.
+	// APIReader reads the configuration ConfigMap, the MigrationPolicies and the vmi's
+	// Namespace (uncached: read once when a migration is scheduled, not watched); nil means
+	// Client.
 	APIReader client.Reader
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
@@ -248,6 +251,14 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 		c.fail(m, ReasonBadConfig, err.Error())
 		return ctrl.Result{}, nil
 	}
+	pol, err := c.policy(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var policyName *string
+	if pol != nil {
+		cfg, policyName = ApplyPolicy(cfg, &pol.Spec), &pol.Name
+	}
 	noPostCopy, err := c.effectivePostCopy(ctx, &cfg, target)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -256,6 +267,7 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 	vmi.Status.MigrationState = &vmletv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: target,
 		SourcePod: launcherPod(vmi), MigrationConfiguration: &cfg, Mode: vmletv1.MigrationPreCopy,
+		MigrationPolicyName: policyName,
 	}
 	vmi.Status.MigrationMethod = Migratable(vmi).Method
 	if err := c.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -270,7 +282,11 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 	setCondition(m, "TargetScheduled", true, "Scheduled", "target node "+target)
 	m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy()
 	c.advance(m, vmletv1.MigrationScheduled)
-	c.Recorder.Eventf(m, vmi, corev1.EventTypeNormal, "Scheduled", "Migrate", "migrating vmi %s from node %s to node %s", vmi.Name, vmi.Status.NodeName, target)
+	how := "the cluster's migration configuration"
+	if policyName != nil {
+		how = "migration policy " + *policyName
+	}
+	c.Recorder.Eventf(m, vmi, corev1.EventTypeNormal, "Scheduled", "Migrate", "migrating vmi %s from node %s to node %s (%s)", vmi.Name, vmi.Status.NodeName, target, how)
 	return ctrl.Result{}, nil
 }
 

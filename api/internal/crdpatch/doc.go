@@ -3,7 +3,8 @@
 //
 //   - every kubevirt.io/v1 field listed in v1alpha1.UnsupportedFields is declared in the
 //     VirtualMachineInstance schema with a validation rule that always fails, so the API server
-//     rejects it by name instead of pruning it;
+//     rejects it by name instead of pruning it; likewise the migrations.kubevirt.io fields of
+//     migrationsv1alpha1.UnsupportedFields in the MigrationPolicy schema;
 //   - every quantity (x-kubernetes-int-or-string) node gets a maxLength, which bounds the
 //     estimated cost of the CEL rules that parse quantities.
 //

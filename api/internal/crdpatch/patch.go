@@ -16,11 +16,15 @@ import (
 // ("9223372036854775807", "1.5e+18", "123456789Ki") is far shorter.
 const quantityMaxLength = 64
 
-// vmiKind is the kind whose schema gets the unsupported-field declarations.
-const vmiKind = "VirtualMachineInstance"
+// Declarations are the unsupported fields of one kind and how their rule says it.
+type Declarations struct {
+	Fields      []vmletv1.UnsupportedField
+	Description string // of each declared field's schema
+	Message     string // of its always-failing rule
+}
 
 // patchFile reads one CRD manifest, patches it and writes it back in controller-gen's layout.
-func patchFile(path string, unsupported []vmletv1.UnsupportedField) error {
+func patchFile(path string, unsupported map[string]Declarations) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read CRD: %w", err)
@@ -45,19 +49,19 @@ func patchFile(path string, unsupported []vmletv1.UnsupportedField) error {
 	return nil
 }
 
-// patchCRD applies both patches to every version of crd.
-func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported []vmletv1.UnsupportedField) error {
+// patchCRD applies both patches to every version of crd; unsupported lists the fields to
+// declare by the kind of the CRD.
+func patchCRD(crd *apiextensionsv1.CustomResourceDefinition, unsupported map[string]Declarations) error {
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
 			return fmt.Errorf("version %s has no schema", v.Name)
 		}
 		root := v.Schema.OpenAPIV3Schema
-		if crd.Spec.Names.Kind == vmiKind {
-			for _, f := range unsupported {
-				if err := declareUnsupported(root, f); err != nil {
-					return err
-				}
+		d := unsupported[crd.Spec.Names.Kind]
+		for _, f := range d.Fields {
+			if err := declareUnsupported(root, f, d); err != nil {
+				return err
 			}
 		}
 		boundQuantities(root)
@@ -88,8 +92,8 @@ func boundQuantities(s *apiextensionsv1.JSONSchemaProps) {
 
 // declareUnsupported adds f to the schema below root, with a rule that always fails. It is a
 // no-op if f was declared by an earlier run, and an error if vmlet's own schema has the field.
-func declareUnsupported(root *apiextensionsv1.JSONSchemaProps, f vmletv1.UnsupportedField) error {
-	want, err := unsupportedSchema(f)
+func declareUnsupported(root *apiextensionsv1.JSONSchemaProps, f vmletv1.UnsupportedField, d Declarations) error {
+	want, err := unsupportedSchema(f, d)
 	if err != nil {
 		return err
 	}
@@ -135,12 +139,12 @@ func edit(s *apiextensionsv1.JSONSchemaProps, path []string, fn func(*apiextensi
 
 // unsupportedSchema is the declaration of one unsupported field: its JSON kind, so that the
 // value is not pruned and CEL can see it, and a rule that rejects any value.
-func unsupportedSchema(f vmletv1.UnsupportedField) (apiextensionsv1.JSONSchemaProps, error) {
+func unsupportedSchema(f vmletv1.UnsupportedField, d Declarations) (apiextensionsv1.JSONSchemaProps, error) {
 	s := apiextensionsv1.JSONSchemaProps{
-		Description: "Not supported by vmlet: a kubevirt.io/v1 field that vmlet rejects.",
+		Description: d.Description,
 		XValidations: apiextensionsv1.ValidationRules{{
 			Rule:    "false",
-			Message: vmletv1.UnsupportedMessage,
+			Message: d.Message,
 			Reason:  ptr(apiextensionsv1.FieldValueForbidden),
 		}},
 	}

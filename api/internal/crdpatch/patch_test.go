@@ -23,7 +23,7 @@ func testCRD() *apiextensionsv1.CustomResourceDefinition {
 		"memory": quantity,
 	}}
 	return &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-		Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: vmiKind},
+		Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "VirtualMachineInstance"},
 		Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 			Name: "v1alpha1",
 			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
@@ -40,7 +40,7 @@ func TestPatchCRD(t *testing.T) {
 		{Parent: "spec", Name: "maxGuest", Kind: vmletv1.KindQuantity},
 	}
 	crd := testCRD()
-	if err := patchCRD(crd, fields); err != nil {
+	if err := patchCRD(crd, byKind(fields)); err != nil {
 		t.Fatalf("patch: %v", err)
 	}
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
@@ -57,7 +57,7 @@ func TestPatchCRD(t *testing.T) {
 	}
 
 	again := crd.DeepCopy()
-	if err := patchCRD(again, fields); err != nil {
+	if err := patchCRD(again, byKind(fields)); err != nil {
 		t.Fatalf("patch again: %v", err)
 	}
 	if !reflect.DeepEqual(again, crd) {
@@ -66,7 +66,7 @@ func TestPatchCRD(t *testing.T) {
 }
 
 func TestPatchCRDRefusesToShadowARealField(t *testing.T) {
-	err := patchCRD(testCRD(), []vmletv1.UnsupportedField{{Parent: "spec", Name: "memory", Kind: vmletv1.KindQuantity}})
+	err := patchCRD(testCRD(), byKind([]vmletv1.UnsupportedField{{Parent: "spec", Name: "memory", Kind: vmletv1.KindQuantity}}))
 	if err == nil {
 		t.Fatalf("declaring vmlet's own spec.memory unsupported succeeded")
 	}
@@ -78,8 +78,24 @@ func TestPatchCRDRejectsBadPaths(t *testing.T) {
 		{Parent: "spec.memory[]", Name: "x", Kind: vmletv1.KindString},
 		{Parent: "spec", Name: "x", Kind: "float"},
 	} {
-		if err := patchCRD(testCRD(), []vmletv1.UnsupportedField{f}); err == nil {
+		if err := patchCRD(testCRD(), byKind([]vmletv1.UnsupportedField{f})); err == nil {
 			t.Errorf("patch with %+v succeeded", f)
 		}
+	}
+}
+
+// byKind declares fields for the test CRD's kind.
+func byKind(fields []vmletv1.UnsupportedField) map[string]Declarations {
+	return map[string]Declarations{"VirtualMachineInstance": {Fields: fields, Description: "unsupported", Message: "remove it"}}
+}
+
+func TestPatchCRDLeavesOtherKinds(t *testing.T) {
+	crd := testCRD()
+	fields := map[string]Declarations{"MigrationPolicy": {Fields: []vmletv1.UnsupportedField{{Parent: "spec", Name: "clock", Kind: vmletv1.KindObject}}}}
+	if err := patchCRD(crd, fields); err != nil {
+		t.Fatalf("patch: %v", err)
+	}
+	if _, ok := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["clock"]; ok {
+		t.Errorf("a MigrationPolicy field was declared in the VirtualMachineInstance CRD")
 	}
 }

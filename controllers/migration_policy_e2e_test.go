@@ -78,20 +78,12 @@ func policyName(m *vmletv1.VirtualMachineInstanceMigration) string {
 	return ""
 }
 
-// timedOut waits until the failed migration's reason says the source aborted it at its
-// completion timeout (the target, which sees the stream end, may report first; the source's
-// reason is then put before it) and returns the migration.
+// timedOut waits until the migration failed and its reason says the source aborted it at its
+// completion timeout, and returns the migration.
 func timedOut(t *testing.T, key client.ObjectKey) *vmletv1.VirtualMachineInstanceMigration {
 	t.Helper()
-	m := failureOf(t, key)
-	eventually(t, 30*time.Second, key.Name+" aborted at the completion timeout", func() (bool, string) {
-		if err := env.Client.Get(context.Background(), key, m); err != nil {
-			return false, err.Error()
-		}
-		ms := m.Status.MigrationState
-		return strings.Contains(ms.FailureReason, "(completionTimeoutPerGiB)"), ms.FailureReason
-	})
-	return m
+	failureOf(t, key)
+	return failureReason(t, key, "(completionTimeoutPerGiB)")
 }
 
 // TestMigrationPolicy: MigrationPolicies change real migrations between two nodes. A policy

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,20 +52,52 @@ type NodeCandidate struct {
 	Labels map[string]string
 	// VMIs is how many VMIs on the node have not ended (not Succeeded or Failed).
 	VMIs int
+	// Taints are the Node's taints (spec.taints).
+	Taints []corev1.Taint
+}
+
+// Untolerated is the first of taints with effect NoSchedule or NoExecute that none of
+// tolerations tolerates (kube-scheduler's TaintToleration filter; PreferNoSchedule only weighs
+// there and is ignored here), nil when there is none. A VMI has no tolerations field yet, so
+// every such taint keeps VMIs off its node; the drain taint (vmlet.dev/drain:NoSchedule) is one.
+// Pure.
+func Untolerated(taints []corev1.Taint, tolerations []corev1.Toleration) *corev1.Taint {
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		tolerated := false
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(logr.Discard(), t, false) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			return t
+		}
+	}
+	return nil
 }
 
 // PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
 // nodeSelector, that are not labelled LabelSchedulable=false (as launcher pods select
-// schedulable nodes) and that are not exclude (a migration's source; "" excludes none), the
-// one with the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
+// schedulable nodes), that have no NoSchedule or NoExecute taint (Untolerated: a drained node
+// among them) and that are not exclude (a migration's source; "" excludes none), the one with
+// the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
 func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclude string) (string, string) {
 	sel := labels.SelectorFromSet(vmi.Spec.NodeSelector)
 	var best *NodeCandidate
-	var unschedulable []string
+	var unschedulable, tainted []string
 	for i := range nodes {
 		n := &nodes[i]
 		if n.Name != exclude && n.Labels[LabelSchedulable] == "false" {
 			unschedulable = append(unschedulable, n.Name)
+			continue
+		}
+		if t := Untolerated(n.Taints, nil); n.Name != exclude && t != nil {
+			tainted = append(tainted, fmt.Sprintf("%s (taint %s)", n.Name, taintString(t)))
 			continue
 		}
 		if n.Name == exclude || !sel.Matches(labels.Set(n.Labels)) {
@@ -79,12 +112,15 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" {
+		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, nil) == nil {
 			names = append(names, n.Name)
 		}
 	}
 	sort.Strings(names)
 	switch {
+	case len(tainted) > 0 && len(names) == 0:
+		sort.Strings(tainted)
+		return "", fmt.Sprintf("no schedulable node: %v have taints the vmi does not tolerate", tainted)
 	case len(unschedulable) > 0 && len(names) == 0:
 		sort.Strings(unschedulable)
 		return "", fmt.Sprintf("no schedulable node: %v %s=false (their vmlet agents are not responsive)", unschedulable, LabelSchedulable)
@@ -168,9 +204,14 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 	out := make([]NodeCandidate, len(nodes))
 	for i, n := range nodes {
 		out[i] = NodeCandidate{Name: n.Name, Labels: n.Labels, VMIs: count[n.Name]}
-		// The Node's own LabelSchedulable, where someone marked it unschedulable.
+		// The Node's own LabelSchedulable, where someone marked it unschedulable, and its
+		// taints (a drain).
 		node := &corev1.Node{}
-		if err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node); err == nil && node.Labels[LabelSchedulable] == "false" {
+		err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node)
+		if err == nil {
+			out[i].Taints = node.Spec.Taints
+		}
+		if err == nil && node.Labels[LabelSchedulable] == "false" {
 			out[i].Labels = maps.Clone(n.Labels)
 			if out[i].Labels == nil {
 				out[i].Labels = map[string]string{}
@@ -195,4 +236,12 @@ func (s *LocalScheduler) PickTarget(ctx context.Context, vmi *vmletv1.VirtualMac
 		return "", errors.New(why)
 	}
 	return node, nil
+}
+
+// taintString is a taint as kubectl writes it: key[=value]:effect.
+func taintString(t *corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }

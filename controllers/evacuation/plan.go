@@ -38,10 +38,10 @@ const (
 
 // Reasons (conditions and Events).
 const (
-	ReasonBlocked        = "EvacuationBlocked"
-	ReasonEvicted        = vmistatus.Reason("Evicted")
-	ReasonCreated        = "SuccessfulCreate" // KubeVirt's SuccessfulCreateVirtualMachineInstanceMigrationReason
-	ReasonFailedCreate   = "FailedCreate"
+	ReasonBlocked      = "EvacuationBlocked"
+	ReasonEvicted      = vmistatus.Reason("Evicted")
+	ReasonCreated      = "SuccessfulCreate" // KubeVirt's SuccessfulCreateVirtualMachineInstanceMigrationReason
+	ReasonFailedCreate = "FailedCreate"
 )
 
 // Action is what the drain does to one VMI.

@@ -39,7 +39,7 @@ const (
 // Reasons (conditions and Events).
 const (
 	ReasonBlocked      = "EvacuationBlocked"
-	ReasonEvicted      = vmistatus.Reason("Evicted")
+	ReasonEvicted      = vmistatus.ReasonEvicted
 	ReasonCreated      = "SuccessfulCreate" // KubeVirt's SuccessfulCreateVirtualMachineInstanceMigrationReason
 	ReasonFailedCreate = "FailedCreate"
 )

@@ -113,7 +113,9 @@ func TestController(t *testing.T) {
 			out[m.Spec.VMIName] = append(out[m.Spec.VMIName], m)
 		}
 		for _, ms := range out {
-			slices.SortFunc(ms, func(a, b vmletv1.VirtualMachineInstanceMigration) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+			slices.SortFunc(ms, func(a, b vmletv1.VirtualMachineInstanceMigration) int {
+				return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+			})
 		}
 		return out
 	}

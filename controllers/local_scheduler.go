@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
@@ -81,6 +83,16 @@ func Untolerated(taints []corev1.Taint, tolerations []corev1.Toleration) *corev1
 	return nil
 }
 
+// localTolerations are what every VMI tolerates in PickNode: the taints the node lifecycle
+// controller keeps in step with a Node's Ready condition (node.kubernetes.io/not-ready and
+// unreachable). Local mode runs no such controller: the API server's TaintNodesByCondition
+// adds not-ready to every Node it registers and nothing would ever remove it. Whether a local
+// node can take VMIs is its agent's heartbeat (LabelSchedulable).
+var localTolerations = []corev1.Toleration{
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists},
+}
+
 // PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
 // nodeSelector, that are not labelled LabelSchedulable=false (as launcher pods select
 // schedulable nodes), that have no NoSchedule or NoExecute taint (Untolerated: a drained node
@@ -96,7 +108,7 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 			unschedulable = append(unschedulable, n.Name)
 			continue
 		}
-		if t := Untolerated(n.Taints, nil); n.Name != exclude && t != nil {
+		if t := Untolerated(n.Taints, localTolerations); n.Name != exclude && t != nil {
 			tainted = append(tainted, fmt.Sprintf("%s (taint %s)", n.Name, taintString(t)))
 			continue
 		}
@@ -112,7 +124,7 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, nil) == nil {
+		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, localTolerations) == nil {
 			names = append(names, n.Name)
 		}
 	}
@@ -133,9 +145,27 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 }
 
-// SetupWithManager registers the scheduler.
+// SetupWithManager registers the scheduler: VMIs, and Nodes, whose changes (a taint removed,
+// a node schedulable again) wake the VMIs that wait for a node.
 func (s *LocalScheduler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("vmi-local-scheduler").For(&vmletv1.VirtualMachineInstance{}).Complete(s)
+	return ctrl.NewControllerManagedBy(mgr).Named("vmi-local-scheduler").For(&vmletv1.VirtualMachineInstance{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(s.unscheduled)).
+		Complete(s)
+}
+
+// unscheduled lists the VMIs that wait for a node.
+func (s *LocalScheduler) unscheduled(ctx context.Context, _ client.Object) []reconcile.Request {
+	var l vmletv1.VirtualMachineInstanceList
+	if err := s.Client.List(ctx, &l); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, v := range l.Items {
+		if v.Status.NodeName == "" && !vmistatus.IsFinal(v.Status.Phase) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&v)})
+		}
+	}
+	return out
 }
 
 // Reconcile assigns unscheduled VMIs.

@@ -50,6 +50,10 @@ func TestPickNode(t *testing.T) {
 		{name: "PreferNoSchedule only weighs", nodes: []controllers.NodeCandidate{
 			{Name: "a", VMIs: 0, Taints: []corev1.Taint{{Key: "x", Effect: corev1.TaintEffectPreferNoSchedule}}},
 			{Name: "b", VMIs: 5}}, want: "a"},
+		{name: "not-ready and unreachable taints: no lifecycle controller in local mode", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+				{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}},
+			{Name: "b", VMIs: 5}}, want: "a"},
 		{name: "only tainted nodes", nodes: []controllers.NodeCandidate{
 			{Name: "a", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}},
 			{Name: "b", Taints: []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute}}}},

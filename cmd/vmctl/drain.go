@@ -275,5 +275,5 @@ func drainState(v *vmletv1.VirtualMachineInstance) string {
 	case v.Status.EvacuationNodeName != "":
 		return "to be migrated (evictionStrategy " + strategy + ")"
 	}
-	return "stays: not evacuated (evictionStrategy " + strategy + "; stop or delete it, or set an evictionStrategy)"
+	return "not marked for evacuation (evictionStrategy " + strategy + "): not acted on yet, or None, which stays (stop or delete it)"
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
@@ -51,20 +54,62 @@ type NodeCandidate struct {
 	Labels map[string]string
 	// VMIs is how many VMIs on the node have not ended (not Succeeded or Failed).
 	VMIs int
+	// Taints are the Node's taints (spec.taints).
+	Taints []corev1.Taint
+}
+
+// Untolerated is the first of taints with effect NoSchedule or NoExecute that none of
+// tolerations tolerates (kube-scheduler's TaintToleration filter; PreferNoSchedule only weighs
+// there and is ignored here), nil when there is none. A VMI has no tolerations field yet, so
+// every such taint keeps VMIs off its node; the drain taint (vmlet.dev/drain:NoSchedule) is one.
+// Pure.
+func Untolerated(taints []corev1.Taint, tolerations []corev1.Toleration) *corev1.Taint {
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		tolerated := false
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(logr.Discard(), t, false) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			return t
+		}
+	}
+	return nil
+}
+
+// localTolerations are what every VMI tolerates in PickNode: the taints the node lifecycle
+// controller keeps in step with a Node's Ready condition (node.kubernetes.io/not-ready and
+// unreachable). Local mode runs no such controller: the API server's TaintNodesByCondition
+// adds not-ready to every Node it registers and nothing would ever remove it. Whether a local
+// node can take VMIs is its agent's heartbeat (LabelSchedulable).
+var localTolerations = []corev1.Toleration{
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists},
 }
 
 // PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
 // nodeSelector, that are not labelled LabelSchedulable=false (as launcher pods select
-// schedulable nodes) and that are not exclude (a migration's source; "" excludes none), the
-// one with the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
+// schedulable nodes), that have no NoSchedule or NoExecute taint (Untolerated: a drained node
+// among them) and that are not exclude (a migration's source; "" excludes none), the one with
+// the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
 func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclude string) (string, string) {
 	sel := labels.SelectorFromSet(vmi.Spec.NodeSelector)
 	var best *NodeCandidate
-	var unschedulable []string
+	var unschedulable, tainted []string
 	for i := range nodes {
 		n := &nodes[i]
 		if n.Name != exclude && n.Labels[LabelSchedulable] == "false" {
 			unschedulable = append(unschedulable, n.Name)
+			continue
+		}
+		if t := Untolerated(n.Taints, localTolerations); n.Name != exclude && t != nil {
+			tainted = append(tainted, fmt.Sprintf("%s (taint %s)", n.Name, taintString(t)))
 			continue
 		}
 		if n.Name == exclude || !sel.Matches(labels.Set(n.Labels)) {
@@ -79,12 +124,15 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" {
+		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, localTolerations) == nil {
 			names = append(names, n.Name)
 		}
 	}
 	sort.Strings(names)
 	switch {
+	case len(tainted) > 0 && len(names) == 0:
+		sort.Strings(tainted)
+		return "", fmt.Sprintf("no schedulable node: %v have taints the vmi does not tolerate", tainted)
 	case len(unschedulable) > 0 && len(names) == 0:
 		sort.Strings(unschedulable)
 		return "", fmt.Sprintf("no schedulable node: %v %s=false (their vmlet agents are not responsive)", unschedulable, LabelSchedulable)
@@ -97,9 +145,27 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 }
 
-// SetupWithManager registers the scheduler.
+// SetupWithManager registers the scheduler: VMIs, and Nodes, whose changes (a taint removed,
+// a node schedulable again) wake the VMIs that wait for a node.
 func (s *LocalScheduler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("vmi-local-scheduler").For(&vmletv1.VirtualMachineInstance{}).Complete(s)
+	return ctrl.NewControllerManagedBy(mgr).Named("vmi-local-scheduler").For(&vmletv1.VirtualMachineInstance{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(s.unscheduled)).
+		Complete(s)
+}
+
+// unscheduled lists the VMIs that wait for a node.
+func (s *LocalScheduler) unscheduled(ctx context.Context, _ client.Object) []reconcile.Request {
+	var l vmletv1.VirtualMachineInstanceList
+	if err := s.Client.List(ctx, &l); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, v := range l.Items {
+		if v.Status.NodeName == "" && !vmistatus.IsFinal(v.Status.Phase) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&v)})
+		}
+	}
+	return out
 }
 
 // Reconcile assigns unscheduled VMIs.
@@ -168,9 +234,14 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 	out := make([]NodeCandidate, len(nodes))
 	for i, n := range nodes {
 		out[i] = NodeCandidate{Name: n.Name, Labels: n.Labels, VMIs: count[n.Name]}
-		// The Node's own LabelSchedulable, where someone marked it unschedulable.
+		// The Node's own LabelSchedulable, where someone marked it unschedulable, and its
+		// taints (a drain).
 		node := &corev1.Node{}
-		if err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node); err == nil && node.Labels[LabelSchedulable] == "false" {
+		err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node)
+		if err == nil {
+			out[i].Taints = node.Spec.Taints
+		}
+		if err == nil && node.Labels[LabelSchedulable] == "false" {
 			out[i].Labels = maps.Clone(n.Labels)
 			if out[i].Labels == nil {
 				out[i].Labels = map[string]string{}
@@ -195,4 +266,12 @@ func (s *LocalScheduler) PickTarget(ctx context.Context, vmi *vmletv1.VirtualMac
 		return "", errors.New(why)
 	}
 	return node, nil
+}
+
+// taintString is a taint as kubectl writes it: key[=value]:effect.
+func taintString(t *corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }

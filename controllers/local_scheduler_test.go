@@ -3,6 +3,8 @@ package controllers_test
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 )
@@ -42,10 +44,52 @@ func TestPickNode(t *testing.T) {
 		{name: "only unschedulable", nodes: []controllers.NodeCandidate{
 			{Name: "a", Labels: map[string]string{controllers.LabelSchedulable: "false"}}},
 			wantWhy: "no schedulable node: [a] vmlet.dev/schedulable=false (their vmlet agents are not responsive)"},
+		{name: "drained node skipped", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}},
+			{Name: "b", VMIs: 5}}, want: "b"},
+		{name: "PreferNoSchedule only weighs", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{{Key: "x", Effect: corev1.TaintEffectPreferNoSchedule}}},
+			{Name: "b", VMIs: 5}}, want: "a"},
+		{name: "not-ready and unreachable taints: no lifecycle controller in local mode", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+				{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}},
+			{Name: "b", VMIs: 5}}, want: "a"},
+		{name: "only tainted nodes", nodes: []controllers.NodeCandidate{
+			{Name: "a", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}},
+			{Name: "b", Taints: []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute}}}},
+			wantWhy: "no schedulable node: [a (taint vmlet.dev/drain:NoSchedule) b (taint k=v:NoExecute)] have taints the vmi does not tolerate"},
+		{name: "migration target: only the source is untainted", nodes: []controllers.NodeCandidate{
+			{Name: "a"}, {Name: "b", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}}},
+			exclude: "a", wantWhy: "no schedulable node: [b (taint vmlet.dev/drain:NoSchedule)] have taints the vmi does not tolerate"},
 	} {
 		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel), tc.exclude)
 		if got != tc.want || tc.wantWhy != "" && why != tc.wantWhy {
 			t.Errorf("%s: PickNode = %q, %q; want %q, %q", tc.name, got, why, tc.want, tc.wantWhy)
+		}
+	}
+}
+
+func TestUntolerated(t *testing.T) {
+	drain := corev1.Taint{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}
+	for _, tc := range []struct {
+		name   string
+		taints []corev1.Taint
+		tols   []corev1.Toleration
+		want   string
+	}{
+		{name: "none"},
+		{name: "drain", taints: []corev1.Taint{drain}, want: "vmlet.dev/drain"},
+		{name: "tolerated by key", taints: []corev1.Taint{drain}, tols: []corev1.Toleration{{Key: "vmlet.dev/drain", Operator: corev1.TolerationOpExists}}},
+		{name: "toleration of another effect", taints: []corev1.Taint{drain},
+			tols: []corev1.Toleration{{Key: "vmlet.dev/drain", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}, want: "vmlet.dev/drain"},
+		{name: "PreferNoSchedule", taints: []corev1.Taint{{Key: "p", Effect: corev1.TaintEffectPreferNoSchedule}}},
+	} {
+		got := ""
+		if tt := controllers.Untolerated(tc.taints, tc.tols); tt != nil {
+			got = tt.Key
+		}
+		if got != tc.want {
+			t.Errorf("%s: Untolerated = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -263,6 +263,9 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 	if vmistatus.IsFinal(vmi.Status.Phase) {
 		return ctrl.Result{}, r.teardown(ctx, vmi)
 	}
+	if role == roleNone && evicted(vmi) {
+		return r.evict(vmi)
+	}
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -37,5 +37,5 @@ mkdir -p config/crd/bases
 cp "$tmp"/*.yaml config/crd/bases/
 
 # 4. The cluster controller's ClusterRole from the +kubebuilder:rbac markers of
-#    controllers/cluster: config/rbac/role.yaml.
-controller_gen rbac:roleName=vmlet-controller paths="{./controllers/cluster/...,./controllers/migration/...}" output:rbac:artifacts:config=config/rbac
+#    controllers/cluster, migration and evacuation: config/rbac/role.yaml.
+controller_gen rbac:roleName=vmlet-controller paths="{./controllers/cluster/...,./controllers/migration/...,./controllers/evacuation/...}" output:rbac:artifacts:config=config/rbac

@@ -23,6 +23,7 @@ import (
 	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/process"
@@ -216,6 +217,13 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	}
 	if err := mc.SetupWithManager(mgrs[0]); err != nil {
 		return fmt.Errorf("setup migration controller: %w", err)
+	}
+	// Drains (vmlet.dev/drain:NoSchedule on a node) migrate, block or shut down its VMIs.
+	ec := &evacuation.Controller{
+		Client: mgrs[0].GetClient(), Recorder: mgrs[0].GetEventRecorder("vmlet-evacuation"), APIReader: mgrs[0].GetAPIReader(),
+	}
+	if err := ec.SetupWithManager(mgrs[0]); err != nil {
+		return fmt.Errorf("setup evacuation controller: %w", err)
 	}
 	if err := s.serve(mgrs); err != nil {
 		return err

@@ -47,6 +47,13 @@ const (
 	// VirtualMachineInstanceSynchronized is False when the node agent failed to bring the
 	// domain to the spec (the reason and message say why).
 	VirtualMachineInstanceSynchronized = "Synchronized"
+	// VirtualMachineInstanceDisruptionTarget is True when the vmi is about to be shut down by a
+	// drain of its node that it cannot leave by migration (as a pod's DisruptionTarget): its
+	// node agent shuts the guest down and ends it Failed with reason Evicted.
+	VirtualMachineInstanceDisruptionTarget = "DisruptionTarget"
+	// VirtualMachineInstanceEvacuationBlocked is vmlet's: True while the vmi blocks the drain of
+	// its node (evictionStrategy LiveMigrate, not migratable); the message says why.
+	VirtualMachineInstanceEvacuationBlocked = "EvacuationBlocked"
 )
 
 // VirtualMachineInstanceStatus represents information about the status of a
@@ -85,6 +92,11 @@ type VirtualMachineInstanceStatus struct {
 	// Guest OS Information, as reported by the guest agent.
 	// +optional
 	GuestOSInfo VirtualMachineInstanceGuestOSInfo `json:"guestOSInfo,omitempty"`
+	// EvacuationNodeName is set when the vmi must leave this node (its node is drained): the
+	// evacuation controller migrates it, or (evictionStrategy External) leaves it to an
+	// external controller.
+	// +optional
+	EvacuationNodeName string `json:"evacuationNodeName,omitempty"`
 	// Represents the status of a live migration.
 	// +optional
 	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`

@@ -57,17 +57,22 @@ type VirtualMachineInstanceList struct {
 
 // EvictionStrategy describes what happens to a VirtualMachineInstance when its node is drained.
 // +kubebuilder:validation:MaxLength=32
-// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible
+// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible;External
 type EvictionStrategy string
 
-// Eviction strategies vmlet implements (KubeVirt's "External" is not supported).
+// Eviction strategies (KubeVirt's values and meaning).
 const (
-	// EvictionStrategyNone: no action is taken; the VirtualMachineInstance is shut down.
+	// EvictionStrategyNone: no action is taken; the VirtualMachineInstance is shut down with its
+	// node.
 	EvictionStrategyNone EvictionStrategy = "None"
-	// EvictionStrategyLiveMigrate: the VirtualMachineInstance is migrated instead of shut down.
+	// EvictionStrategyLiveMigrate: the VirtualMachineInstance is migrated instead of shut down;
+	// one that cannot migrate blocks the drain.
 	EvictionStrategyLiveMigrate EvictionStrategy = "LiveMigrate"
-	// EvictionStrategyLiveMigrateIfPossible: migrate if LiveMigratable, otherwise behave as None.
+	// EvictionStrategyLiveMigrateIfPossible: migrate if LiveMigratable, otherwise shut down.
 	EvictionStrategyLiveMigrateIfPossible EvictionStrategy = "LiveMigrateIfPossible"
+	// EvictionStrategyExternal: status.evacuationNodeName is set and the drain is blocked; an
+	// external controller acts on it.
+	EvictionStrategyExternal EvictionStrategy = "External"
 )
 
 // VirtualMachineInstanceSpec is a description of a VirtualMachineInstance.
@@ -98,7 +103,10 @@ type VirtualMachineInstanceSpec struct {
 	// - "LiveMigrate": the VirtualMachineInstance will be migrated instead of being shutdown.
 	// - "LiveMigrateIfPossible": the same as "LiveMigrate" but only if the VirtualMachineInstance
 	//   is Live-Migratable, otherwise it will behave as "None".
-	// KubeVirt's "External" is not supported by vmlet.
+	// - "External": the VirtualMachineInstance is protected and status.evacuationNodeName is set;
+	//   an external controller is expected to act on it.
+	// Unset: the cluster-wide default (ConfigMap vmlet-system/vmlet-config, key
+	// evictionStrategy), None when that is unset too.
 	// +optional
 	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
 

@@ -20,11 +20,12 @@ const (
 	exitError    = 1
 	exitUsage    = 2
 	exitNotFound = 3
+	exitBlocked  = 4
 )
 
 const exitCodesHelp = `Exit status: 0 done; 1 the call failed (for top: no agent answered, the API server
 could not be reached, no node advertises metrics); 2 usage; 3 top NAME: no such VMI in the
-metrics of the agents that answered.`
+metrics of the agents that answered; 4 drain: VMIs still on the node at --deadline.`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -82,6 +83,8 @@ func run(ctx context.Context, c *cli, args []string) int {
 		return exitUsage
 	case errors.Is(err, errNotFound):
 		return exitNotFound
+	case errors.Is(err, errBlocked):
+		return exitBlocked
 	}
 	return exitError
 }
@@ -96,6 +99,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		Short: "The vmlet CLI",
 		Long: `vmctl is the vmlet CLI.
 
+"vmctl drain" and "vmctl uncordon" drain a node of its VMIs through the Kubernetes API.
 "vmctl top" reads the node agents' metrics, found through the Kubernetes API (kubectl's
 kubeconfig rules) or given with --metrics. The other commands talk to one vmlet-launcher
 directly over its socket, the one the node agent uses: <run dir>/launcher.sock, where the run
@@ -132,6 +136,10 @@ kubectl get vmi NAME -o jsonpath='{.metadata.uid}'.
 	top := newTopCmd(c)
 	top.GroupID = "cluster"
 	root.AddCommand(top)
+	for _, sub := range []*cobra.Command{newDrainCmd(c), newUncordonCmd(c)} {
+		sub.GroupID = "cluster"
+		root.AddCommand(sub)
+	}
 	root.AddGroup(&cobra.Group{ID: "launcher", Title: "Launcher commands (need --launcher):"})
 	for _, sub := range launcherCmds(c) {
 		sub.GroupID = "launcher"

@@ -18,6 +18,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/cluster"
+	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/migration"
@@ -128,6 +129,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 	mc := &migration.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-migration")}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
+	}
+	// Drains by taint (vmlet.dev/drain:NoSchedule): the same controller as in local mode; the
+	// migrations it creates fail with NoTargetNode here until target launcher pods exist, and
+	// are retried with back-off.
+	ec := &evacuation.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-evacuation")}
+	if err := ec.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the evacuation controller: %w", err)
 	}
 	nc := &cluster.NodeController{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("vmlet-node-controller"), Interval: f.heartbeat}

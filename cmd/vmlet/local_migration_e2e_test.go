@@ -280,11 +280,7 @@ func (s *localSetup) waitNodeVMGone(t *testing.T, vm nodeVM, d time.Duration) {
 // node, with its memory.
 func assertTop(t *testing.T, s *localSetup, want map[string]string) {
 	t.Helper()
-	vmctl := filepath.Join(s.tmp, "vmctl")
-	if out, err := exec.Command("go", "build", "-o", vmctl, "github.com/vmlet/vmlet/cmd/vmctl").CombinedOutput(); err != nil {
-		t.Fatalf("build vmctl: %v\n%s", err, out)
-	}
-	out, err := exec.Command(vmctl, "top", "-A", "-o", "json", "--interval", "500ms", "--kubeconfig", filepath.Join(s.stateDir, "kubeconfig")).Output()
+	out, err := exec.Command(buildVmctl(t, s), "top", "-A", "-o", "json", "--interval", "500ms", "--kubeconfig", filepath.Join(s.stateDir, "kubeconfig")).Output()
 	if err != nil {
 		t.Fatalf("vmctl top: %v", err)
 	}
@@ -309,4 +305,17 @@ func assertTop(t *testing.T, s *localSetup, want map[string]string) {
 	if !maps.Equal(got, want) || len(top.Warnings) > 0 {
 		t.Errorf("vmctl top: VMIs on nodes %v, warnings %v; want %v", got, top.Warnings, want)
 	}
+}
+
+// buildVmctl builds vmctl into the setup's folder (once) and returns its path.
+func buildVmctl(t *testing.T, s *localSetup) string {
+	t.Helper()
+	vmctl := filepath.Join(s.tmp, "vmctl")
+	if _, err := os.Stat(vmctl); err == nil {
+		return vmctl
+	}
+	if out, err := exec.Command("go", "build", "-o", vmctl, "github.com/vmlet/vmlet/cmd/vmctl").CombinedOutput(); err != nil {
+		t.Fatalf("build vmctl: %v\n%s", err, out)
+	}
+	return vmctl
 }

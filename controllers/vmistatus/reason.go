@@ -49,6 +49,10 @@ const (
 	// ReasonLauncherPodDeleted: the VMI's launcher pod was deleted or is being deleted
 	// (cluster controller).
 	ReasonLauncherPodDeleted Reason = "LauncherPodDeleted"
+	// ReasonEvicted: the VMI's node was drained and it could not migrate (evictionStrategy
+	// LiveMigrateIfPossible): its guest was shut down (the reason of an evicted pod). Also the
+	// reason of its DisruptionTarget condition, which asks the node agent for that shutdown.
+	ReasonEvicted Reason = "Evicted"
 )
 
 // Reasons of the Ready condition on the way to Running and back.

@@ -205,6 +205,18 @@ func TestLocalDrain(t *testing.T) {
 		t.Errorf("second drain: exit %d, want 4 naming evac-stuck and why\n%s%s", code, out, errOut)
 	}
 
+	// The migrated VMI got no second evacuation migration (one made from a cache that still
+	// showed it on node 1 would wait for a target, and move it back once node 1 is uncordoned).
+	var ml vmletv1.VirtualMachineInstanceMigrationList
+	if err := c.List(ctx, &ml, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Items {
+		if m.Spec.VMIName == "evac-mig" && m.Name != evac && strings.HasPrefix(m.Name, evacuation.GenerateName) && m.Status.Phase != vmletv1.MigrationFailed {
+			t.Errorf("a second evacuation migration %s (phase %s) of evac-mig after %s moved it", m.Name, m.Status.Phase, evac)
+		}
+	}
+
 	// Drained, node 1 takes nothing: the tie (one VMI each) goes to node 2.
 	create(masqueradeVMI("evac-new"))
 	if n := scheduledTo("evac-new"); n != nodes[1] {

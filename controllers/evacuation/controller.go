@@ -147,6 +147,19 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // apply writes one decision: the VMI's evacuationNodeName and conditions, the migration, the
 // Events.
 func (c *Controller) apply(ctx context.Context, node string, vmi *vmletv1.VirtualMachineInstance, d Decision) error {
+	if d.Action == Migrate {
+		// The cache may not show yet that the vmi left (the previous evacuation migration just
+		// moved it) or is migrating: a second migration then would wait for a target and, once
+		// the node is uncordoned, move it back. Ask the API server.
+		fresh := &vmletv1.VirtualMachineInstance{}
+		if err := c.reader().Get(ctx, client.ObjectKeyFromObject(vmi), fresh); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if ms := fresh.Status.MigrationState; fresh.Status.NodeName != node || (ms != nil && ms.MigrationUID != "" && !ms.Completed && !ms.Failed) {
+			return nil // its change wakes this node's pass again
+		}
+		vmi = fresh
+	}
 	wasBlocked := meta.IsStatusConditionTrue(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceEvacuationBlocked)
 	wasEvicted := meta.IsStatusConditionTrue(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceDisruptionTarget)
 	err := c.setStatus(ctx, vmi, func(v *vmletv1.VirtualMachineInstance) {

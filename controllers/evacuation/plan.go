@@ -24,7 +24,7 @@ const (
 	// GenerateName prefixes their names (KubeVirt: kubevirt-evacuation-).
 	GenerateName = "vmlet-evacuation-"
 	// AnnotationEvacuation holds the drained node's name (kubevirt.io/evacuationMigration).
-	AnnotationEvacuation = "vmlet.dev/evacuationMigration"
+	AnnotationEvacuation = migration.AnnotationEvacuation
 	// LabelVMIName is the VMI's name (kubevirt.io/vmi-name, KubeVirt's MigrationSelectorLabel).
 	LabelVMIName = "vmlet.dev/vmi-name"
 )

@@ -207,6 +207,10 @@ func (c *Controller) admit(ctx context.Context, m *vmletv1.VirtualMachineInstanc
 			fromNode++
 		}
 	}
+	if r := AdmitEvacuation(m, vmi); r.Reason != "" {
+		c.fail(m, r.Reason, r.Message)
+		return ctrl.Result{}, nil
+	}
 	if r := Admit(vmi, others); r.Reason != "" {
 		c.fail(m, r.Reason, r.Message)
 		return ctrl.Result{}, nil
@@ -228,6 +232,10 @@ func (c *Controller) admit(ctx context.Context, m *vmletv1.VirtualMachineInstanc
 // schedule picks the target node and hands the migration to the node agents through the vmi's
 // migrationState.
 func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) (ctrl.Result, error) {
+	if r := AdmitEvacuation(m, vmi); r.Reason != "" {
+		c.fail(m, r.Reason, r.Message)
+		return ctrl.Result{}, nil
+	}
 	if r := Admit(vmi, nil); r.Reason != "" {
 		c.fail(m, r.Reason, r.Message)
 		return ctrl.Result{}, nil

@@ -22,6 +22,9 @@ const (
 	ReasonAborted         = "Aborted"
 	ReasonMigrationFailed = "MigrationFailed"
 	ReasonBadConfig       = "InvalidMigrationConfiguration"
+	// ReasonLeftNode: an evacuation migration whose vmi no longer runs on the drained node
+	// (it left meanwhile, e.g. by the previous evacuation migration): nothing to evacuate.
+	ReasonLeftNode = "VMILeftNode"
 )
 
 // Final reports whether a migration phase is an end.
@@ -45,6 +48,20 @@ type Refusal struct{ Reason, Message string }
 
 // Admit says whether a pending migration of vmi may start. others are the vmi's other
 // migrations that hold a slot. Pure.
+// AnnotationEvacuation marks a migration the evacuation controller created, with the drained
+// node's name (KubeVirt's kubevirt.io/evacuationMigration).
+const AnnotationEvacuation = "vmlet.dev/evacuationMigration"
+
+// AdmitEvacuation refuses an evacuation migration (AnnotationEvacuation on m) whose vmi no
+// longer runs on the node it was to leave.
+func AdmitEvacuation(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) Refusal {
+	from, ok := m.Annotations[AnnotationEvacuation]
+	if !ok || vmi == nil || vmi.Status.NodeName == from {
+		return Refusal{}
+	}
+	return Refusal{ReasonLeftNode, fmt.Sprintf("the vmi no longer runs on node %s, which this migration was to evacuate (it runs on %q)", from, vmi.Status.NodeName)}
+}
+
 func Admit(vmi *vmletv1.VirtualMachineInstance, others []string) Refusal {
 	switch {
 	case vmi == nil:

@@ -217,3 +217,29 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitEvacuation: an evacuation migration is refused once its vmi left the drained node;
+// other migrations and a vmi still there pass.
+func TestAdmitEvacuation(t *testing.T) {
+	evac := &vmletv1.VirtualMachineInstanceMigration{}
+	evac.Annotations = map[string]string{AnnotationEvacuation: "node-a"}
+	on := func(node string) *vmletv1.VirtualMachineInstance {
+		v := &vmletv1.VirtualMachineInstance{}
+		v.Status.NodeName = node
+		return v
+	}
+	for _, tc := range []struct {
+		m    *vmletv1.VirtualMachineInstanceMigration
+		vmi  *vmletv1.VirtualMachineInstance
+		want string
+	}{
+		{evac, on("node-a"), ""},
+		{evac, on("node-b"), ReasonLeftNode},
+		{evac, nil, ""}, // Admit says VMINotFound
+		{&vmletv1.VirtualMachineInstanceMigration{}, on("node-b"), ""},
+	} {
+		if got := AdmitEvacuation(tc.m, tc.vmi).Reason; got != tc.want {
+			t.Errorf("AdmitEvacuation(%v, %v) = %q, want %q", tc.m.Annotations, tc.vmi, got, tc.want)
+		}
+	}
+}

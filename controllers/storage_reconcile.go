@@ -43,17 +43,16 @@ func (u unplugPending) Error() string {
 	return u.device + ": unplug pending (the guest has not released it yet)"
 }
 
-// onlyUnplugPending reports whether err is nothing but pending unplugs (errors.Join trees).
+// onlyUnplugPending reports whether err is nothing but pending unplugs: every leaf of its
+// errors.Join tree is one (or describes one with %w).
 func onlyUnplugPending(err error) bool {
 	if err == nil {
 		return false
 	}
-	if _, ok := err.(unplugPending); ok {
-		return true
-	}
 	j, ok := err.(interface{ Unwrap() []error })
 	if !ok {
-		return false
+		_, pending := errors.AsType[unplugPending](err)
+		return pending
 	}
 	for _, e := range j.Unwrap() {
 		if e != nil && !onlyUnplugPending(e) {

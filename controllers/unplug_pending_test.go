@@ -19,7 +19,8 @@ func TestOnlyUnplugPending(t *testing.T) {
 		{errors.Join(p, unplugPending{"nic net1"}), true},
 		{errors.Join(nil, errors.Join(p), nil), true},
 		{errors.Join(p, errors.New("hotplug volume x: boom")), false},
-		{fmt.Errorf("wrapped: %w", p), false}, // a wrapped one is somebody's failure message
+		{fmt.Errorf("described: %w", p), true},
+		{errors.Join(fmt.Errorf("described: %w", p), errors.New("boom")), false},
 		{errors.New("boom"), false},
 	} {
 		if got := onlyUnplugPending(tc.err); got != tc.want {

@@ -46,8 +46,6 @@ func Active(p vmletv1.VirtualMachineInstanceMigrationPhase) bool {
 // Refusal is why a migration cannot start; zero means it can.
 type Refusal struct{ Reason, Message string }
 
-// Admit says whether a pending migration of vmi may start. others are the vmi's other
-// migrations that hold a slot. Pure.
 // AnnotationEvacuation marks a migration the evacuation controller created, with the drained
 // node's name (KubeVirt's kubevirt.io/evacuationMigration).
 const AnnotationEvacuation = "vmlet.dev/evacuationMigration"
@@ -62,6 +60,8 @@ func AdmitEvacuation(m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.Vi
 	return Refusal{ReasonLeftNode, fmt.Sprintf("the vmi no longer runs on node %s, which this migration was to evacuate (it runs on %q)", from, vmi.Status.NodeName)}
 }
 
+// Admit says whether a pending migration of vmi may start. others are the vmi's other
+// migrations that hold a slot. Pure.
 func Admit(vmi *vmletv1.VirtualMachineInstance, others []string) Refusal {
 	switch {
 	case vmi == nil:

@@ -173,7 +173,9 @@ func (c *NodeController) handleVMIs(ctx context.Context, nodeName, why string) (
 		if alive[v.UID] {
 			vmistatus.SetCondition(v, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonNodeUnresponsive, why)
 		} else if vmistatus.Fail(v, vmistatus.ReasonNodeUnresponsive, why+"; its launcher pod is gone") {
-			c.Recorder.Eventf(v, nil, corev1.EventTypeNormal, string(vmistatus.ReasonNodeUnresponsive), "Fail",
+			// Warning, as every VMI failure here: the pod reconciler, which may see the pod's
+			// end first, fails it with the same reason (KubeVirt's node controller says Normal).
+			c.Recorder.Eventf(v, nil, corev1.EventTypeWarning, string(vmistatus.ReasonNodeUnresponsive), "Fail",
 				"vmlet agent on node %s is not responsive, marking VMI as failed", nodeName)
 		}
 		if equality.Semantic.DeepEqual(before, &v.Status) {

@@ -2,11 +2,8 @@ package main_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -21,10 +18,8 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/process"
-	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
-	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // TestLocalDrain: with `vmlet local --nodes 2`, a NoSchedule taint on node 2 puts a migratable
@@ -38,35 +33,12 @@ import (
 // `vmctl uncordon node-1` the next one lands on node 1 again and the block is lifted.
 func TestLocalDrain(t *testing.T) {
 	s := newLocalSetup(t)
-	kubectl := filepath.Join(s.assets, "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		prereq.Missing(t, "kubectl in the control-plane assets: "+err.Error())
-	}
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	fabric := network.FabricConfig{Name: "e2d" + hex.EncodeToString(b), UplinkNetns: s.nodeNetns}
-	nodes := []string{localNode + "-1", localNode + "-2"}
-	t.Cleanup(func() { cleanupNodes(t, s, fabric, nodes) })
-	plan, err := network.PlanFabric(fabric, nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uplinkBefore := uplinkState(t, s.nodeNetns)
-	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
-	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
+	st := s.startTwoNodes(t, "e2d")
+	p, fabric, nodes, plan, uplinkBefore := st.p, st.fabric, st.nodes, st.plan, st.uplinkBefore
 	c := s.client(t)
 	ctx := context.Background()
 	kubeconfig := filepath.Join(s.stateDir, "kubeconfig")
-	kc := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(kubectl, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	kc := func(args ...string) string { t.Helper(); return st.kc(t, s, args...) }
 	vmctl := func(args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(buildVmctl(t, s), append(args, "--kubeconfig", kubeconfig)...)

@@ -42,36 +42,12 @@ import (
 // (SIGKILL) and started again: it adopts the migrated VM where it now runs. Ctrl-C leaves nothing.
 func TestLocalMigration(t *testing.T) {
 	s := newLocalSetup(t)
-	kubectl := filepath.Join(s.assets, "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		prereq.Missing(t, "kubectl in the control-plane assets: "+err.Error())
-	}
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	fabric := network.FabricConfig{Name: "e2m" + hex.EncodeToString(b), UplinkNetns: s.nodeNetns}
-	nodes := []string{localNode + "-1", localNode + "-2"}
-	t.Cleanup(func() { cleanupNodes(t, s, fabric, nodes) })
-	plan, err := network.PlanFabric(fabric, nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := s.startTwoNodes(t, "e2m")
+	p, fabric, nodes, plan, uplinkBefore := st.p, st.fabric, st.nodes, st.plan, st.uplinkBefore
 	subnetOf := func(node string) netip.Prefix { return plan[slices.Index(nodes, node)].PodSubnet }
-	uplinkBefore := uplinkState(t, s.nodeNetns)
-
-	p := s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", fabric.Name)...)
-	p.waitOutput(t, "nodes "+strings.Join(nodes, ", ")+" registered", 3*time.Minute)
 	c := s.client(t)
 	ctx := context.Background()
-	kc := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(kubectl, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(s.stateDir, "kubeconfig"))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	kc := func(args ...string) string { t.Helper(); return st.kc(t, s, args...) }
 	sample := func(name string) string { return filepath.Join(apienv.RepoRoot(), "config", "samples", name) }
 
 	kc("create", "-f", sample("vmi-migratable.yaml"))
@@ -318,4 +294,49 @@ func buildVmctl(t *testing.T, s *localSetup) string {
 		t.Fatalf("build vmctl: %v\n%s", err, out)
 	}
 	return vmctl
+}
+
+// twoNodes is a `vmlet local --nodes 2` of a setup, on a node fabric of its own.
+type twoNodes struct {
+	p            *localProc
+	fabric       network.FabricConfig
+	nodes        []string
+	plan         []network.FabricNode
+	uplinkBefore []string // the uplink namespace's state before the fabric
+	kubectl      string
+}
+
+// startTwoNodes starts `vmlet local --nodes 2` on a fabric named prefix + 4 hex digits (the
+// cleanup removes what a failed test left) and waits until both nodes registered.
+func (s *localSetup) startTwoNodes(t *testing.T, prefix string) *twoNodes {
+	t.Helper()
+	n := &twoNodes{kubectl: filepath.Join(s.assets, "kubectl"), nodes: []string{localNode + "-1", localNode + "-2"}}
+	if _, err := os.Stat(n.kubectl); err != nil {
+		prereq.Missing(t, "kubectl in the control-plane assets: "+err.Error())
+	}
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	n.fabric = network.FabricConfig{Name: prefix + hex.EncodeToString(b), UplinkNetns: s.nodeNetns}
+	t.Cleanup(func() { cleanupNodes(t, s, n.fabric, n.nodes) })
+	plan, err := network.PlanFabric(n.fabric, n.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.plan = plan
+	n.uplinkBefore = uplinkState(t, s.nodeNetns)
+	n.p = s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", n.fabric.Name)...)
+	n.p.waitOutput(t, "nodes "+strings.Join(n.nodes, ", ")+" registered", 3*time.Minute)
+	return n
+}
+
+// kc runs kubectl against the stack and returns its output; a failure fails the test.
+func (n *twoNodes) kc(t *testing.T, s *localSetup, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(n.kubectl, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(s.stateDir, "kubeconfig"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

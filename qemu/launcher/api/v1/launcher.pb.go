@@ -147,7 +147,7 @@ func (x DeviceEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Kind.Descriptor instead.
 func (DeviceEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24, 0}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type DeviceEvent_Action int32
@@ -196,7 +196,7 @@ func (x DeviceEvent_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeviceEvent_Action.Descriptor instead.
 func (DeviceEvent_Action) EnumDescriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24, 1}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27, 1}
 }
 
 type DomainSpec struct {
@@ -223,7 +223,13 @@ type DomainSpec struct {
 	StartPaused  bool  `protobuf:"varint,17,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	// balloon adds a virtio-balloon-pci device (KubeVirt's autoattachMemBalloon, on by default
 	// there); unset means none.
-	Balloon       *Balloon `protobuf:"bytes,18,opt,name=balloon,proto3" json:"balloon,omitempty"`
+	Balloon *Balloon `protobuf:"bytes,18,opt,name=balloon,proto3" json:"balloon,omitempty"`
+	// memory_hotplug adds a virtio-mem device (memory-backend-ram + virtio-mem-pci at a fixed
+	// pcie.0 address) so memory can grow past memory_mib up to max_mib; unset: no memory hotplug.
+	MemoryHotplug *MemoryHotplug `protobuf:"bytes,19,opt,name=memory_hotplug,json=memoryHotplug,proto3" json:"memory_hotplug,omitempty"`
+	// graphics adds a display device and a VNC server on sockets/vnc.sock (KubeVirt's
+	// autoattachGraphicsDevice); false: no display at all.
+	Graphics      bool `protobuf:"varint,20,opt,name=graphics,proto3" json:"graphics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +390,84 @@ func (x *DomainSpec) GetBalloon() *Balloon {
 	return nil
 }
 
+func (x *DomainSpec) GetMemoryHotplug() *MemoryHotplug {
+	if x != nil {
+		return x.MemoryHotplug
+	}
+	return nil
+}
+
+func (x *DomainSpec) GetGraphics() bool {
+	if x != nil {
+		return x.Graphics
+	}
+	return false
+}
+
+// MemoryHotplug is the virtio-mem region of a domain. memory_mib (DomainSpec) is the boot
+// memory; the region holds up to max_mib - memory_mib more.
+type MemoryHotplug struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	MaxMib int32                  `protobuf:"varint,1,opt,name=max_mib,json=maxMib,proto3" json:"max_mib,omitempty"`
+	// requested_mib is the virtio-mem requested-size at start (0 for a fresh domain; a migration
+	// target gets the source's current value).
+	RequestedMib  int32 `protobuf:"varint,2,opt,name=requested_mib,json=requestedMib,proto3" json:"requested_mib,omitempty"`
+	BlockMib      int32 `protobuf:"varint,3,opt,name=block_mib,json=blockMib,proto3" json:"block_mib,omitempty"` // virtio-mem block size; 0: 2 MiB
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryHotplug) Reset() {
+	*x = MemoryHotplug{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryHotplug) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryHotplug) ProtoMessage() {}
+
+func (x *MemoryHotplug) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryHotplug.ProtoReflect.Descriptor instead.
+func (*MemoryHotplug) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MemoryHotplug) GetMaxMib() int32 {
+	if x != nil {
+		return x.MaxMib
+	}
+	return 0
+}
+
+func (x *MemoryHotplug) GetRequestedMib() int32 {
+	if x != nil {
+		return x.RequestedMib
+	}
+	return 0
+}
+
+func (x *MemoryHotplug) GetBlockMib() int32 {
+	if x != nil {
+		return x.BlockMib
+	}
+	return 0
+}
+
 // Balloon is the memory balloon device (mirrors qemu.Balloon).
 type Balloon struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -396,7 +480,7 @@ type Balloon struct {
 
 func (x *Balloon) Reset() {
 	*x = Balloon{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +492,7 @@ func (x *Balloon) String() string {
 func (*Balloon) ProtoMessage() {}
 
 func (x *Balloon) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[1]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +505,7 @@ func (x *Balloon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
 func (*Balloon) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{1}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Balloon) GetStatsPeriodSeconds() int32 {
@@ -439,18 +523,23 @@ func (x *Balloon) GetFreePageReporting() bool {
 }
 
 type CPU struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Sockets       int32                  `protobuf:"varint,2,opt,name=sockets,proto3" json:"sockets,omitempty"`
-	Cores         int32                  `protobuf:"varint,3,opt,name=cores,proto3" json:"cores,omitempty"`
-	Threads       int32                  `protobuf:"varint,4,opt,name=threads,proto3" json:"threads,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Model   string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Sockets int32                  `protobuf:"varint,2,opt,name=sockets,proto3" json:"sockets,omitempty"` // present at boot (-smp sockets)
+	Cores   int32                  `protobuf:"varint,3,opt,name=cores,proto3" json:"cores,omitempty"`
+	Threads int32                  `protobuf:"varint,4,opt,name=threads,proto3" json:"threads,omitempty"`
+	// max_sockets is -smp maxcpus in sockets (CPU hotplug up to it); 0: = sockets, no hotplug.
+	MaxSockets int32 `protobuf:"varint,5,opt,name=max_sockets,json=maxSockets,proto3" json:"max_sockets,omitempty"`
+	// plugged_sockets are sockets beyond `sockets` that exist at start as -device CPUs with the
+	// ids SetCPUs gives them (a migration target re-creating the source's hot-plugged CPUs).
+	PluggedSockets int32 `protobuf:"varint,6,opt,name=plugged_sockets,json=pluggedSockets,proto3" json:"plugged_sockets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +551,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[2]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +564,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{2}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CPU) GetModel() string {
@@ -506,6 +595,20 @@ func (x *CPU) GetThreads() int32 {
 	return 0
 }
 
+func (x *CPU) GetMaxSockets() int32 {
+	if x != nil {
+		return x.MaxSockets
+	}
+	return 0
+}
+
+func (x *CPU) GetPluggedSockets() int32 {
+	if x != nil {
+		return x.PluggedSockets
+	}
+	return 0
+}
+
 type Boot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kernel        string                 `protobuf:"bytes,1,opt,name=kernel,proto3" json:"kernel,omitempty"`
@@ -517,7 +620,7 @@ type Boot struct {
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +632,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[3]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +645,7 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{3}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Boot) GetKernel() string {
@@ -585,7 +688,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +700,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[4]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +713,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{4}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Disk) GetId() string {
@@ -708,7 +811,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +823,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[5]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +836,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{5}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NIC) GetId() string {
@@ -801,7 +904,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +916,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[6]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +929,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{6}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SyncRequest) GetSpec() *DomainSpec {
@@ -846,7 +949,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +961,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[7]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +974,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{7}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SyncResponse) GetDomain() *Domain {
@@ -896,7 +999,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1011,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[8]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1024,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{8}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 type PauseResponse struct {
@@ -933,7 +1036,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1048,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[9]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1061,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{9}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PauseResponse) GetDomain() *Domain {
@@ -976,7 +1079,7 @@ type UnpauseRequest struct {
 
 func (x *UnpauseRequest) Reset() {
 	*x = UnpauseRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1091,7 @@ func (x *UnpauseRequest) String() string {
 func (*UnpauseRequest) ProtoMessage() {}
 
 func (x *UnpauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[10]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1104,7 @@ func (x *UnpauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpauseRequest.ProtoReflect.Descriptor instead.
 func (*UnpauseRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{10}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 type UnpauseResponse struct {
@@ -1013,7 +1116,7 @@ type UnpauseResponse struct {
 
 func (x *UnpauseResponse) Reset() {
 	*x = UnpauseResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1128,7 @@ func (x *UnpauseResponse) String() string {
 func (*UnpauseResponse) ProtoMessage() {}
 
 func (x *UnpauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[11]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1141,7 @@ func (x *UnpauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnpauseResponse.ProtoReflect.Descriptor instead.
 func (*UnpauseResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{11}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UnpauseResponse) GetDomain() *Domain {
@@ -1057,7 +1160,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1172,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[12]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1185,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{12}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShutdownRequest) GetGraceMs() int64 {
@@ -1102,7 +1205,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1217,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[13]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1230,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{13}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShutdownResponse) GetForced() bool {
@@ -1152,7 +1255,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1267,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[14]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1280,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{14}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 type KillResponse struct {
@@ -1188,7 +1291,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1303,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[15]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1316,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{15}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 type ResetRequest struct {
@@ -1224,7 +1327,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1339,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[16]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1352,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{16}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 type ResetResponse struct {
@@ -1260,7 +1363,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1375,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[17]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1388,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{17}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 type GetDomainRequest struct {
@@ -1296,7 +1399,7 @@ type GetDomainRequest struct {
 
 func (x *GetDomainRequest) Reset() {
 	*x = GetDomainRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1411,7 @@ func (x *GetDomainRequest) String() string {
 func (*GetDomainRequest) ProtoMessage() {}
 
 func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[18]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1424,7 @@ func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetDomainRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{18}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 type Domain struct {
@@ -1358,14 +1461,16 @@ type Domain struct {
 	Leases []*Lease `protobuf:"bytes,18,rep,name=leases,proto3" json:"leases,omitempty"`
 	// serves_dhcp is true on launchers that take DHCP hand-overs (an agent serves the DHCP of an
 	// older launcher's VM itself).
-	ServesDhcp    bool `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
+	ServesDhcp    bool          `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
+	Cpu           *CPUStatus    `protobuf:"bytes,20,opt,name=cpu,proto3" json:"cpu,omitempty"`       // unset when the domain has no CPU hotplug
+	Memory        *MemoryStatus `protobuf:"bytes,21,opt,name=memory,proto3" json:"memory,omitempty"` // unset when the domain has no memory hotplug
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
 	*x = Domain{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1482,7 @@ func (x *Domain) String() string {
 func (*Domain) ProtoMessage() {}
 
 func (x *Domain) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[19]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1495,7 @@ func (x *Domain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Domain.ProtoReflect.Descriptor instead.
 func (*Domain) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{19}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Domain) GetName() string {
@@ -1526,6 +1631,174 @@ func (x *Domain) GetServesDhcp() bool {
 	return false
 }
 
+func (x *Domain) GetCpu() *CPUStatus {
+	if x != nil {
+		return x.Cpu
+	}
+	return nil
+}
+
+func (x *Domain) GetMemory() *MemoryStatus {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+// CPUStatus is the vCPU topology as QEMU reports it (query-cpus-fast / query-hotpluggable-cpus).
+type CPUStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sockets       int32                  `protobuf:"varint,1,opt,name=sockets,proto3" json:"sockets,omitempty"` // present now (boot + plugged, unplugs still pending included)
+	Cores         int32                  `protobuf:"varint,2,opt,name=cores,proto3" json:"cores,omitempty"`
+	Threads       int32                  `protobuf:"varint,3,opt,name=threads,proto3" json:"threads,omitempty"`
+	MaxSockets    int32                  `protobuf:"varint,4,opt,name=max_sockets,json=maxSockets,proto3" json:"max_sockets,omitempty"`
+	UnplugPending int32                  `protobuf:"varint,5,opt,name=unplug_pending,json=unplugPending,proto3" json:"unplug_pending,omitempty"` // sockets asked to go that the guest has not released yet
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CPUStatus) Reset() {
+	*x = CPUStatus{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CPUStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CPUStatus) ProtoMessage() {}
+
+func (x *CPUStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CPUStatus.ProtoReflect.Descriptor instead.
+func (*CPUStatus) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CPUStatus) GetSockets() int32 {
+	if x != nil {
+		return x.Sockets
+	}
+	return 0
+}
+
+func (x *CPUStatus) GetCores() int32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *CPUStatus) GetThreads() int32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *CPUStatus) GetMaxSockets() int32 {
+	if x != nil {
+		return x.MaxSockets
+	}
+	return 0
+}
+
+func (x *CPUStatus) GetUnplugPending() int32 {
+	if x != nil {
+		return x.UnplugPending
+	}
+	return 0
+}
+
+// MemoryStatus is the memory as QEMU reports it (the virtio-mem device's properties).
+type MemoryStatus struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BootBytes      int64                  `protobuf:"varint,1,opt,name=boot_bytes,json=bootBytes,proto3" json:"boot_bytes,omitempty"`                // -m size
+	PluggedBytes   int64                  `protobuf:"varint,2,opt,name=plugged_bytes,json=pluggedBytes,proto3" json:"plugged_bytes,omitempty"`       // virtio-mem `size`: what the guest has plugged now
+	RequestedBytes int64                  `protobuf:"varint,3,opt,name=requested_bytes,json=requestedBytes,proto3" json:"requested_bytes,omitempty"` // virtio-mem `requested-size`
+	MaxBytes       int64                  `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`                   // boot + the region
+	BlockBytes     int64                  `protobuf:"varint,5,opt,name=block_bytes,json=blockBytes,proto3" json:"block_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MemoryStatus) Reset() {
+	*x = MemoryStatus{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryStatus) ProtoMessage() {}
+
+func (x *MemoryStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryStatus.ProtoReflect.Descriptor instead.
+func (*MemoryStatus) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *MemoryStatus) GetBootBytes() int64 {
+	if x != nil {
+		return x.BootBytes
+	}
+	return 0
+}
+
+func (x *MemoryStatus) GetPluggedBytes() int64 {
+	if x != nil {
+		return x.PluggedBytes
+	}
+	return 0
+}
+
+func (x *MemoryStatus) GetRequestedBytes() int64 {
+	if x != nil {
+		return x.RequestedBytes
+	}
+	return 0
+}
+
+func (x *MemoryStatus) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *MemoryStatus) GetBlockBytes() int64 {
+	if x != nil {
+		return x.BlockBytes
+	}
+	return 0
+}
+
 // Lease is an address the launcher's DHCP server acknowledged to the guest.
 type Lease struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1541,7 +1814,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1826,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[20]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1839,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{20}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Lease) GetInterface() string {
@@ -1621,7 +1894,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1906,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[21]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1919,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{21}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchEventsRequest) GetAfterSeq() uint64 {
@@ -1667,6 +1940,7 @@ type Event struct {
 	//	*Event_Migration
 	//	*Event_Agent
 	//	*Event_Lease
+	//	*Event_Resource
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1674,7 +1948,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1960,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[22]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1973,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{22}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1768,6 +2042,15 @@ func (x *Event) GetLease() *LeaseEvent {
 	return nil
 }
 
+func (x *Event) GetResource() *ResourceEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_Resource); ok {
+			return x.Resource
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -1792,6 +2075,10 @@ type Event_Lease struct {
 	Lease *LeaseEvent `protobuf:"bytes,7,opt,name=lease,proto3,oneof"`
 }
 
+type Event_Resource struct {
+	Resource *ResourceEvent `protobuf:"bytes,8,opt,name=resource,proto3,oneof"`
+}
+
 func (*Event_Lifecycle) isEvent_Kind() {}
 
 func (*Event_Device) isEvent_Kind() {}
@@ -1801,6 +2088,8 @@ func (*Event_Migration) isEvent_Kind() {}
 func (*Event_Agent) isEvent_Kind() {}
 
 func (*Event_Lease) isEvent_Kind() {}
+
+func (*Event_Resource) isEvent_Kind() {}
 
 type LifecycleEvent struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1816,7 +2105,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2117,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[23]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2130,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{23}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LifecycleEvent) GetState() State {
@@ -1883,7 +2172,7 @@ type DeviceEvent struct {
 
 func (x *DeviceEvent) Reset() {
 	*x = DeviceEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2184,7 @@ func (x *DeviceEvent) String() string {
 func (*DeviceEvent) ProtoMessage() {}
 
 func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[24]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2197,7 @@ func (x *DeviceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceEvent.ProtoReflect.Descriptor instead.
 func (*DeviceEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{24}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeviceEvent) GetKind() DeviceEvent_Kind {
@@ -1942,7 +2231,7 @@ type MigrationEvent struct {
 
 func (x *MigrationEvent) Reset() {
 	*x = MigrationEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2243,7 @@ func (x *MigrationEvent) String() string {
 func (*MigrationEvent) ProtoMessage() {}
 
 func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[25]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2256,7 @@ func (x *MigrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationEvent.ProtoReflect.Descriptor instead.
 func (*MigrationEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{25}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MigrationEvent) GetRole() string {
@@ -1993,7 +2282,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2294,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[26]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2307,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{26}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AgentEvent) GetConnected() bool {
@@ -2026,6 +2315,52 @@ func (x *AgentEvent) GetConnected() bool {
 		return x.Connected
 	}
 	return false
+}
+
+// ResourceEvent: the vCPUs or the memory changed (a plug done, an unplug completed,
+// MEMORY_DEVICE_SIZE_CHANGE); read Domain.cpu / Domain.memory for the values.
+type ResourceEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "cpu" or "memory"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceEvent) Reset() {
+	*x = ResourceEvent{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceEvent) ProtoMessage() {}
+
+func (x *ResourceEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceEvent.ProtoReflect.Descriptor instead.
+func (*ResourceEvent) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ResourceEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
 }
 
 // LeaseEvent: the guest was acknowledged (or renewed) a DHCP lease.
@@ -2038,7 +2373,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2385,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[27]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2398,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{27}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -2082,7 +2417,7 @@ type HotplugDiskRequest struct {
 
 func (x *HotplugDiskRequest) Reset() {
 	*x = HotplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2429,7 @@ func (x *HotplugDiskRequest) String() string {
 func (*HotplugDiskRequest) ProtoMessage() {}
 
 func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[28]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2442,7 @@ func (x *HotplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*HotplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{28}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HotplugDiskRequest) GetDisk() *Disk {
@@ -2125,7 +2460,7 @@ type HotplugDiskResponse struct {
 
 func (x *HotplugDiskResponse) Reset() {
 	*x = HotplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2472,7 @@ func (x *HotplugDiskResponse) String() string {
 func (*HotplugDiskResponse) ProtoMessage() {}
 
 func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[29]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2485,7 @@ func (x *HotplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*HotplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{29}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 type UnplugDiskRequest struct {
@@ -2162,7 +2497,7 @@ type UnplugDiskRequest struct {
 
 func (x *UnplugDiskRequest) Reset() {
 	*x = UnplugDiskRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2509,7 @@ func (x *UnplugDiskRequest) String() string {
 func (*UnplugDiskRequest) ProtoMessage() {}
 
 func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[30]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2522,7 @@ func (x *UnplugDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskRequest.ProtoReflect.Descriptor instead.
 func (*UnplugDiskRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{30}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UnplugDiskRequest) GetId() string {
@@ -2205,7 +2540,7 @@ type UnplugDiskResponse struct {
 
 func (x *UnplugDiskResponse) Reset() {
 	*x = UnplugDiskResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2552,7 @@ func (x *UnplugDiskResponse) String() string {
 func (*UnplugDiskResponse) ProtoMessage() {}
 
 func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[31]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2565,7 @@ func (x *UnplugDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugDiskResponse.ProtoReflect.Descriptor instead.
 func (*UnplugDiskResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{31}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 type HotplugNICRequest struct {
@@ -2242,7 +2577,7 @@ type HotplugNICRequest struct {
 
 func (x *HotplugNICRequest) Reset() {
 	*x = HotplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2589,7 @@ func (x *HotplugNICRequest) String() string {
 func (*HotplugNICRequest) ProtoMessage() {}
 
 func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[32]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2602,7 @@ func (x *HotplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICRequest.ProtoReflect.Descriptor instead.
 func (*HotplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{32}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HotplugNICRequest) GetNic() *NIC {
@@ -2285,7 +2620,7 @@ type HotplugNICResponse struct {
 
 func (x *HotplugNICResponse) Reset() {
 	*x = HotplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2632,7 @@ func (x *HotplugNICResponse) String() string {
 func (*HotplugNICResponse) ProtoMessage() {}
 
 func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[33]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2645,7 @@ func (x *HotplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotplugNICResponse.ProtoReflect.Descriptor instead.
 func (*HotplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{33}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
 }
 
 type UnplugNICRequest struct {
@@ -2322,7 +2657,7 @@ type UnplugNICRequest struct {
 
 func (x *UnplugNICRequest) Reset() {
 	*x = UnplugNICRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2669,7 @@ func (x *UnplugNICRequest) String() string {
 func (*UnplugNICRequest) ProtoMessage() {}
 
 func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[34]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2682,7 @@ func (x *UnplugNICRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICRequest.ProtoReflect.Descriptor instead.
 func (*UnplugNICRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{34}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UnplugNICRequest) GetId() string {
@@ -2365,7 +2700,7 @@ type UnplugNICResponse struct {
 
 func (x *UnplugNICResponse) Reset() {
 	*x = UnplugNICResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2712,7 @@ func (x *UnplugNICResponse) String() string {
 func (*UnplugNICResponse) ProtoMessage() {}
 
 func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[35]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2725,7 @@ func (x *UnplugNICResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnplugNICResponse.ProtoReflect.Descriptor instead.
 func (*UnplugNICResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{35}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
 }
 
 type PrepareMigrationTargetRequest struct {
@@ -2420,7 +2755,7 @@ type PrepareMigrationTargetRequest struct {
 
 func (x *PrepareMigrationTargetRequest) Reset() {
 	*x = PrepareMigrationTargetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2767,7 @@ func (x *PrepareMigrationTargetRequest) String() string {
 func (*PrepareMigrationTargetRequest) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[36]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2780,7 @@ func (x *PrepareMigrationTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetRequest.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{36}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PrepareMigrationTargetRequest) GetSpec() *DomainSpec {
@@ -2500,7 +2835,7 @@ type PrepareMigrationTargetResponse struct {
 
 func (x *PrepareMigrationTargetResponse) Reset() {
 	*x = PrepareMigrationTargetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2847,7 @@ func (x *PrepareMigrationTargetResponse) String() string {
 func (*PrepareMigrationTargetResponse) ProtoMessage() {}
 
 func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[37]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2860,7 @@ func (x *PrepareMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*PrepareMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{37}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PrepareMigrationTargetResponse) GetUri() string {
@@ -2567,7 +2902,7 @@ type MigrationOptions struct {
 
 func (x *MigrationOptions) Reset() {
 	*x = MigrationOptions{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2914,7 @@ func (x *MigrationOptions) String() string {
 func (*MigrationOptions) ProtoMessage() {}
 
 func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[38]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2927,7 @@ func (x *MigrationOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOptions.ProtoReflect.Descriptor instead.
 func (*MigrationOptions) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{38}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MigrationOptions) GetPostcopy() bool {
@@ -2666,7 +3001,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +3013,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[39]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +3026,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{39}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MigrateRequest) GetUri() string {
@@ -2735,7 +3070,7 @@ type MirrorDisk struct {
 
 func (x *MirrorDisk) Reset() {
 	*x = MirrorDisk{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +3082,7 @@ func (x *MirrorDisk) String() string {
 func (*MirrorDisk) ProtoMessage() {}
 
 func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[40]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +3095,7 @@ func (x *MirrorDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorDisk.ProtoReflect.Descriptor instead.
 func (*MirrorDisk) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{40}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MirrorDisk) GetId() string {
@@ -2785,7 +3120,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3132,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[41]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3145,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{41}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
 }
 
 type CancelMigrationRequest struct {
@@ -2821,7 +3156,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3168,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[42]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3181,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{42}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
 }
 
 type CancelMigrationResponse struct {
@@ -2857,7 +3192,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3204,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[43]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3217,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{43}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
 }
 
 type FinalizeMigrationRequest struct {
@@ -2897,7 +3232,7 @@ type FinalizeMigrationRequest struct {
 
 func (x *FinalizeMigrationRequest) Reset() {
 	*x = FinalizeMigrationRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3244,7 @@ func (x *FinalizeMigrationRequest) String() string {
 func (*FinalizeMigrationRequest) ProtoMessage() {}
 
 func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[44]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3257,7 @@ func (x *FinalizeMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{44}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FinalizeMigrationRequest) GetTimeoutMs() int64 {
@@ -2948,7 +3283,7 @@ type FinalizeMigrationResponse struct {
 
 func (x *FinalizeMigrationResponse) Reset() {
 	*x = FinalizeMigrationResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3295,7 @@ func (x *FinalizeMigrationResponse) String() string {
 func (*FinalizeMigrationResponse) ProtoMessage() {}
 
 func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[45]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3308,7 @@ func (x *FinalizeMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeMigrationResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{45}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FinalizeMigrationResponse) GetStatus() *MigrationStatus {
@@ -2992,7 +3327,7 @@ type ResumeMigrationTargetRequest struct {
 
 func (x *ResumeMigrationTargetRequest) Reset() {
 	*x = ResumeMigrationTargetRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3339,7 @@ func (x *ResumeMigrationTargetRequest) String() string {
 func (*ResumeMigrationTargetRequest) ProtoMessage() {}
 
 func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[46]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3352,7 @@ func (x *ResumeMigrationTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeMigrationTargetRequest.ProtoReflect.Descriptor instead.
 func (*ResumeMigrationTargetRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{46}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResumeMigrationTargetRequest) GetKeepPaused() bool {
@@ -3035,7 +3370,7 @@ type ResumeMigrationTargetResponse struct {
 
 func (x *ResumeMigrationTargetResponse) Reset() {
 	*x = ResumeMigrationTargetResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3382,7 @@ func (x *ResumeMigrationTargetResponse) String() string {
 func (*ResumeMigrationTargetResponse) ProtoMessage() {}
 
 func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[47]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3395,7 @@ func (x *ResumeMigrationTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeMigrationTargetResponse.ProtoReflect.Descriptor instead.
 func (*ResumeMigrationTargetResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{47}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
 }
 
 type GetMigrationStatusRequest struct {
@@ -3071,7 +3406,7 @@ type GetMigrationStatusRequest struct {
 
 func (x *GetMigrationStatusRequest) Reset() {
 	*x = GetMigrationStatusRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3418,7 @@ func (x *GetMigrationStatusRequest) String() string {
 func (*GetMigrationStatusRequest) ProtoMessage() {}
 
 func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[48]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3431,7 @@ func (x *GetMigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{48}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
 }
 
 type StartPostcopyRequest struct {
@@ -3107,7 +3442,7 @@ type StartPostcopyRequest struct {
 
 func (x *StartPostcopyRequest) Reset() {
 	*x = StartPostcopyRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3454,7 @@ func (x *StartPostcopyRequest) String() string {
 func (*StartPostcopyRequest) ProtoMessage() {}
 
 func (x *StartPostcopyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[49]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3467,7 @@ func (x *StartPostcopyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPostcopyRequest.ProtoReflect.Descriptor instead.
 func (*StartPostcopyRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{49}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
 }
 
 type StartPostcopyResponse struct {
@@ -3143,7 +3478,7 @@ type StartPostcopyResponse struct {
 
 func (x *StartPostcopyResponse) Reset() {
 	*x = StartPostcopyResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3490,7 @@ func (x *StartPostcopyResponse) String() string {
 func (*StartPostcopyResponse) ProtoMessage() {}
 
 func (x *StartPostcopyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[50]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3503,7 @@ func (x *StartPostcopyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPostcopyResponse.ProtoReflect.Descriptor instead.
 func (*StartPostcopyResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{50}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
 }
 
 type MigrationStatus struct {
@@ -3194,7 +3529,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3541,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[51]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3554,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{51}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MigrationStatus) GetRole() string {
@@ -3334,7 +3669,7 @@ type DiskMirrorStatus struct {
 
 func (x *DiskMirrorStatus) Reset() {
 	*x = DiskMirrorStatus{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3681,7 @@ func (x *DiskMirrorStatus) String() string {
 func (*DiskMirrorStatus) ProtoMessage() {}
 
 func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[52]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3694,7 @@ func (x *DiskMirrorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskMirrorStatus.ProtoReflect.Descriptor instead.
 func (*DiskMirrorStatus) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{52}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DiskMirrorStatus) GetId() string {
@@ -3405,7 +3740,7 @@ type GuestPingRequest struct {
 
 func (x *GuestPingRequest) Reset() {
 	*x = GuestPingRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3752,7 @@ func (x *GuestPingRequest) String() string {
 func (*GuestPingRequest) ProtoMessage() {}
 
 func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[53]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3765,7 @@ func (x *GuestPingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingRequest.ProtoReflect.Descriptor instead.
 func (*GuestPingRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{53}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
 }
 
 type GuestPingResponse struct {
@@ -3441,7 +3776,7 @@ type GuestPingResponse struct {
 
 func (x *GuestPingResponse) Reset() {
 	*x = GuestPingResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3788,7 @@ func (x *GuestPingResponse) String() string {
 func (*GuestPingResponse) ProtoMessage() {}
 
 func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[54]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3801,7 @@ func (x *GuestPingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestPingResponse.ProtoReflect.Descriptor instead.
 func (*GuestPingResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{54}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
 }
 
 type GuestInfoRequest struct {
@@ -3477,7 +3812,7 @@ type GuestInfoRequest struct {
 
 func (x *GuestInfoRequest) Reset() {
 	*x = GuestInfoRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3824,7 @@ func (x *GuestInfoRequest) String() string {
 func (*GuestInfoRequest) ProtoMessage() {}
 
 func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[55]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3837,7 @@ func (x *GuestInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoRequest.ProtoReflect.Descriptor instead.
 func (*GuestInfoRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{55}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
 }
 
 type GuestInfoResponse struct {
@@ -3519,7 +3854,7 @@ type GuestInfoResponse struct {
 
 func (x *GuestInfoResponse) Reset() {
 	*x = GuestInfoResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3866,7 @@ func (x *GuestInfoResponse) String() string {
 func (*GuestInfoResponse) ProtoMessage() {}
 
 func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[56]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3879,7 @@ func (x *GuestInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInfoResponse.ProtoReflect.Descriptor instead.
 func (*GuestInfoResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{56}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GuestInfoResponse) GetAgentVersion() string {
@@ -3605,7 +3940,7 @@ type GuestOS struct {
 
 func (x *GuestOS) Reset() {
 	*x = GuestOS{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3952,7 @@ func (x *GuestOS) String() string {
 func (*GuestOS) ProtoMessage() {}
 
 func (x *GuestOS) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[57]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3965,7 @@ func (x *GuestOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOS.ProtoReflect.Descriptor instead.
 func (*GuestOS) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{57}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GuestOS) GetId() string {
@@ -3700,7 +4035,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4047,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[58]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4060,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{58}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -3760,7 +4095,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4107,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[59]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4120,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{59}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GuestUser) GetName() string {
@@ -3822,7 +4157,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +4169,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[60]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +4182,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{60}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GuestFilesystem) GetName() string {
@@ -3897,7 +4232,7 @@ type GuestExecRequest struct {
 
 func (x *GuestExecRequest) Reset() {
 	*x = GuestExecRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3909,7 +4244,7 @@ func (x *GuestExecRequest) String() string {
 func (*GuestExecRequest) ProtoMessage() {}
 
 func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[61]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3922,7 +4257,7 @@ func (x *GuestExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecRequest.ProtoReflect.Descriptor instead.
 func (*GuestExecRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{61}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GuestExecRequest) GetPath() string {
@@ -3965,7 +4300,7 @@ type GuestExecResponse struct {
 
 func (x *GuestExecResponse) Reset() {
 	*x = GuestExecResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4312,7 @@ func (x *GuestExecResponse) String() string {
 func (*GuestExecResponse) ProtoMessage() {}
 
 func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[62]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4325,7 @@ func (x *GuestExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestExecResponse.ProtoReflect.Descriptor instead.
 func (*GuestExecResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{62}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GuestExecResponse) GetExitCode() int32 {
@@ -4029,7 +4364,7 @@ type DomainStatsRequest struct {
 
 func (x *DomainStatsRequest) Reset() {
 	*x = DomainStatsRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4376,7 @@ func (x *DomainStatsRequest) String() string {
 func (*DomainStatsRequest) ProtoMessage() {}
 
 func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[63]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4389,7 @@ func (x *DomainStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsRequest.ProtoReflect.Descriptor instead.
 func (*DomainStatsRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{63}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
 }
 
 type DomainStatsResponse struct {
@@ -4080,7 +4415,7 @@ type DomainStatsResponse struct {
 
 func (x *DomainStatsResponse) Reset() {
 	*x = DomainStatsResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4427,7 @@ func (x *DomainStatsResponse) String() string {
 func (*DomainStatsResponse) ProtoMessage() {}
 
 func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[64]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4440,7 @@ func (x *DomainStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainStatsResponse.ProtoReflect.Descriptor instead.
 func (*DomainStatsResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{64}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DomainStatsResponse) GetTimeUnixNano() int64 {
@@ -4202,7 +4537,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4549,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[65]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4562,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{65}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *VCPUStats) GetIndex() int32 {
@@ -4319,7 +4654,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4666,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[66]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4679,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{66}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -4525,7 +4860,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4872,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[67]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4885,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{67}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BlockStats) GetId() string {
@@ -4635,7 +4970,7 @@ type NetStats struct {
 
 func (x *NetStats) Reset() {
 	*x = NetStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4982,7 @@ func (x *NetStats) String() string {
 func (*NetStats) ProtoMessage() {}
 
 func (x *NetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[68]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4995,7 @@ func (x *NetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetStats.ProtoReflect.Descriptor instead.
 func (*NetStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{68}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NetStats) GetId() string {
@@ -4748,7 +5083,7 @@ type FilesystemStats struct {
 
 func (x *FilesystemStats) Reset() {
 	*x = FilesystemStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4760,7 +5095,7 @@ func (x *FilesystemStats) String() string {
 func (*FilesystemStats) ProtoMessage() {}
 
 func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[69]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4773,7 +5108,7 @@ func (x *FilesystemStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesystemStats.ProtoReflect.Descriptor instead.
 func (*FilesystemStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{69}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FilesystemStats) GetMountPoint() string {
@@ -4829,7 +5164,7 @@ type LauncherStats struct {
 
 func (x *LauncherStats) Reset() {
 	*x = LauncherStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4841,7 +5176,7 @@ func (x *LauncherStats) String() string {
 func (*LauncherStats) ProtoMessage() {}
 
 func (x *LauncherStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[70]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4854,7 +5189,7 @@ func (x *LauncherStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LauncherStats.ProtoReflect.Descriptor instead.
 func (*LauncherStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{70}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LauncherStats) GetQmp() []*QMPCommandStats {
@@ -4887,7 +5222,7 @@ type QMPCommandStats struct {
 
 func (x *QMPCommandStats) Reset() {
 	*x = QMPCommandStats{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5234,7 @@ func (x *QMPCommandStats) String() string {
 func (*QMPCommandStats) ProtoMessage() {}
 
 func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[71]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5247,7 @@ func (x *QMPCommandStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPCommandStats.ProtoReflect.Descriptor instead.
 func (*QMPCommandStats) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{71}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QMPCommandStats) GetCommand() string {
@@ -4960,15 +5295,17 @@ func (x *QMPCommandStats) GetErrors() uint64 {
 type QMPRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// command is one QMP command object, e.g. {"execute":"query-status"}.
-	Command       string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
-	TimeoutMs     int64  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: 10 s
+	Command   string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TimeoutMs int64  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: 10 s
+	// caller names who asked (the API user of the qmp subresource); recorded in the QMP log.
+	Caller        string `protobuf:"bytes,3,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QMPRequest) Reset() {
 	*x = QMPRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4980,7 +5317,7 @@ func (x *QMPRequest) String() string {
 func (*QMPRequest) ProtoMessage() {}
 
 func (x *QMPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[72]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4993,7 +5330,7 @@ func (x *QMPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPRequest.ProtoReflect.Descriptor instead.
 func (*QMPRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{72}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QMPRequest) GetCommand() string {
@@ -5010,6 +5347,13 @@ func (x *QMPRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *QMPRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
 type QMPResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reply is QEMU's reply object ({"return":...} or {"error":...}), verbatim.
@@ -5020,7 +5364,7 @@ type QMPResponse struct {
 
 func (x *QMPResponse) Reset() {
 	*x = QMPResponse{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5376,7 @@ func (x *QMPResponse) String() string {
 func (*QMPResponse) ProtoMessage() {}
 
 func (x *QMPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[73]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5389,7 @@ func (x *QMPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPResponse.ProtoReflect.Descriptor instead.
 func (*QMPResponse) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{73}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QMPResponse) GetReply() string {
@@ -5065,7 +5409,7 @@ type QMPLogRequest struct {
 
 func (x *QMPLogRequest) Reset() {
 	*x = QMPLogRequest{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5421,7 @@ func (x *QMPLogRequest) String() string {
 func (*QMPLogRequest) ProtoMessage() {}
 
 func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[74]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5434,7 @@ func (x *QMPLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogRequest.ProtoReflect.Descriptor instead.
 func (*QMPLogRequest) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{74}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QMPLogRequest) GetTail() int32 {
@@ -5113,13 +5457,14 @@ type QMPLogEntry struct {
 	Direction     string                 `protobuf:"bytes,2,opt,name=direction,proto3" json:"direction,omitempty"` // "cmd" (to QEMU), "reply", "event"
 	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`           // the JSON as sent or received
 	Origin        string                 `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`       // "launcher" or "debug" (a command from qmp-debug.sock)
+	Caller        string                 `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`       // QMPRequest.caller of the command (and its reply), if any
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QMPLogEntry) Reset() {
 	*x = QMPLogEntry{}
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5131,7 +5476,7 @@ func (x *QMPLogEntry) String() string {
 func (*QMPLogEntry) ProtoMessage() {}
 
 func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[75]
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5144,7 +5489,7 @@ func (x *QMPLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QMPLogEntry.ProtoReflect.Descriptor instead.
 func (*QMPLogEntry) Descriptor() ([]byte, []int) {
-	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{75}
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QMPLogEntry) GetTimeUnixNano() int64 {
@@ -5175,11 +5520,290 @@ func (x *QMPLogEntry) GetOrigin() string {
 	return ""
 }
 
+func (x *QMPLogEntry) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+type SetCPUsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sockets       int32                  `protobuf:"varint,1,opt,name=sockets,proto3" json:"sockets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCPUsRequest) Reset() {
+	*x = SetCPUsRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCPUsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCPUsRequest) ProtoMessage() {}
+
+func (x *SetCPUsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCPUsRequest.ProtoReflect.Descriptor instead.
+func (*SetCPUsRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *SetCPUsRequest) GetSockets() int32 {
+	if x != nil {
+		return x.Sockets
+	}
+	return 0
+}
+
+type SetCPUsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCPUsResponse) Reset() {
+	*x = SetCPUsResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCPUsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCPUsResponse) ProtoMessage() {}
+
+func (x *SetCPUsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCPUsResponse.ProtoReflect.Descriptor instead.
+func (*SetCPUsResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *SetCPUsResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type SetMemoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestedMib  int32                  `protobuf:"varint,1,opt,name=requested_mib,json=requestedMib,proto3" json:"requested_mib,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMemoryRequest) Reset() {
+	*x = SetMemoryRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMemoryRequest) ProtoMessage() {}
+
+func (x *SetMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMemoryRequest.ProtoReflect.Descriptor instead.
+func (*SetMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *SetMemoryRequest) GetRequestedMib() int32 {
+	if x != nil {
+		return x.RequestedMib
+	}
+	return 0
+}
+
+type SetMemoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMemoryResponse) Reset() {
+	*x = SetMemoryResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMemoryResponse) ProtoMessage() {}
+
+func (x *SetMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMemoryResponse.ProtoReflect.Descriptor instead.
+func (*SetMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *SetMemoryResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type ScreenshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotRequest) Reset() {
+	*x = ScreenshotRequest{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotRequest) ProtoMessage() {}
+
+func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
+func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{84}
+}
+
+type ScreenshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Png           []byte                 `protobuf:"bytes,1,opt,name=png,proto3" json:"png,omitempty"`
+	Width         int32                  `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotResponse) Reset() {
+	*x = ScreenshotResponse{}
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotResponse) ProtoMessage() {}
+
+func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_qemu_launcher_api_v1_launcher_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
+func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
+	return file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ScreenshotResponse) GetPng() []byte {
+	if x != nil {
+		return x.Png
+	}
+	return nil
+}
+
+func (x *ScreenshotResponse) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ScreenshotResponse) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
 var File_qemu_launcher_api_v1_launcher_proto protoreflect.FileDescriptor
 
 const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\n" +
-	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\xcb\x04\n" +
+	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\xb0\x05\n" +
 	"\n" +
 	"DomainSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -5203,15 +5827,24 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"migratable\x18\x10 \x01(\bR\n" +
 	"migratable\x12!\n" +
 	"\fstart_paused\x18\x11 \x01(\bR\vstartPaused\x124\n" +
-	"\aballoon\x18\x12 \x01(\v2\x1a.vmlet.launcher.v1.BalloonR\aballoon\"k\n" +
+	"\aballoon\x18\x12 \x01(\v2\x1a.vmlet.launcher.v1.BalloonR\aballoon\x12G\n" +
+	"\x0ememory_hotplug\x18\x13 \x01(\v2 .vmlet.launcher.v1.MemoryHotplugR\rmemoryHotplug\x12\x1a\n" +
+	"\bgraphics\x18\x14 \x01(\bR\bgraphics\"j\n" +
+	"\rMemoryHotplug\x12\x17\n" +
+	"\amax_mib\x18\x01 \x01(\x05R\x06maxMib\x12#\n" +
+	"\rrequested_mib\x18\x02 \x01(\x05R\frequestedMib\x12\x1b\n" +
+	"\tblock_mib\x18\x03 \x01(\x05R\bblockMib\"k\n" +
 	"\aBalloon\x120\n" +
 	"\x14stats_period_seconds\x18\x01 \x01(\x05R\x12statsPeriodSeconds\x12.\n" +
-	"\x13free_page_reporting\x18\x02 \x01(\bR\x11freePageReporting\"e\n" +
+	"\x13free_page_reporting\x18\x02 \x01(\bR\x11freePageReporting\"\xaf\x01\n" +
 	"\x03CPU\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\asockets\x18\x02 \x01(\x05R\asockets\x12\x14\n" +
 	"\x05cores\x18\x03 \x01(\x05R\x05cores\x12\x18\n" +
-	"\athreads\x18\x04 \x01(\x05R\athreads\"P\n" +
+	"\athreads\x18\x04 \x01(\x05R\athreads\x12\x1f\n" +
+	"\vmax_sockets\x18\x05 \x01(\x05R\n" +
+	"maxSockets\x12'\n" +
+	"\x0fplugged_sockets\x18\x06 \x01(\x05R\x0epluggedSockets\"P\n" +
 	"\x04Boot\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12\x16\n" +
 	"\x06initrd\x18\x02 \x01(\tR\x06initrd\x12\x18\n" +
@@ -5260,7 +5893,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\xa8\x05\n" +
+	"\x10GetDomainRequest\"\x91\x06\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -5282,7 +5915,24 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0fdhcp_interfaces\x18\x11 \x03(\tR\x0edhcpInterfaces\x120\n" +
 	"\x06leases\x18\x12 \x03(\v2\x18.vmlet.launcher.v1.LeaseR\x06leases\x12\x1f\n" +
 	"\vserves_dhcp\x18\x13 \x01(\bR\n" +
-	"servesDhcp\"\xc1\x01\n" +
+	"servesDhcp\x12.\n" +
+	"\x03cpu\x18\x14 \x01(\v2\x1c.vmlet.launcher.v1.CPUStatusR\x03cpu\x127\n" +
+	"\x06memory\x18\x15 \x01(\v2\x1f.vmlet.launcher.v1.MemoryStatusR\x06memory\"\x9d\x01\n" +
+	"\tCPUStatus\x12\x18\n" +
+	"\asockets\x18\x01 \x01(\x05R\asockets\x12\x14\n" +
+	"\x05cores\x18\x02 \x01(\x05R\x05cores\x12\x18\n" +
+	"\athreads\x18\x03 \x01(\x05R\athreads\x12\x1f\n" +
+	"\vmax_sockets\x18\x04 \x01(\x05R\n" +
+	"maxSockets\x12%\n" +
+	"\x0eunplug_pending\x18\x05 \x01(\x05R\runplugPending\"\xb9\x01\n" +
+	"\fMemoryStatus\x12\x1d\n" +
+	"\n" +
+	"boot_bytes\x18\x01 \x01(\x03R\tbootBytes\x12#\n" +
+	"\rplugged_bytes\x18\x02 \x01(\x03R\fpluggedBytes\x12'\n" +
+	"\x0frequested_bytes\x18\x03 \x01(\x03R\x0erequestedBytes\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x03R\bmaxBytes\x12\x1f\n" +
+	"\vblock_bytes\x18\x05 \x01(\x03R\n" +
+	"blockBytes\"\xc1\x01\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x18\n" +
@@ -5291,7 +5941,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0facked_unix_nano\x18\x05 \x01(\x03R\rackedUnixNano\x12*\n" +
 	"\x11expires_unix_nano\x18\x06 \x01(\x03R\x0fexpiresUnixNano\"1\n" +
 	"\x12WatchEventsRequest\x12\x1b\n" +
-	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\"\xf5\x02\n" +
+	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\"\xb5\x03\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12A\n" +
@@ -5299,7 +5949,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06device\x18\x04 \x01(\v2\x1e.vmlet.launcher.v1.DeviceEventH\x00R\x06device\x12A\n" +
 	"\tmigration\x18\x05 \x01(\v2!.vmlet.launcher.v1.MigrationEventH\x00R\tmigration\x125\n" +
 	"\x05agent\x18\x06 \x01(\v2\x1d.vmlet.launcher.v1.AgentEventH\x00R\x05agent\x125\n" +
-	"\x05lease\x18\a \x01(\v2\x1d.vmlet.launcher.v1.LeaseEventH\x00R\x05leaseB\x06\n" +
+	"\x05lease\x18\a \x01(\v2\x1d.vmlet.launcher.v1.LeaseEventH\x00R\x05lease\x12>\n" +
+	"\bresource\x18\b \x01(\v2 .vmlet.launcher.v1.ResourceEventH\x00R\bresourceB\x06\n" +
 	"\x04kind\"\x91\x01\n" +
 	"\x0eLifecycleEvent\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -5324,7 +5975,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"*\n" +
 	"\n" +
 	"AgentEvent\x12\x1c\n" +
-	"\tconnected\x18\x01 \x01(\bR\tconnected\"<\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\"#\n" +
+	"\rResourceEvent\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\"<\n" +
 	"\n" +
 	"LeaseEvent\x12.\n" +
 	"\x05lease\x18\x01 \x01(\v2\x18.vmlet.launcher.v1.LeaseR\x05lease\"A\n" +
@@ -5562,22 +6215,37 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"sumSeconds\x120\n" +
 	"\x14upper_bounds_seconds\x18\x04 \x03(\x01R\x12upperBoundsSeconds\x12#\n" +
 	"\rbucket_counts\x18\x05 \x03(\x04R\fbucketCounts\x12\x16\n" +
-	"\x06errors\x18\x06 \x01(\x04R\x06errors\"E\n" +
+	"\x06errors\x18\x06 \x01(\x04R\x06errors\"]\n" +
 	"\n" +
 	"QMPRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"#\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x12\x16\n" +
+	"\x06caller\x18\x03 \x01(\tR\x06caller\"#\n" +
 	"\vQMPResponse\x12\x14\n" +
 	"\x05reply\x18\x01 \x01(\tR\x05reply\";\n" +
 	"\rQMPLogRequest\x12\x12\n" +
 	"\x04tail\x18\x01 \x01(\x05R\x04tail\x12\x16\n" +
-	"\x06follow\x18\x02 \x01(\bR\x06follow\"}\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\"\x95\x01\n" +
 	"\vQMPLogEntry\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x1c\n" +
 	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12\x16\n" +
-	"\x06origin\x18\x04 \x01(\tR\x06origin*\xc3\x01\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\"*\n" +
+	"\x0eSetCPUsRequest\x12\x18\n" +
+	"\asockets\x18\x01 \x01(\x05R\asockets\"D\n" +
+	"\x0fSetCPUsResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.vmlet.launcher.v1.DomainR\x06domain\"7\n" +
+	"\x10SetMemoryRequest\x12#\n" +
+	"\rrequested_mib\x18\x01 \x01(\x05R\frequestedMib\"F\n" +
+	"\x11SetMemoryResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.vmlet.launcher.v1.DomainR\x06domain\"\x13\n" +
+	"\x11ScreenshotRequest\"T\n" +
+	"\x12ScreenshotResponse\x12\x10\n" +
+	"\x03png\x18\x01 \x01(\fR\x03png\x12\x14\n" +
+	"\x05width\x18\x02 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x03 \x01(\x05R\x06height*\xc3\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSTATE_NO_DOMAIN\x10\x01\x12\x12\n" +
@@ -5587,7 +6255,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x13STATE_SHUTTING_DOWN\x10\x05\x12\x11\n" +
 	"\rSTATE_SHUTOFF\x10\x06\x12\x11\n" +
 	"\rSTATE_CRASHED\x10\a\x12\x16\n" +
-	"\x12STATE_MIGRATING_IN\x10\b2\xd3\x11\n" +
+	"\x12STATE_MIGRATING_IN\x10\b2\xd8\x13\n" +
 	"\bLauncher\x12G\n" +
 	"\x04Sync\x12\x1e.vmlet.launcher.v1.SyncRequest\x1a\x1f.vmlet.launcher.v1.SyncResponse\x12J\n" +
 	"\x05Pause\x12\x1f.vmlet.launcher.v1.PauseRequest\x1a .vmlet.launcher.v1.PauseResponse\x12P\n" +
@@ -5615,7 +6283,11 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\tGuestExec\x12#.vmlet.launcher.v1.GuestExecRequest\x1a$.vmlet.launcher.v1.GuestExecResponse\x12\\\n" +
 	"\vDomainStats\x12%.vmlet.launcher.v1.DomainStatsRequest\x1a&.vmlet.launcher.v1.DomainStatsResponse\x12D\n" +
 	"\x03QMP\x12\x1d.vmlet.launcher.v1.QMPRequest\x1a\x1e.vmlet.launcher.v1.QMPResponse\x12L\n" +
-	"\x06QMPLog\x12 .vmlet.launcher.v1.QMPLogRequest\x1a\x1e.vmlet.launcher.v1.QMPLogEntry0\x01B8Z6github.com/vmlet/vmlet/qemu/launcher/api/v1;launcherv1b\x06proto3"
+	"\x06QMPLog\x12 .vmlet.launcher.v1.QMPLogRequest\x1a\x1e.vmlet.launcher.v1.QMPLogEntry0\x01\x12P\n" +
+	"\aSetCPUs\x12!.vmlet.launcher.v1.SetCPUsRequest\x1a\".vmlet.launcher.v1.SetCPUsResponse\x12V\n" +
+	"\tSetMemory\x12#.vmlet.launcher.v1.SetMemoryRequest\x1a$.vmlet.launcher.v1.SetMemoryResponse\x12Y\n" +
+	"\n" +
+	"Screenshot\x12$.vmlet.launcher.v1.ScreenshotRequest\x1a%.vmlet.launcher.v1.ScreenshotResponseB8Z6github.com/vmlet/vmlet/qemu/launcher/api/v1;launcherv1b\x06proto3"
 
 var (
 	file_qemu_launcher_api_v1_launcher_proto_rawDescOnce sync.Once
@@ -5630,186 +6302,208 @@ func file_qemu_launcher_api_v1_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_qemu_launcher_api_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_qemu_launcher_api_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_qemu_launcher_api_v1_launcher_proto_goTypes = []any{
 	(State)(0),                             // 0: vmlet.launcher.v1.State
 	(DeviceEvent_Kind)(0),                  // 1: vmlet.launcher.v1.DeviceEvent.Kind
 	(DeviceEvent_Action)(0),                // 2: vmlet.launcher.v1.DeviceEvent.Action
 	(*DomainSpec)(nil),                     // 3: vmlet.launcher.v1.DomainSpec
-	(*Balloon)(nil),                        // 4: vmlet.launcher.v1.Balloon
-	(*CPU)(nil),                            // 5: vmlet.launcher.v1.CPU
-	(*Boot)(nil),                           // 6: vmlet.launcher.v1.Boot
-	(*Disk)(nil),                           // 7: vmlet.launcher.v1.Disk
-	(*NIC)(nil),                            // 8: vmlet.launcher.v1.NIC
-	(*SyncRequest)(nil),                    // 9: vmlet.launcher.v1.SyncRequest
-	(*SyncResponse)(nil),                   // 10: vmlet.launcher.v1.SyncResponse
-	(*PauseRequest)(nil),                   // 11: vmlet.launcher.v1.PauseRequest
-	(*PauseResponse)(nil),                  // 12: vmlet.launcher.v1.PauseResponse
-	(*UnpauseRequest)(nil),                 // 13: vmlet.launcher.v1.UnpauseRequest
-	(*UnpauseResponse)(nil),                // 14: vmlet.launcher.v1.UnpauseResponse
-	(*ShutdownRequest)(nil),                // 15: vmlet.launcher.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),               // 16: vmlet.launcher.v1.ShutdownResponse
-	(*KillRequest)(nil),                    // 17: vmlet.launcher.v1.KillRequest
-	(*KillResponse)(nil),                   // 18: vmlet.launcher.v1.KillResponse
-	(*ResetRequest)(nil),                   // 19: vmlet.launcher.v1.ResetRequest
-	(*ResetResponse)(nil),                  // 20: vmlet.launcher.v1.ResetResponse
-	(*GetDomainRequest)(nil),               // 21: vmlet.launcher.v1.GetDomainRequest
-	(*Domain)(nil),                         // 22: vmlet.launcher.v1.Domain
-	(*Lease)(nil),                          // 23: vmlet.launcher.v1.Lease
-	(*WatchEventsRequest)(nil),             // 24: vmlet.launcher.v1.WatchEventsRequest
-	(*Event)(nil),                          // 25: vmlet.launcher.v1.Event
-	(*LifecycleEvent)(nil),                 // 26: vmlet.launcher.v1.LifecycleEvent
-	(*DeviceEvent)(nil),                    // 27: vmlet.launcher.v1.DeviceEvent
-	(*MigrationEvent)(nil),                 // 28: vmlet.launcher.v1.MigrationEvent
-	(*AgentEvent)(nil),                     // 29: vmlet.launcher.v1.AgentEvent
-	(*LeaseEvent)(nil),                     // 30: vmlet.launcher.v1.LeaseEvent
-	(*HotplugDiskRequest)(nil),             // 31: vmlet.launcher.v1.HotplugDiskRequest
-	(*HotplugDiskResponse)(nil),            // 32: vmlet.launcher.v1.HotplugDiskResponse
-	(*UnplugDiskRequest)(nil),              // 33: vmlet.launcher.v1.UnplugDiskRequest
-	(*UnplugDiskResponse)(nil),             // 34: vmlet.launcher.v1.UnplugDiskResponse
-	(*HotplugNICRequest)(nil),              // 35: vmlet.launcher.v1.HotplugNICRequest
-	(*HotplugNICResponse)(nil),             // 36: vmlet.launcher.v1.HotplugNICResponse
-	(*UnplugNICRequest)(nil),               // 37: vmlet.launcher.v1.UnplugNICRequest
-	(*UnplugNICResponse)(nil),              // 38: vmlet.launcher.v1.UnplugNICResponse
-	(*PrepareMigrationTargetRequest)(nil),  // 39: vmlet.launcher.v1.PrepareMigrationTargetRequest
-	(*PrepareMigrationTargetResponse)(nil), // 40: vmlet.launcher.v1.PrepareMigrationTargetResponse
-	(*MigrationOptions)(nil),               // 41: vmlet.launcher.v1.MigrationOptions
-	(*MigrateRequest)(nil),                 // 42: vmlet.launcher.v1.MigrateRequest
-	(*MirrorDisk)(nil),                     // 43: vmlet.launcher.v1.MirrorDisk
-	(*MigrateResponse)(nil),                // 44: vmlet.launcher.v1.MigrateResponse
-	(*CancelMigrationRequest)(nil),         // 45: vmlet.launcher.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil),        // 46: vmlet.launcher.v1.CancelMigrationResponse
-	(*FinalizeMigrationRequest)(nil),       // 47: vmlet.launcher.v1.FinalizeMigrationRequest
-	(*FinalizeMigrationResponse)(nil),      // 48: vmlet.launcher.v1.FinalizeMigrationResponse
-	(*ResumeMigrationTargetRequest)(nil),   // 49: vmlet.launcher.v1.ResumeMigrationTargetRequest
-	(*ResumeMigrationTargetResponse)(nil),  // 50: vmlet.launcher.v1.ResumeMigrationTargetResponse
-	(*GetMigrationStatusRequest)(nil),      // 51: vmlet.launcher.v1.GetMigrationStatusRequest
-	(*StartPostcopyRequest)(nil),           // 52: vmlet.launcher.v1.StartPostcopyRequest
-	(*StartPostcopyResponse)(nil),          // 53: vmlet.launcher.v1.StartPostcopyResponse
-	(*MigrationStatus)(nil),                // 54: vmlet.launcher.v1.MigrationStatus
-	(*DiskMirrorStatus)(nil),               // 55: vmlet.launcher.v1.DiskMirrorStatus
-	(*GuestPingRequest)(nil),               // 56: vmlet.launcher.v1.GuestPingRequest
-	(*GuestPingResponse)(nil),              // 57: vmlet.launcher.v1.GuestPingResponse
-	(*GuestInfoRequest)(nil),               // 58: vmlet.launcher.v1.GuestInfoRequest
-	(*GuestInfoResponse)(nil),              // 59: vmlet.launcher.v1.GuestInfoResponse
-	(*GuestOS)(nil),                        // 60: vmlet.launcher.v1.GuestOS
-	(*GuestInterface)(nil),                 // 61: vmlet.launcher.v1.GuestInterface
-	(*GuestUser)(nil),                      // 62: vmlet.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),                // 63: vmlet.launcher.v1.GuestFilesystem
-	(*GuestExecRequest)(nil),               // 64: vmlet.launcher.v1.GuestExecRequest
-	(*GuestExecResponse)(nil),              // 65: vmlet.launcher.v1.GuestExecResponse
-	(*DomainStatsRequest)(nil),             // 66: vmlet.launcher.v1.DomainStatsRequest
-	(*DomainStatsResponse)(nil),            // 67: vmlet.launcher.v1.DomainStatsResponse
-	(*VCPUStats)(nil),                      // 68: vmlet.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),                    // 69: vmlet.launcher.v1.MemoryStats
-	(*BlockStats)(nil),                     // 70: vmlet.launcher.v1.BlockStats
-	(*NetStats)(nil),                       // 71: vmlet.launcher.v1.NetStats
-	(*FilesystemStats)(nil),                // 72: vmlet.launcher.v1.FilesystemStats
-	(*LauncherStats)(nil),                  // 73: vmlet.launcher.v1.LauncherStats
-	(*QMPCommandStats)(nil),                // 74: vmlet.launcher.v1.QMPCommandStats
-	(*QMPRequest)(nil),                     // 75: vmlet.launcher.v1.QMPRequest
-	(*QMPResponse)(nil),                    // 76: vmlet.launcher.v1.QMPResponse
-	(*QMPLogRequest)(nil),                  // 77: vmlet.launcher.v1.QMPLogRequest
-	(*QMPLogEntry)(nil),                    // 78: vmlet.launcher.v1.QMPLogEntry
+	(*MemoryHotplug)(nil),                  // 4: vmlet.launcher.v1.MemoryHotplug
+	(*Balloon)(nil),                        // 5: vmlet.launcher.v1.Balloon
+	(*CPU)(nil),                            // 6: vmlet.launcher.v1.CPU
+	(*Boot)(nil),                           // 7: vmlet.launcher.v1.Boot
+	(*Disk)(nil),                           // 8: vmlet.launcher.v1.Disk
+	(*NIC)(nil),                            // 9: vmlet.launcher.v1.NIC
+	(*SyncRequest)(nil),                    // 10: vmlet.launcher.v1.SyncRequest
+	(*SyncResponse)(nil),                   // 11: vmlet.launcher.v1.SyncResponse
+	(*PauseRequest)(nil),                   // 12: vmlet.launcher.v1.PauseRequest
+	(*PauseResponse)(nil),                  // 13: vmlet.launcher.v1.PauseResponse
+	(*UnpauseRequest)(nil),                 // 14: vmlet.launcher.v1.UnpauseRequest
+	(*UnpauseResponse)(nil),                // 15: vmlet.launcher.v1.UnpauseResponse
+	(*ShutdownRequest)(nil),                // 16: vmlet.launcher.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),               // 17: vmlet.launcher.v1.ShutdownResponse
+	(*KillRequest)(nil),                    // 18: vmlet.launcher.v1.KillRequest
+	(*KillResponse)(nil),                   // 19: vmlet.launcher.v1.KillResponse
+	(*ResetRequest)(nil),                   // 20: vmlet.launcher.v1.ResetRequest
+	(*ResetResponse)(nil),                  // 21: vmlet.launcher.v1.ResetResponse
+	(*GetDomainRequest)(nil),               // 22: vmlet.launcher.v1.GetDomainRequest
+	(*Domain)(nil),                         // 23: vmlet.launcher.v1.Domain
+	(*CPUStatus)(nil),                      // 24: vmlet.launcher.v1.CPUStatus
+	(*MemoryStatus)(nil),                   // 25: vmlet.launcher.v1.MemoryStatus
+	(*Lease)(nil),                          // 26: vmlet.launcher.v1.Lease
+	(*WatchEventsRequest)(nil),             // 27: vmlet.launcher.v1.WatchEventsRequest
+	(*Event)(nil),                          // 28: vmlet.launcher.v1.Event
+	(*LifecycleEvent)(nil),                 // 29: vmlet.launcher.v1.LifecycleEvent
+	(*DeviceEvent)(nil),                    // 30: vmlet.launcher.v1.DeviceEvent
+	(*MigrationEvent)(nil),                 // 31: vmlet.launcher.v1.MigrationEvent
+	(*AgentEvent)(nil),                     // 32: vmlet.launcher.v1.AgentEvent
+	(*ResourceEvent)(nil),                  // 33: vmlet.launcher.v1.ResourceEvent
+	(*LeaseEvent)(nil),                     // 34: vmlet.launcher.v1.LeaseEvent
+	(*HotplugDiskRequest)(nil),             // 35: vmlet.launcher.v1.HotplugDiskRequest
+	(*HotplugDiskResponse)(nil),            // 36: vmlet.launcher.v1.HotplugDiskResponse
+	(*UnplugDiskRequest)(nil),              // 37: vmlet.launcher.v1.UnplugDiskRequest
+	(*UnplugDiskResponse)(nil),             // 38: vmlet.launcher.v1.UnplugDiskResponse
+	(*HotplugNICRequest)(nil),              // 39: vmlet.launcher.v1.HotplugNICRequest
+	(*HotplugNICResponse)(nil),             // 40: vmlet.launcher.v1.HotplugNICResponse
+	(*UnplugNICRequest)(nil),               // 41: vmlet.launcher.v1.UnplugNICRequest
+	(*UnplugNICResponse)(nil),              // 42: vmlet.launcher.v1.UnplugNICResponse
+	(*PrepareMigrationTargetRequest)(nil),  // 43: vmlet.launcher.v1.PrepareMigrationTargetRequest
+	(*PrepareMigrationTargetResponse)(nil), // 44: vmlet.launcher.v1.PrepareMigrationTargetResponse
+	(*MigrationOptions)(nil),               // 45: vmlet.launcher.v1.MigrationOptions
+	(*MigrateRequest)(nil),                 // 46: vmlet.launcher.v1.MigrateRequest
+	(*MirrorDisk)(nil),                     // 47: vmlet.launcher.v1.MirrorDisk
+	(*MigrateResponse)(nil),                // 48: vmlet.launcher.v1.MigrateResponse
+	(*CancelMigrationRequest)(nil),         // 49: vmlet.launcher.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil),        // 50: vmlet.launcher.v1.CancelMigrationResponse
+	(*FinalizeMigrationRequest)(nil),       // 51: vmlet.launcher.v1.FinalizeMigrationRequest
+	(*FinalizeMigrationResponse)(nil),      // 52: vmlet.launcher.v1.FinalizeMigrationResponse
+	(*ResumeMigrationTargetRequest)(nil),   // 53: vmlet.launcher.v1.ResumeMigrationTargetRequest
+	(*ResumeMigrationTargetResponse)(nil),  // 54: vmlet.launcher.v1.ResumeMigrationTargetResponse
+	(*GetMigrationStatusRequest)(nil),      // 55: vmlet.launcher.v1.GetMigrationStatusRequest
+	(*StartPostcopyRequest)(nil),           // 56: vmlet.launcher.v1.StartPostcopyRequest
+	(*StartPostcopyResponse)(nil),          // 57: vmlet.launcher.v1.StartPostcopyResponse
+	(*MigrationStatus)(nil),                // 58: vmlet.launcher.v1.MigrationStatus
+	(*DiskMirrorStatus)(nil),               // 59: vmlet.launcher.v1.DiskMirrorStatus
+	(*GuestPingRequest)(nil),               // 60: vmlet.launcher.v1.GuestPingRequest
+	(*GuestPingResponse)(nil),              // 61: vmlet.launcher.v1.GuestPingResponse
+	(*GuestInfoRequest)(nil),               // 62: vmlet.launcher.v1.GuestInfoRequest
+	(*GuestInfoResponse)(nil),              // 63: vmlet.launcher.v1.GuestInfoResponse
+	(*GuestOS)(nil),                        // 64: vmlet.launcher.v1.GuestOS
+	(*GuestInterface)(nil),                 // 65: vmlet.launcher.v1.GuestInterface
+	(*GuestUser)(nil),                      // 66: vmlet.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),                // 67: vmlet.launcher.v1.GuestFilesystem
+	(*GuestExecRequest)(nil),               // 68: vmlet.launcher.v1.GuestExecRequest
+	(*GuestExecResponse)(nil),              // 69: vmlet.launcher.v1.GuestExecResponse
+	(*DomainStatsRequest)(nil),             // 70: vmlet.launcher.v1.DomainStatsRequest
+	(*DomainStatsResponse)(nil),            // 71: vmlet.launcher.v1.DomainStatsResponse
+	(*VCPUStats)(nil),                      // 72: vmlet.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),                    // 73: vmlet.launcher.v1.MemoryStats
+	(*BlockStats)(nil),                     // 74: vmlet.launcher.v1.BlockStats
+	(*NetStats)(nil),                       // 75: vmlet.launcher.v1.NetStats
+	(*FilesystemStats)(nil),                // 76: vmlet.launcher.v1.FilesystemStats
+	(*LauncherStats)(nil),                  // 77: vmlet.launcher.v1.LauncherStats
+	(*QMPCommandStats)(nil),                // 78: vmlet.launcher.v1.QMPCommandStats
+	(*QMPRequest)(nil),                     // 79: vmlet.launcher.v1.QMPRequest
+	(*QMPResponse)(nil),                    // 80: vmlet.launcher.v1.QMPResponse
+	(*QMPLogRequest)(nil),                  // 81: vmlet.launcher.v1.QMPLogRequest
+	(*QMPLogEntry)(nil),                    // 82: vmlet.launcher.v1.QMPLogEntry
+	(*SetCPUsRequest)(nil),                 // 83: vmlet.launcher.v1.SetCPUsRequest
+	(*SetCPUsResponse)(nil),                // 84: vmlet.launcher.v1.SetCPUsResponse
+	(*SetMemoryRequest)(nil),               // 85: vmlet.launcher.v1.SetMemoryRequest
+	(*SetMemoryResponse)(nil),              // 86: vmlet.launcher.v1.SetMemoryResponse
+	(*ScreenshotRequest)(nil),              // 87: vmlet.launcher.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),             // 88: vmlet.launcher.v1.ScreenshotResponse
 }
 var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
-	5,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
-	6,  // 1: vmlet.launcher.v1.DomainSpec.boot:type_name -> vmlet.launcher.v1.Boot
-	7,  // 2: vmlet.launcher.v1.DomainSpec.disks:type_name -> vmlet.launcher.v1.Disk
-	8,  // 3: vmlet.launcher.v1.DomainSpec.nics:type_name -> vmlet.launcher.v1.NIC
-	4,  // 4: vmlet.launcher.v1.DomainSpec.balloon:type_name -> vmlet.launcher.v1.Balloon
-	3,  // 5: vmlet.launcher.v1.SyncRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	22, // 6: vmlet.launcher.v1.SyncResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	22, // 7: vmlet.launcher.v1.PauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	22, // 8: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	0,  // 9: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
-	3,  // 10: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	54, // 11: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
-	23, // 12: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
-	26, // 13: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
-	27, // 14: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
-	28, // 15: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
-	29, // 16: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
-	30, // 17: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
-	0,  // 18: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
-	1,  // 19: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
-	2,  // 20: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
-	23, // 21: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
-	7,  // 22: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
-	8,  // 23: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
-	3,  // 24: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	41, // 25: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	3,  // 26: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	41, // 27: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	43, // 28: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
-	54, // 29: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	55, // 30: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
-	60, // 31: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	61, // 32: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	62, // 33: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	63, // 34: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	68, // 35: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	69, // 36: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	70, // 37: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	71, // 38: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	72, // 39: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
-	73, // 40: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
-	74, // 41: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
-	9,  // 42: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	11, // 43: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	13, // 44: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	15, // 45: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	17, // 46: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	19, // 47: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	21, // 48: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	24, // 49: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	31, // 50: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	33, // 51: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	35, // 52: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	37, // 53: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	39, // 54: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	42, // 55: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	45, // 56: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	47, // 57: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	49, // 58: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
-	51, // 59: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	52, // 60: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
-	56, // 61: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	58, // 62: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	64, // 63: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	66, // 64: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	75, // 65: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	77, // 66: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	10, // 67: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	12, // 68: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	14, // 69: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	16, // 70: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	18, // 71: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	20, // 72: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	22, // 73: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	25, // 74: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	32, // 75: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	34, // 76: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	36, // 77: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	38, // 78: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	40, // 79: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	44, // 80: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	46, // 81: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	48, // 82: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	50, // 83: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
-	54, // 84: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	53, // 85: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
-	57, // 86: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	59, // 87: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	65, // 88: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	67, // 89: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	76, // 90: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	78, // 91: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	67, // [67:92] is the sub-list for method output_type
-	42, // [42:67] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	6,  // 0: vmlet.launcher.v1.DomainSpec.cpu:type_name -> vmlet.launcher.v1.CPU
+	7,  // 1: vmlet.launcher.v1.DomainSpec.boot:type_name -> vmlet.launcher.v1.Boot
+	8,  // 2: vmlet.launcher.v1.DomainSpec.disks:type_name -> vmlet.launcher.v1.Disk
+	9,  // 3: vmlet.launcher.v1.DomainSpec.nics:type_name -> vmlet.launcher.v1.NIC
+	5,  // 4: vmlet.launcher.v1.DomainSpec.balloon:type_name -> vmlet.launcher.v1.Balloon
+	4,  // 5: vmlet.launcher.v1.DomainSpec.memory_hotplug:type_name -> vmlet.launcher.v1.MemoryHotplug
+	3,  // 6: vmlet.launcher.v1.SyncRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	23, // 7: vmlet.launcher.v1.SyncResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	23, // 8: vmlet.launcher.v1.PauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	23, // 9: vmlet.launcher.v1.UnpauseResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	0,  // 10: vmlet.launcher.v1.Domain.state:type_name -> vmlet.launcher.v1.State
+	3,  // 11: vmlet.launcher.v1.Domain.live_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	58, // 12: vmlet.launcher.v1.Domain.migration:type_name -> vmlet.launcher.v1.MigrationStatus
+	26, // 13: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
+	24, // 14: vmlet.launcher.v1.Domain.cpu:type_name -> vmlet.launcher.v1.CPUStatus
+	25, // 15: vmlet.launcher.v1.Domain.memory:type_name -> vmlet.launcher.v1.MemoryStatus
+	29, // 16: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
+	30, // 17: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
+	31, // 18: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
+	32, // 19: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
+	34, // 20: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
+	33, // 21: vmlet.launcher.v1.Event.resource:type_name -> vmlet.launcher.v1.ResourceEvent
+	0,  // 22: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
+	1,  // 23: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
+	2,  // 24: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
+	26, // 25: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
+	8,  // 26: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
+	9,  // 27: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
+	3,  // 28: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	45, // 29: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	3,  // 30: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	45, // 31: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	47, // 32: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
+	58, // 33: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	59, // 34: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	64, // 35: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	65, // 36: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	66, // 37: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	67, // 38: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	72, // 39: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	73, // 40: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	74, // 41: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	75, // 42: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	76, // 43: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
+	77, // 44: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
+	78, // 45: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
+	23, // 46: vmlet.launcher.v1.SetCPUsResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	23, // 47: vmlet.launcher.v1.SetMemoryResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	10, // 48: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	12, // 49: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	14, // 50: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	16, // 51: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	18, // 52: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	20, // 53: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	22, // 54: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	27, // 55: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	35, // 56: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	37, // 57: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	39, // 58: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	41, // 59: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	43, // 60: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	46, // 61: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	49, // 62: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	51, // 63: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	53, // 64: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	55, // 65: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	56, // 66: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
+	60, // 67: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	62, // 68: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	68, // 69: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	70, // 70: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	79, // 71: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	81, // 72: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	83, // 73: vmlet.launcher.v1.Launcher.SetCPUs:input_type -> vmlet.launcher.v1.SetCPUsRequest
+	85, // 74: vmlet.launcher.v1.Launcher.SetMemory:input_type -> vmlet.launcher.v1.SetMemoryRequest
+	87, // 75: vmlet.launcher.v1.Launcher.Screenshot:input_type -> vmlet.launcher.v1.ScreenshotRequest
+	11, // 76: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	13, // 77: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	15, // 78: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	17, // 79: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	19, // 80: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	21, // 81: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	23, // 82: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	28, // 83: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	36, // 84: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	38, // 85: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	40, // 86: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	42, // 87: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	44, // 88: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	48, // 89: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	50, // 90: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	52, // 91: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	54, // 92: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	58, // 93: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	57, // 94: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
+	61, // 95: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	63, // 96: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	69, // 97: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	71, // 98: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	80, // 99: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	82, // 100: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	84, // 101: vmlet.launcher.v1.Launcher.SetCPUs:output_type -> vmlet.launcher.v1.SetCPUsResponse
+	86, // 102: vmlet.launcher.v1.Launcher.SetMemory:output_type -> vmlet.launcher.v1.SetMemoryResponse
+	88, // 103: vmlet.launcher.v1.Launcher.Screenshot:output_type -> vmlet.launcher.v1.ScreenshotResponse
+	76, // [76:104] is the sub-list for method output_type
+	48, // [48:76] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }
@@ -5817,12 +6511,13 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 	if File_qemu_launcher_api_v1_launcher_proto != nil {
 		return
 	}
-	file_qemu_launcher_api_v1_launcher_proto_msgTypes[22].OneofWrappers = []any{
+	file_qemu_launcher_api_v1_launcher_proto_msgTypes[25].OneofWrappers = []any{
 		(*Event_Lifecycle)(nil),
 		(*Event_Device)(nil),
 		(*Event_Migration)(nil),
 		(*Event_Agent)(nil),
 		(*Event_Lease)(nil),
+		(*Event_Resource)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5830,7 +6525,7 @@ func file_qemu_launcher_api_v1_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_qemu_launcher_api_v1_launcher_proto_rawDesc), len(file_qemu_launcher_api_v1_launcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   76,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,9 @@ const (
 	Launcher_DomainStats_FullMethodName            = "/vmlet.launcher.v1.Launcher/DomainStats"
 	Launcher_QMP_FullMethodName                    = "/vmlet.launcher.v1.Launcher/QMP"
 	Launcher_QMPLog_FullMethodName                 = "/vmlet.launcher.v1.Launcher/QMPLog"
+	Launcher_SetCPUs_FullMethodName                = "/vmlet.launcher.v1.Launcher/SetCPUs"
+	Launcher_SetMemory_FullMethodName              = "/vmlet.launcher.v1.Launcher/SetMemory"
+	Launcher_Screenshot_FullMethodName             = "/vmlet.launcher.v1.Launcher/Screenshot"
 )
 
 // LauncherClient is the client API for Launcher service.
@@ -119,6 +122,21 @@ type LauncherClient interface {
 	QMP(ctx context.Context, in *QMPRequest, opts ...grpc.CallOption) (*QMPResponse, error)
 	// QMPLog streams the QMP traffic log: the last tail entries, then new ones if follow.
 	QMPLog(ctx context.Context, in *QMPLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QMPLogEntry], error)
+	// SetCPUs plugs or unplugs whole vCPU sockets until `sockets` are present (QEMU's
+	// hotpluggable CPUs: query-hotpluggable-cpus + device_add, device_del + DEVICE_DELETED).
+	// Within [1, cpu.max_sockets] of the running spec, else InvalidArgument; FailedPrecondition
+	// when the domain was started without CPU hotplug (max_sockets 0). Plugs complete before it
+	// returns; an unplug the guest has not finished yet is reported in Domain.cpu.unplug_pending
+	// (a ResourceEvent follows when it completes).
+	SetCPUs(ctx context.Context, in *SetCPUsRequest, opts ...grpc.CallOption) (*SetCPUsResponse, error)
+	// SetMemory sets the virtio-mem device's requested size so that the guest has memory_mib +
+	// requested_mib (in block-size steps, within [0, memory_hotplug.max_mib - memory_mib], else
+	// InvalidArgument; FailedPrecondition without memory hotplug). Returns at once; the guest
+	// plugs or unplugs blocks and Domain.memory.plugged_bytes follows (ResourceEvent on change).
+	SetMemory(ctx context.Context, in *SetMemoryRequest, opts ...grpc.CallOption) (*SetMemoryResponse, error)
+	// Screenshot returns the display as a PNG (QMP screendump). FailedPrecondition when the
+	// domain has no display (DomainSpec.graphics false).
+	Screenshot(ctx context.Context, in *ScreenshotRequest, opts ...grpc.CallOption) (*ScreenshotResponse, error)
 }
 
 type launcherClient struct {
@@ -397,6 +415,36 @@ func (c *launcherClient) QMPLog(ctx context.Context, in *QMPLogRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_QMPLogClient = grpc.ServerStreamingClient[QMPLogEntry]
 
+func (c *launcherClient) SetCPUs(ctx context.Context, in *SetCPUsRequest, opts ...grpc.CallOption) (*SetCPUsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetCPUsResponse)
+	err := c.cc.Invoke(ctx, Launcher_SetCPUs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) SetMemory(ctx context.Context, in *SetMemoryRequest, opts ...grpc.CallOption) (*SetMemoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetMemoryResponse)
+	err := c.cc.Invoke(ctx, Launcher_SetMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) Screenshot(ctx context.Context, in *ScreenshotRequest, opts ...grpc.CallOption) (*ScreenshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScreenshotResponse)
+	err := c.cc.Invoke(ctx, Launcher_Screenshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LauncherServer is the server API for Launcher service.
 // All implementations must embed UnimplementedLauncherServer
 // for forward compatibility.
@@ -457,6 +505,21 @@ type LauncherServer interface {
 	QMP(context.Context, *QMPRequest) (*QMPResponse, error)
 	// QMPLog streams the QMP traffic log: the last tail entries, then new ones if follow.
 	QMPLog(*QMPLogRequest, grpc.ServerStreamingServer[QMPLogEntry]) error
+	// SetCPUs plugs or unplugs whole vCPU sockets until `sockets` are present (QEMU's
+	// hotpluggable CPUs: query-hotpluggable-cpus + device_add, device_del + DEVICE_DELETED).
+	// Within [1, cpu.max_sockets] of the running spec, else InvalidArgument; FailedPrecondition
+	// when the domain was started without CPU hotplug (max_sockets 0). Plugs complete before it
+	// returns; an unplug the guest has not finished yet is reported in Domain.cpu.unplug_pending
+	// (a ResourceEvent follows when it completes).
+	SetCPUs(context.Context, *SetCPUsRequest) (*SetCPUsResponse, error)
+	// SetMemory sets the virtio-mem device's requested size so that the guest has memory_mib +
+	// requested_mib (in block-size steps, within [0, memory_hotplug.max_mib - memory_mib], else
+	// InvalidArgument; FailedPrecondition without memory hotplug). Returns at once; the guest
+	// plugs or unplugs blocks and Domain.memory.plugged_bytes follows (ResourceEvent on change).
+	SetMemory(context.Context, *SetMemoryRequest) (*SetMemoryResponse, error)
+	// Screenshot returns the display as a PNG (QMP screendump). FailedPrecondition when the
+	// domain has no display (DomainSpec.graphics false).
+	Screenshot(context.Context, *ScreenshotRequest) (*ScreenshotResponse, error)
 	mustEmbedUnimplementedLauncherServer()
 }
 
@@ -541,6 +604,15 @@ func (UnimplementedLauncherServer) QMP(context.Context, *QMPRequest) (*QMPRespon
 }
 func (UnimplementedLauncherServer) QMPLog(*QMPLogRequest, grpc.ServerStreamingServer[QMPLogEntry]) error {
 	return status.Error(codes.Unimplemented, "method QMPLog not implemented")
+}
+func (UnimplementedLauncherServer) SetCPUs(context.Context, *SetCPUsRequest) (*SetCPUsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetCPUs not implemented")
+}
+func (UnimplementedLauncherServer) SetMemory(context.Context, *SetMemoryRequest) (*SetMemoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMemory not implemented")
+}
+func (UnimplementedLauncherServer) Screenshot(context.Context, *ScreenshotRequest) (*ScreenshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Screenshot not implemented")
 }
 func (UnimplementedLauncherServer) mustEmbedUnimplementedLauncherServer() {}
 func (UnimplementedLauncherServer) testEmbeddedByValue()                  {}
@@ -999,6 +1071,60 @@ func _Launcher_QMPLog_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_QMPLogServer = grpc.ServerStreamingServer[QMPLogEntry]
 
+func _Launcher_SetCPUs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetCPUsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).SetCPUs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_SetCPUs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).SetCPUs(ctx, req.(*SetCPUsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_SetMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).SetMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_SetMemory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).SetMemory(ctx, req.(*SetMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_Screenshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScreenshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).Screenshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_Screenshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).Screenshot(ctx, req.(*ScreenshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Launcher_ServiceDesc is the grpc.ServiceDesc for Launcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1097,6 +1223,18 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QMP",
 			Handler:    _Launcher_QMP_Handler,
+		},
+		{
+			MethodName: "SetCPUs",
+			Handler:    _Launcher_SetCPUs_Handler,
+		},
+		{
+			MethodName: "SetMemory",
+			Handler:    _Launcher_SetMemory_Handler,
+		},
+		{
+			MethodName: "Screenshot",
+			Handler:    _Launcher_Screenshot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -101,8 +101,14 @@ func (c *Client) WatchEvents(ctx context.Context, afterSeq uint64, fn func(*pb.E
 	if err != nil {
 		return wrap("watch events", err)
 	}
+	return receive(ctx, "watch events", s, fn)
+}
+
+// receive hands each message of a server stream to fn until the launcher ends the stream
+// (nil), ctx ends (ctx's error), the stream fails (wrapped with op) or fn fails (as is).
+func receive[T any](ctx context.Context, op string, s interface{ Recv() (T, error) }, fn func(T) error) error {
 	for {
-		e, err := s.Recv()
+		m, err := s.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -110,9 +116,9 @@ func (c *Client) WatchEvents(ctx context.Context, afterSeq uint64, fn func(*pb.E
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return wrap("watch events", err)
+			return wrap(op, err)
 		}
-		if err := fn(e); err != nil {
+		if err := fn(m); err != nil {
 			return err
 		}
 	}
@@ -245,21 +251,7 @@ func (c *Client) QMPLog(ctx context.Context, tail int, follow bool, fn func(*pb.
 	if err != nil {
 		return wrap("qmp log", err)
 	}
-	for {
-		e, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return wrap("qmp log", err)
-		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
+	return receive(ctx, "qmp log", s, fn)
 }
 
 // wrap turns a gRPC error into "verb: *RemoteError".

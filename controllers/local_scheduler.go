@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -60,9 +61,8 @@ type NodeCandidate struct {
 
 // Untolerated is the first of taints with effect NoSchedule or NoExecute that none of
 // tolerations tolerates (kube-scheduler's TaintToleration filter; PreferNoSchedule only weighs
-// there and is ignored here), nil when there is none. A VMI has no tolerations field yet, so
-// every such taint keeps VMIs off its node; the drain taint (vmlet.dev/drain:NoSchedule) is one.
-// Pure.
+// there and is ignored here), nil when there is none. The drain taint
+// (vmlet.dev/drain:NoSchedule) is one such taint. Pure.
 func Untolerated(taints []corev1.Taint, tolerations []corev1.Toleration) *corev1.Taint {
 	for i := range taints {
 		t := &taints[i]
@@ -95,11 +95,13 @@ var localTolerations = []corev1.Toleration{
 
 // PickNode chooses the node for vmi among nodes: of those whose labels match the VMI's
 // nodeSelector, that are not labelled LabelSchedulable=false (as launcher pods select
-// schedulable nodes), that have no NoSchedule or NoExecute taint (Untolerated: a drained node
-// among them) and that are not exclude (a migration's source; "" excludes none), the one with
+// schedulable nodes), that have no NoSchedule or NoExecute taint the VMI does not tolerate
+// (Untolerated with its spec.tolerations and localTolerations: a drained node among them) and
+// that are not exclude (a migration's source; "" excludes none), the one with
 // the fewest VMIs, ties broken by name. With no such node it returns "" and why. Pure.
 func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclude string) (string, string) {
 	sel := labels.SelectorFromSet(vmi.Spec.NodeSelector)
+	tolerations := append(slices.Clone(localTolerations), vmi.Spec.Tolerations...)
 	var best *NodeCandidate
 	var unschedulable, tainted []string
 	for i := range nodes {
@@ -108,7 +110,7 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 			unschedulable = append(unschedulable, n.Name)
 			continue
 		}
-		if t := Untolerated(n.Taints, localTolerations); n.Name != exclude && t != nil {
+		if t := Untolerated(n.Taints, tolerations); n.Name != exclude && t != nil {
 			tainted = append(tainted, fmt.Sprintf("%s (taint %s)", n.Name, taintString(t)))
 			continue
 		}
@@ -124,7 +126,7 @@ func PickNode(nodes []NodeCandidate, vmi *vmletv1.VirtualMachineInstance, exclud
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, localTolerations) == nil {
+		if n.Name != exclude && n.Labels[LabelSchedulable] != "false" && Untolerated(n.Taints, tolerations) == nil {
 			names = append(names, n.Name)
 		}
 	}

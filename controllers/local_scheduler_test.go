@@ -17,15 +17,18 @@ func TestPickNode(t *testing.T) {
 		{Name: "n-1", Labels: gpu, VMIs: 1},
 		{Name: "n-3", Labels: amd, VMIs: 2},
 	}
-	vmi := func(sel map[string]string) *vmletv1.VirtualMachineInstance {
+	vmi := func(sel map[string]string, tols []corev1.Toleration) *vmletv1.VirtualMachineInstance {
 		v := &vmletv1.VirtualMachineInstance{}
 		v.Spec.NodeSelector = sel
+		v.Spec.Tolerations = tols
 		return v
 	}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "vms", Effect: corev1.TaintEffectNoSchedule}
 	for _, tc := range []struct {
 		name    string
 		nodes   []controllers.NodeCandidate
 		sel     map[string]string
+		tols    []corev1.Toleration
 		exclude string
 		want    string
 		wantWhy string
@@ -61,8 +64,20 @@ func TestPickNode(t *testing.T) {
 		{name: "migration target: only the source is untainted", nodes: []controllers.NodeCandidate{
 			{Name: "a"}, {Name: "b", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}}},
 			exclude: "a", wantWhy: "no schedulable node: [b (taint vmlet.dev/drain:NoSchedule)] have taints the vmi does not tolerate"},
+		{name: "toleration admits a tainted node", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{dedicated}}, {Name: "b", VMIs: 5}},
+			tols: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}, want: "a"},
+		{name: "toleration of another value", nodes: []controllers.NodeCandidate{
+			{Name: "a", VMIs: 0, Taints: []corev1.Taint{dedicated}}, {Name: "b", VMIs: 5}},
+			tols: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db"}}, want: "b"},
+		{name: "tolerating everything admits a drained node", nodes: []controllers.NodeCandidate{
+			{Name: "a", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}}},
+			tols: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, want: "a"},
+		{name: "only a tainted node, not tolerated", nodes: []controllers.NodeCandidate{{Name: "a", Taints: []corev1.Taint{dedicated}}},
+			tols: []corev1.Toleration{{Key: "other", Operator: corev1.TolerationOpExists}},
+			wantWhy: "no schedulable node: [a (taint dedicated=vms:NoSchedule)] have taints the vmi does not tolerate"},
 	} {
-		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel), tc.exclude)
+		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel, tc.tols), tc.exclude)
 		if got != tc.want || tc.wantWhy != "" && why != tc.wantWhy {
 			t.Errorf("%s: PickNode = %q, %q; want %q, %q", tc.name, got, why, tc.want, tc.wantWhy)
 		}

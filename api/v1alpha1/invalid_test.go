@@ -124,7 +124,12 @@ var invalidCases = []invalidCase{
 	{"absent on the pod network", set("spec.domain.devices.interfaces[0]", "state", "absent"), false, invalid, badValue, "spec.domain.devices.interfaces"},
 	{"link state down", set("spec.domain.devices.interfaces[0]", "state", "down"), false, invalid, notSupp, "spec.domain.devices.interfaces[0].state"},
 	{"unsupported KubeVirt field", set("spec.domain", "clock", map[string]any{"utc": map[string]any{}}), false, invalid, forbid, "spec.domain.clock"},
-	{"unsupported KubeVirt list", set("spec", "tolerations", []any{map[string]any{"key": "k"}}), false, invalid, forbid, "spec.tolerations"},
+	{"unsupported KubeVirt list", set("spec", "topologySpreadConstraints", []any{map[string]any{"maxSkew": int64(1)}}), false, invalid, forbid, "spec.topologySpreadConstraints"},
+	{"toleration operator", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "In"}}), false, invalid, badValue, "spec.tolerations"},
+	{"toleration effect", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "Exists", "effect": "NoRun"}}), false, invalid, badValue, "spec.tolerations"},
+	{"toleration Exists with a value", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "Exists", "value": "v"}}), false, invalid, badValue, "spec.tolerations"},
+	{"toleration of an empty key with Equal", set("spec", "tolerations", []any{map[string]any{"value": "v"}}), false, invalid, badValue, "spec.tolerations"},
+	{"tolerationSeconds without NoExecute", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": int64(30)}}), false, invalid, badValue, "spec.tolerations"},
 	{"unknown field with strict validation", set("spec.domain", "bogus", true), true, badReq, "", ""},
 }
 

@@ -38,7 +38,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec", "affinity", KindObject},
 	{"spec", "schedulerName", KindString},
 	{"spec", "serviceAccountName", KindString},
-	{"spec", "tolerations", KindArray},
 	{"spec", "topologySpreadConstraints", KindArray},
 	{"spec", "startStrategy", KindString},
 	{"spec", "livenessProbe", KindObject},

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,7 @@ func TestSpecUpdates(t *testing.T) {
 		{"add rng", set("spec.domain.devices", "rng", map[string]any{}), "spec.domain.devices"},
 		{"change the network", set("spec.networks[0].pod", "vmNetworkCIDR", "10.1.0.0/24"), "spec.networks"},
 		{"add a nodeSelector", set("spec", "nodeSelector", map[string]any{"zone": "a"}), "spec"},
+		{"add a toleration", set("spec", "tolerations", []any{map[string]any{"key": "dedicated", "operator": "Exists"}}), "spec"},
 		{"change the grace period", set("spec", "terminationGracePeriodSeconds", int64(5)), "spec"},
 	}
 	env := apiServer(t)
@@ -80,6 +82,31 @@ func TestSpecUpdates(t *testing.T) {
 			}
 			wantRejected(t, err, invalid, badValue, tc.field)
 		})
+	}
+}
+
+// TestTolerations: KubeVirt's usual tolerations are accepted, kept as written, and a VMI that has
+// them can still be paused (the immutability rule compares them, it does not forbid them).
+func TestTolerations(t *testing.T) {
+	env := apiServer(t)
+	ctx := testContext(t)
+	o := validVMI("tolerations")
+	tols := []any{
+		map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+		map[string]any{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": int64(300)},
+		map[string]any{"key": "dedicated", "operator": "Equal", "value": "vms"},
+		map[string]any{"operator": "Exists"},
+	}
+	at(t, o, "spec")["tolerations"] = tols
+	if err := env.Client.Create(ctx, o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if got := at(t, o, "spec")["tolerations"]; !reflect.DeepEqual(got, tols) {
+		t.Errorf("tolerations stored as %v, want %v", got, tols)
+	}
+	at(t, o, "spec")["paused"] = true
+	if err := env.Client.Update(ctx, o); err != nil {
+		t.Fatalf("pause a VMI with tolerations: %v", err)
 	}
 }
 
@@ -112,8 +139,9 @@ func TestLargestVMIFitsCELBudget(t *testing.T) {
 	env := apiServer(t)
 	ctx := testContext(t)
 	o := validVMI("largest")
-	var disks, vols, ports []any
+	var disks, vols, ports, tols []any
 	for i := range 64 {
+		tols = append(tols, map[string]any{"key": fmt.Sprintf("example.org/taint-%d", i), "operator": "Equal", "value": "v", "effect": "NoExecute", "tolerationSeconds": int64(i)})
 		name := fmt.Sprintf("disk-%d", i)
 		disks = append(disks, map[string]any{"name": name, "bootOrder": int64(i + 1), "disk": map[string]any{"bus": "virtio"}})
 		vols = append(vols, map[string]any{"name": name, "persistentVolumeClaim": map[string]any{"claimName": name, "hotpluggable": i%2 == 0}})
@@ -122,6 +150,7 @@ func TestLargestVMIFitsCELBudget(t *testing.T) {
 	at(t, o, "spec.domain.devices")["disks"] = disks
 	at(t, o, "spec")["volumes"] = vols
 	at(t, o, "spec.domain.devices.interfaces[0]")["ports"] = ports
+	at(t, o, "spec")["tolerations"] = tols
 	if err := env.Client.Create(ctx, o); err != nil {
 		t.Fatalf("create: %v", err)
 	}

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -38,7 +39,7 @@ type VirtualMachineInstance struct {
 	// +kubebuilder:validation:XValidation:rule="(!has(oldSelf.domain.devices.disks) || oldSelf.domain.devices.disks.all(d, (has(self.domain.devices.disks) && self.domain.devices.disks.exists(n, n == d)) || (has(oldSelf.volumes) && oldSelf.volumes.exists(v, v.name == d.name && (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false)))))) && (!has(self.domain.devices.disks) || self.domain.devices.disks.all(d, (has(oldSelf.domain.devices.disks) && oldSelf.domain.devices.disks.exists(o, o == d)) || (has(self.volumes) && self.volumes.exists(v, v.name == d.name && (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false))))))",message="disks are immutable: only disks of hotpluggable volumes may be added or removed",fieldPath=".domain.devices.disks"
 	// +kubebuilder:validation:XValidation:rule="(!has(oldSelf.volumes) || oldSelf.volumes.all(v, (has(self.volumes) && self.volumes.exists(n, n == v)) || (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false)))) && (!has(self.volumes) || self.volumes.all(v, (has(oldSelf.volumes) && oldSelf.volumes.exists(o, o == v)) || (v.?persistentVolumeClaim.?hotpluggable.orValue(false) || v.?dataVolume.?hotpluggable.orValue(false))))",message="volumes are immutable: only hotpluggable volumes may be added or removed",fieldPath=".volumes"
 	// +kubebuilder:validation:XValidation:rule="(has(self.networks) ? self.networks.filter(n, has(n.pod)) : []) == (has(oldSelf.networks) ? oldSelf.networks.filter(n, has(n.pod)) : []) && (!has(self.networks) || !has(oldSelf.networks) || self.networks.all(n, !oldSelf.networks.exists(o, o.name == n.name) || oldSelf.networks.exists(o, o == n)))",message="spec.networks is immutable except that multus networks may be added or removed",fieldPath=".networks"
-	// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector) && has(self.evictionStrategy) == has(oldSelf.evictionStrategy) && (!has(self.evictionStrategy) || self.evictionStrategy == oldSelf.evictionStrategy) && has(self.terminationGracePeriodSeconds) == has(oldSelf.terminationGracePeriodSeconds) && (!has(self.terminationGracePeriodSeconds) || self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds) && has(self.hostname) == has(oldSelf.hostname) && (!has(self.hostname) || self.hostname == oldSelf.hostname) && has(self.subdomain) == has(oldSelf.subdomain) && (!has(self.subdomain) || self.subdomain == oldSelf.subdomain)",message="spec is immutable except spec.paused and hotpluggable volumes"
+	// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector) && has(self.evictionStrategy) == has(oldSelf.evictionStrategy) && (!has(self.evictionStrategy) || self.evictionStrategy == oldSelf.evictionStrategy) && has(self.terminationGracePeriodSeconds) == has(oldSelf.terminationGracePeriodSeconds) && (!has(self.terminationGracePeriodSeconds) || self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds) && has(self.hostname) == has(oldSelf.hostname) && (!has(self.hostname) || self.hostname == oldSelf.hostname) && has(self.subdomain) == has(oldSelf.subdomain) && (!has(self.subdomain) || self.subdomain == oldSelf.subdomain) && has(self.tolerations) == has(oldSelf.tolerations) && (!has(self.tolerations) || self.tolerations == oldSelf.tolerations)",message="spec is immutable except spec.paused and hotpluggable volumes"
 	Spec VirtualMachineInstanceSpec `json:"spec"`
 	// Status is the high level overview of how the VirtualMachineInstance is doing. It contains
 	// information available to controllers and users.
@@ -96,6 +97,19 @@ type VirtualMachineInstanceSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// If toleration is specified, obey all the toleration rules.
+	// The VMI's launcher (its pod in cluster mode) tolerates these taints; local mode's
+	// scheduler and the choice of a migration target honour them the way kube-scheduler's
+	// TaintToleration filter does (NoSchedule and NoExecute; PreferNoSchedule is ignored).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['', 'Exists', 'Equal'])",message="operator must be Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="value must be empty when operator is Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, has(t.key) && t.key != '' || has(t.operator) && t.operator == 'Exists')",message="an empty key needs operator Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || has(t.effect) && t.effect == 'NoExecute')",message="tolerationSeconds needs effect NoExecute"
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
 	// EvictionStrategy describes the strategy to follow when a node drain occurs.
 	// The possible options are:

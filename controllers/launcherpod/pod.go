@@ -3,6 +3,7 @@ package launcherpod
 import (
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -145,6 +146,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 		},
 		Spec: corev1.PodSpec{
 			NodeSelector:                  NodeSelector(vmi, o.AllowEmulation),
+			Tolerations:                   slices.Clone(vmi.Spec.Tolerations),
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To(int64((grace + GraceMargin) / time.Second)),
 			AutomountServiceAccountToken:  ptr.To(false),

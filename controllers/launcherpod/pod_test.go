@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,7 +126,11 @@ func TestTCGCacheBudget(t *testing.T) {
 
 // TestContract pins what the node agent's pod runtime relies on, field by field.
 func TestContract(t *testing.T) {
-	vmi := testVMI(func(v *vmletv1.VirtualMachineInstance) { v.Spec.NodeSelector = map[string]string{"zone": "a"} })
+	tols := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
+	vmi := testVMI(func(v *vmletv1.VirtualMachineInstance) {
+		v.Spec.NodeSelector = map[string]string{"zone": "a"}
+		v.Spec.Tolerations = tols
+	})
 	pod, err := launcherpod.Build(vmi, opts(func(o *launcherpod.Options) { o.LauncherRoot, o.VolumeRoot = "/lr", "/vr" }))
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +148,9 @@ func TestContract(t *testing.T) {
 	}
 	if !equalMaps(pod.Spec.NodeSelector, map[string]string{"zone": "a", "vmlet.dev/schedulable": "true"}) {
 		t.Errorf("nodeSelector = %v", pod.Spec.NodeSelector)
+	}
+	if !reflect.DeepEqual(pod.Spec.Tolerations, tols) {
+		t.Errorf("tolerations = %+v, want the VMI's %+v", pod.Spec.Tolerations, tols)
 	}
 	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || *pod.Spec.AutomountServiceAccountToken ||
 		*pod.Spec.TerminationGracePeriodSeconds != 45 {

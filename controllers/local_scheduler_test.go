@@ -74,7 +74,7 @@ func TestPickNode(t *testing.T) {
 			{Name: "a", Taints: []corev1.Taint{{Key: "vmlet.dev/drain", Effect: corev1.TaintEffectNoSchedule}}}},
 			tols: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, want: "a"},
 		{name: "only a tainted node, not tolerated", nodes: []controllers.NodeCandidate{{Name: "a", Taints: []corev1.Taint{dedicated}}},
-			tols: []corev1.Toleration{{Key: "other", Operator: corev1.TolerationOpExists}},
+			tols:    []corev1.Toleration{{Key: "other", Operator: corev1.TolerationOpExists}},
 			wantWhy: "no schedulable node: [a (taint dedicated=vms:NoSchedule)] have taints the vmi does not tolerate"},
 	} {
 		got, why := controllers.PickNode(tc.nodes, vmi(tc.sel, tc.tols), tc.exclude)

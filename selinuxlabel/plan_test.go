@@ -80,7 +80,7 @@ func TestTeardown(t *testing.T) {
 
 func TestParseContext(t *testing.T) {
 	for in, want := range map[string]Context{
-		"system_u:system_r:container_t:s0:c1,c2\x00":    {"system_u", "system_r", "container_t", "s0:c1,c2"},
+		"system_u:system_r:container_t:s0:c1,c2\x00":   {"system_u", "system_r", "container_t", "s0:c1,c2"},
 		"system_u:system_r:virt_launcher.process:s0\n": {"system_u", "system_r", "virt_launcher.process", "s0"},
 	} {
 		got, err := ParseContext(in)

@@ -27,7 +27,7 @@ import (
 // planned security.selinux label, read back with getxattr: its storage folder, overlays, empty
 // disk and cloud-init ISO, its run folder and sockets, its hostDisk and claim at the launcher's
 // level (status.selinuxContext), the containerDisk base QEMU has open and the kernel links at
-// the shared s0 label. After deletion the host files have their labels from before (the
+// the shared s0 label; a hotplugged claim before QEMU opens it. After deletion the host files have their labels from before (the
 // hostDisk's back, the claim's removed), the VMI's folders are gone, shared content keeps its
 // label, and the agent never made a process-label call (the kernel would refuse them).
 func TestSELinuxLabels(t *testing.T) {
@@ -55,13 +55,14 @@ func TestSELinuxLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := filepath.Join(writeClaim(t, filepath.Join(claimDir, "data"), "VMLET-SELINUX-CLAIM", 8<<20), storage.ClaimImage)
+	hot := filepath.Join(writeClaim(t, filepath.Join(claimDir, "hot"), "VMLET-SELINUX-HOT", 8<<20), storage.ClaimImage)
 	// Disabled here. On an SELinux host the same test runs the launcher confined (its exec
 	// label set) and checks the labels at the level the kernel reports for it.
 	state := selinuxlabel.Probe()
 	a := startAgent(t, agentOptions{
 		ImageSources: map[string]string{"vmlet.dev/selinux-data:v1": dataRef},
 		HostDiskRoot: hostRoot,
-		Claims:       map[string]storage.Claim{"se-claim": {Path: filepath.Dir(claim)}},
+		Claims:       map[string]storage.Claim{"se-claim": {Path: filepath.Dir(claim)}, "se-hot": {Path: filepath.Dir(hot)}},
 		SELinux:      &controllers.NodeSELinux{State: state, Relabel: controllers.RelabelAlways},
 	})
 	defer a.stop(t)
@@ -133,6 +134,15 @@ func TestSELinuxLabels(t *testing.T) {
 		}
 	}
 
+	// A hotplugged volume is labelled before QEMU opens it.
+	patchVolumes(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
+		s.Volumes = append(s.Volumes, claimVolume("hot", "se-hot", true))
+	})
+	waitVolumes(t, key, vmletv1.VolumeReady, "hot")
+	if got, ok, err := selinuxlabel.FileLabel(hot); err != nil || !ok || got != own {
+		t.Errorf("hotplugged claim %s: security.selinux %q (set %v, %v), want %q", hot, got, ok, err, own)
+	}
+
 	if err := env.Client.Delete(ctx, running); err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +154,10 @@ func TestSELinuxLabels(t *testing.T) {
 	if got, _, err := selinuxlabel.FileLabel(hostDisk); err != nil || got != hostBefore {
 		t.Errorf("hostDisk label after deletion %q (%v), want its previous %q", got, err, hostBefore)
 	}
-	if got, ok, err := selinuxlabel.FileLabel(claim); err != nil || ok {
-		t.Errorf("claim image label after deletion %q (set %v, %v), want none as before", got, ok, err)
+	for _, p := range []string{claim, hot} {
+		if got, ok, err := selinuxlabel.FileLabel(p); err != nil || ok {
+			t.Errorf("claim image %s label after deletion %q (set %v, %v), want none as before", p, got, ok, err)
+		}
 	}
 	if got, _, _ := selinuxlabel.FileLabel(base); got != shared {
 		t.Errorf("shared base label after deletion %q, want %q kept for the other VMs", got, shared)

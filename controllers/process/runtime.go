@@ -52,10 +52,12 @@ type Spec struct {
 	// CPU weights. 0 is no request: the kubelet's minimum.
 	CPUMilli int64
 	// ProcessLabel, if set, is the SELinux context the launcher is executed with (set only
-	// where SELinux is enabled: selinuxlabel.WithExecLabel refuses otherwise).
+	// where SELinux is enabled: selinuxlabel.WithExecLabel refuses otherwise). The pod runtime
+	// ignores it: a launcher pod's context is its seLinuxOptions'.
 	ProcessLabel string
 	// DirLabel, if set, is the SELinux file context of the run folder, written before the
-	// launcher starts so that a confined launcher may make its sockets there.
+	// launcher starts so that a confined launcher may make its sockets there (the pod runtime
+	// writes its type at s0: a pod's level is not known before it runs).
 	DirLabel string
 }
 

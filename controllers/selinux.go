@@ -86,6 +86,9 @@ func (s *NodeSELinux) LogState(log logr.Logger) {
 // other vmi keeps the level in its status, else gets selinuxlabel.LevelFor(uid).
 func computedLevel(vmi *vmletv1.VirtualMachineInstance, target bool) string {
 	src, srcErr := selinuxlabel.ParseContext(vmi.Status.SelinuxContext)
+	if srcErr == nil {
+		srcErr = selinuxlabel.CheckLevel(src.Level) // a VM's level, not a range
+	}
 	if target {
 		ms := vmi.Status.MigrationState
 		match := ms.MigrationConfiguration == nil || ms.MigrationConfiguration.MatchSELinuxLevelOnMigration == nil ||

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -24,18 +25,19 @@ func (c Context) String() string {
 }
 
 // ParseContext reads "user:role:type:level" (the level being everything after the third
-// colon; a context without a level is refused: vmlet labels only MLS/MCS policies). Pure.
+// colon: an MCS level, or a process's range such as s0-s0:c0.c1023; a context without one is
+// refused: vmlet labels only MLS/MCS policies). Plan takes only a plain level (CheckLevel).
+// Pure.
 func ParseContext(s string) (Context, error) {
 	f := strings.SplitN(strings.TrimRight(s, "\x00\n"), ":", 4)
-	if len(f) != 4 || f[0] == "" || f[1] == "" || f[2] == "" {
+	if len(f) != 4 || f[0] == "" || f[1] == "" || f[2] == "" || !levelSyntax.MatchString(f[3]) {
 		return Context{}, fmt.Errorf("%w: %q is not user:role:type:level", ErrBadContext, s)
 	}
-	c := Context{User: f[0], Role: f[1], Type: f[2], Level: f[3]}
-	if err := CheckLevel(c.Level); err != nil {
-		return Context{}, err
-	}
-	return c, nil
+	return Context{User: f[0], Role: f[1], Type: f[2], Level: f[3]}, nil
 }
+
+// levelSyntax is an MLS level or range: sN[:cats][-sN[:cats]], cats of cN, cN.cM, commas.
+var levelSyntax = regexp.MustCompile(`^s[0-9]+(:c[0-9]+([.,]c[0-9]+)*)?(-s[0-9]+(:c[0-9]+([.,]c[0-9]+)*)?)?$`)
 
 // MaxCategory is the highest MCS category of the targeted policy (c0..c1023).
 const MaxCategory = 1023

@@ -80,8 +80,9 @@ func TestTeardown(t *testing.T) {
 
 func TestParseContext(t *testing.T) {
 	for in, want := range map[string]Context{
-		"system_u:system_r:container_t:s0:c1,c2\x00":   {"system_u", "system_r", "container_t", "s0:c1,c2"},
-		"system_u:system_r:virt_launcher.process:s0\n": {"system_u", "system_r", "virt_launcher.process", "s0"},
+		"system_u:system_r:container_t:s0:c1,c2\x00":                {"system_u", "system_r", "container_t", "s0:c1,c2"},
+		"system_u:system_r:virt_launcher.process:s0\n":              {"system_u", "system_r", "virt_launcher.process", "s0"},
+		"unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023\x00": {"unconfined_u", "unconfined_r", "unconfined_t", "s0-s0:c0.c1023"},
 	} {
 		got, err := ParseContext(in)
 		if err != nil || got != want {
@@ -91,9 +92,15 @@ func TestParseContext(t *testing.T) {
 			t.Errorf("String() = %q, from %q", got.String(), in)
 		}
 	}
-	for _, bad := range []string{"", "unconfined_t", "u:r:t", "u:r:t:s0:c2,c1", "u:r:t:s0:c1024", "u:r:t:s0:x1", "::t:s0"} {
+	for _, bad := range []string{"", "unconfined_t", "u:r:t", "u:r:t:x0", "u:r:t:s0:x1", "::t:s0"} {
 		if _, err := ParseContext(bad); !errors.Is(err, ErrBadContext) {
 			t.Errorf("ParseContext(%q): %v, want ErrBadContext", bad, err)
+		}
+	}
+	// What Plan labels at: a VM's level, never a process's range or unordered categories.
+	for _, bad := range []string{"s0:c2,c1", "s0:c1024", "s0-s0:c0.c1023", "s0:c1.c3", "s1"} {
+		if err := CheckLevel(bad); !errors.Is(err, ErrBadContext) {
+			t.Errorf("CheckLevel(%q): %v, want ErrBadContext", bad, err)
 		}
 	}
 }

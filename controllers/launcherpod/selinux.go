@@ -46,6 +46,9 @@ func TargetSELinuxLevel(vmi *vmletv1.VirtualMachineInstance, mc vmletv1.Migratio
 		return "", ErrNoSELinuxContext
 	default:
 		c, err := selinuxlabel.ParseContext(s)
+		if err == nil {
+			err = selinuxlabel.CheckLevel(c.Level)
+		}
 		if err != nil {
 			return "", fmt.Errorf("migration target level: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/selinuxlabel"
 )
 
 // Node labels and annotations the heartbeat maintains.
@@ -22,10 +23,15 @@ const (
 	LabelKVM         = "vmlet.dev/kvm"
 	LabelEmulation   = "vmlet.dev/emulation"
 	LabelTun         = "vmlet.dev/tun"
-	AnnotHeartbeat   = "vmlet.dev/heartbeat"
-	AnnotQEMUVersion = "vmlet.dev/qemu-version"
-	AnnotCPUModel    = "vmlet.dev/cpu-model"
-	AnnotAccelReason = "vmlet.dev/accel-reason"
+	// LabelSELinux is the node's SELinux mode: disabled, permissive or enforcing.
+	LabelSELinux = "vmlet.dev/selinux"
+	// AnnotSELinuxPolicy is the loaded SELinux policy type (e.g. targeted); absent when
+	// SELinux is disabled.
+	AnnotSELinuxPolicy = "vmlet.dev/selinux-policy"
+	AnnotHeartbeat     = "vmlet.dev/heartbeat"
+	AnnotQEMUVersion   = "vmlet.dev/qemu-version"
+	AnnotCPUModel      = "vmlet.dev/cpu-model"
+	AnnotAccelReason   = "vmlet.dev/accel-reason"
 	// AnnotDefaultCPUModel is the CPU model QEMU offers a VMI that names none here: "host"
 	// with KVM, "max" under TCG (a migratable VMI gets qemu.DefaultMigratableCPU anywhere).
 	AnnotDefaultCPUModel = "vmlet.dev/default-cpu-model"
@@ -55,6 +61,16 @@ type NodeFacts struct {
 	CPUModel string
 	// Postcopy: the node's launchers may receive post-copy migrations (userfaultfd).
 	Postcopy bool
+	// SELinux is the node's SELinux (selinuxlabel.Probe).
+	SELinux selinuxlabel.State
+}
+
+// SELinuxMode is the LabelSELinux value: the probe's mode, disabled when unknown.
+func (f NodeFacts) SELinuxMode() string {
+	if f.SELinux.Mode == "" {
+		return selinuxlabel.ModeDisabled
+	}
+	return f.SELinux.Mode
 }
 
 // DefaultCPUModel is the CPU model a VMI with no cpu.model gets on this node (qemu's
@@ -78,6 +94,7 @@ func (f NodeFacts) Labels() map[string]string {
 		LabelEmulation:          emu,
 		LabelTun:                strconv.FormatBool(f.Tun),
 		migration.LabelPostcopy: strconv.FormatBool(f.Postcopy),
+		LabelSELinux:            f.SELinuxMode(),
 	}
 }
 
@@ -175,6 +192,7 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 		AnnotCPUModel:        h.Facts.CPUModel,
 		AnnotDefaultCPUModel: h.Facts.DefaultCPUModel(),
 		AnnotAccelReason:     h.Facts.AccelReason,
+		AnnotSELinuxPolicy:   h.Facts.SELinux.PolicyType,
 		AnnotMetricsAddress:  MetricsHostPort(h.MetricsAddress, node),
 	} {
 		if v != "" {

@@ -71,6 +71,12 @@ func startTwoNodes(t testing.TB, wrap ...func(*controllers.MigrationNet) *contro
 // startTwoNodesWith is startTwoNodes whose agents pull images from sources too.
 func startTwoNodesWith(t testing.TB, sources map[string]string, wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
 	t.Helper()
+	return startTwoNodesOpts(t, sources, nil, wrap...)
+}
+
+// startTwoNodesOpts is startTwoNodesWith whose agents' options both go through set (nil: none).
+func startTwoNodesOpts(t testing.TB, sources map[string]string, set func(*agentOptions), wrap ...func(*controllers.MigrationNet) *controllers.MigrationNet) *twoNodes {
+	t.Helper()
 	dir := filepath.Join(tmpRoot, "node-b")
 	pods := filepath.Join(testNet.dir, "pods-b")
 	if err := os.MkdirAll(pods, 0o755); err != nil {
@@ -103,6 +109,10 @@ func startTwoNodesWith(t testing.TB, sources map[string]string, wrap ...func(*co
 	}
 	n.optsA = agentOptions{Migration: ma, ImageSources: sources}
 	n.optsB = agentOptions{Node: dirs, NoScheduler: true, Migration: mb, ImageSources: sources}
+	if set != nil {
+		set(&n.optsA)
+		set(&n.optsB)
+	}
 	n.a = startAgent(t, n.optsA)
 	n.b = startAgent(t, n.optsB)
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{

@@ -58,6 +58,13 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		now := metav1.Now()
 		ms.TargetNodeDomainReadyTimestamp = &now
 		vmi.Status.NodeName = r.NodeName // from here on the ordinary reconcile of this node
+		if r.SELinux.Labels() {
+			// The level this node labelled at: the source's unless the migration gave the
+			// target one of its own (matchSELinuxLevelOnMigration: false).
+			if c, err := r.launcherContext(vmi, 0); err == nil {
+				vmi.Status.SelinuxContext = c.String()
+			}
+		}
 		r.Recorder.Eventf(vmi, nil, "Normal", "Migrated", "Migrate", "the guest runs on node %s now", r.NodeName)
 		return ctrl.Result{}, nil
 	}
@@ -126,6 +133,9 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	spec.NICs = nics
 	if _, err := r.ensureDHCP(ctx, scratch, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false); err != nil {
 		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
+	}
+	if err := r.labelFiles(scratch, o.want.Storage, o.storageRes, o.found.Pid); err != nil {
+		return ctrl.Result{}, fmt.Errorf("label the target's files: %w", err)
 	}
 	in, err := translate.MigrationTarget(spec, ms.SourceDomain)
 	if err != nil {

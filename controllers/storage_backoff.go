@@ -79,30 +79,30 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 // after a failure). A pull that fails in a way that may go away (registry down, image not
 // there yet) starts or extends the VMI's back-off for that image, and while it runs no pull of
 // it is tried, however often the VMI is reconciled: both come back as a *PullBackOffError.
-func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, error) {
+func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, *storage.Result, error) {
 	b := r.pullBackOff()
 	for _, image := range want.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
-			return nil, &PullBackOffError{Image: image, Entry: e}
+			return nil, nil, &PullBackOffError{Image: image, Entry: e}
 		}
 	}
 	res, err := r.prepareStorage(vmi.UID, want.Storage)
 	if errors.Is(err, errStoragePreparing) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
 		// An operation cut short (the agent stopping, the plan replaced) is no failure of
 		// the image.
 		if image, retry := storage.PullFailed(err); retry && !errors.Is(err, context.Canceled) {
 			e := b.Failed(pullKey{vmi.UID, image}, err.Error())
-			return nil, &PullBackOffError{Image: image, Entry: e, Err: err}
+			return nil, nil, &PullBackOffError{Image: image, Entry: e, Err: err}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if n := r.forgetPulls(vmi.UID); n > 0 {
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPulled), "PullImage", "images pulled after back-off")
 	}
-	return want.Resolve(res), nil
+	return want.Resolve(res), res, nil
 }
 
 // forgetPulls drops the VMI's back-off entries (its images pulled, or the VMI is gone) and

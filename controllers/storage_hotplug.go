@@ -101,6 +101,11 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		d := res.Disks[0]
 		keep[d.ID] = true
 		if !isAttached[d.ID] {
+			if err := r.labelHotplug(vmi, hv.Plan, res); err != nil {
+				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonSELinuxLabelFailed, err.Error()}
+				errs = append(errs, fmt.Errorf("label volume %s: %w", hv.Name, err))
+				continue
+			}
 			if err := hp.HotplugDisk(ctx, d); err != nil {
 				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugFailed, err.Error()}
 				errs = append(errs, fmt.Errorf("hotplug volume %s: %w", hv.Name, err))

@@ -178,6 +178,9 @@ func (r *VMIReconciler) cleanupStorage(vmi *vmletv1.VirtualMachineInstance) erro
 	if r.Storage.Root == "" {
 		return nil
 	}
+	if err := r.restoreLabels(vmi); err != nil {
+		return err
+	}
 	if err := storage.Cleanup(r.volumeDir(vmi.UID)); err != nil {
 		return fmt.Errorf("remove volumes: %w", err)
 	}

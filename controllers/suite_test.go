@@ -206,6 +206,8 @@ type agentOptions struct {
 	Migration *controllers.MigrationNet
 	// NoScheduler leaves the local scheduler out (a second node's agent).
 	NoScheduler bool
+	// SELinux is the agent's SELinux labelling (VMIReconciler.SELinux); nil: none.
+	SELinux *controllers.NodeSELinux
 }
 
 // testNodeDirs are another test node's name, folders and node network.
@@ -284,6 +286,7 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		Trace:     o.Trace,
 		Workers:   o.Workers,
 		Migration: o.Migration,
+		SELinux:   o.SELinux,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

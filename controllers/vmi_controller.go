@@ -80,6 +80,9 @@ type VMIReconciler struct {
 	// Migration is how this node reaches the others for live migration; nil: the node is
 	// neither a migration source nor a target (its migrations fail with the reason).
 	Migration *MigrationNet
+	// SELinux is the node's SELinux and how the agent labels VMI files (selinux.go); nil:
+	// nothing is labelled.
+	SELinux *NodeSELinux
 
 	gate drainGate // closed by Drain (node shutdown)
 

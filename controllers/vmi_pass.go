@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // observed is what a pass read before acting.
@@ -30,6 +31,7 @@ type observed struct {
 	translateErr error
 	want         *translate.Desired // the translation; nil when translateErr
 	spec         *qemu.Spec         // to start with, once storage is ready
+	storageRes   *storage.Result    // what Apply made, once storage is ready (labelled)
 	storageErr   error
 }
 
@@ -78,7 +80,7 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 		o.facts.NetworksMissing = true
 		return o
 	}
-	o.spec, o.storageErr = r.applyStorage(vmi, o.want)
+	o.spec, o.storageRes, o.storageErr = r.applyStorage(vmi, o.want)
 	switch {
 	case o.storageErr == nil:
 		o.facts.Storage = lifecycle.StorageReady
@@ -98,7 +100,10 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 	id := string(vmi.UID)
 	t0 := time.Now()
 	cpu := launcherpod.CPURequest(vmi)
+	procLabel, dirLabel := r.launcherLabels(vmi)
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
+		// SELinux (local mode; gated on an enabled SELinux for the process label).
+		ProcessLabel: procLabel, DirLabel: dirLabel,
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
 		Args:  r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
@@ -166,6 +171,13 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	// spec.paused at creation starts the guest paused; later changes are pause/unpause calls,
 	// not a different domain.
 	spec.StartPaused = starting && vmi.Spec.Paused
+	if starting || vmi.Status.SelinuxContext == "" {
+		// Before QEMU opens them, at the launcher's level (selinux.go).
+		if err := r.labelFiles(vmi, o.want.Storage, o.storageRes, o.found.Pid); err != nil {
+			vmistatus.NotSynchronized(vmi, vmistatus.ReasonSELinuxLabelFailed, err.Error())
+			return ctrl.Result{}, fmt.Errorf("label files: %w", err)
+		}
+	}
 	t0 = time.Now()
 	if err := l.Sync(ctx, spec, netns); err != nil {
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())

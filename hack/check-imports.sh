@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Host packages (qemu, devices, network, storage, cpuweight, pki) and the launcher binary must not depend on
+# Host packages (qemu, devices, network, storage, cpuweight, selinuxlabel, pki) and the launcher binary must not depend on
 # Kubernetes: they take plain Go structs. This checks the full transitive dependency lists, which
 # golangci-lint's depguard (direct imports only) cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
-for p in ./qemu/... ./devices/... ./network/... ./storage/... ./cpuweight/... ./pki/... ./cmd/vmlet-launcher/...; do
+for p in ./qemu/... ./devices/... ./network/... ./storage/... ./cpuweight/... ./selinuxlabel/... ./pki/... ./cmd/vmlet-launcher/...; do
   list=$(go list -deps "$p")
   deps=$(grep -E '^(k8s\.io/|sigs\.k8s\.io/controller-runtime|github\.com/vmlet/vmlet/(api|controllers)(/|$))' <<<"$list" || true)
   if [ -n "$deps" ]; then

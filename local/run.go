@@ -283,6 +283,8 @@ func (s *Stack) serve(mgrs []manager.Manager) error {
 		}
 		ready["caches"+suffix] = health.CachesSynced(mgrs[i].GetCache())
 		ready["launchers"+suffix] = n.Agent.LaunchersCheck()
+		name, check := n.Agent.SELinuxCheck()
+		ready[name+suffix] = check
 	}
 	return health.AddProbes(mgrs[0], s.cfg.Probes, health.Checks{"ping": healthz.Ping}, ready)
 }

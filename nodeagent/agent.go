@@ -144,7 +144,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 			return translate.NodeEnv{RunDir: runDir, Storage: senv, TCGCacheMiB: cfg.TCGCacheMiB, Machine: machine}
 		},
 		Migration: migrationNet(cfg),
+		SELinux:   nodeSELinux(facts, cfg.Storage),
 	}
+	r.SELinux.LogState(cfg.Log)
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up VMI reconciler: %w", err)
 	}
@@ -307,4 +309,13 @@ func migrationNet(cfg Config) *controllers.MigrationNet {
 			return network.DialTCP(ctx, ns, addr)
 		},
 	}
+}
+
+// nodeSELinux is the agent's SELinux settings for the node's probed state.
+func nodeSELinux(facts controllers.NodeFacts, sc StorageConfig) *controllers.NodeSELinux {
+	mode := sc.SELinuxRelabel
+	if mode == "" {
+		mode = controllers.RelabelAuto
+	}
+	return &controllers.NodeSELinux{State: facts.SELinux, Relabel: mode, ProcessType: sc.SELinuxLauncherType}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/selinuxlabel"
 )
 
 // emulatorProbeTimeout bounds each run of the node's QEMU at startup (-machine help,
@@ -25,7 +26,8 @@ const emulatorProbeTimeout = 10 * time.Second
 // launcher image; vmis then get the alias).
 func probeFacts(ctx context.Context, log logr.Logger) (controllers.NodeFacts, string) {
 	caps := devices.Probe()
-	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun, Postcopy: caps.Userfaultfd}
+	facts := controllers.NodeFacts{KVM: caps.KVM.KVMUsable(), AccelReason: caps.KVM.Reason, Tun: caps.Tun, Postcopy: caps.Userfaultfd,
+		SELinux: selinuxlabel.Probe()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		facts.CPUModel = CPUModelName(b)
 	}

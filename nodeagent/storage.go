@@ -89,6 +89,12 @@ type StorageConfig struct {
 	PullBackOff, PullBackOffMax time.Duration
 	// Owner is the launchers' user, who is handed each VMI's files; nil: root.
 	Owner *storage.Owner
+	// SELinuxRelabel says when the agent labels each VMI's files for its launcher
+	// (--selinux-relabel; "" is auto: where SELinux is enabled).
+	SELinuxRelabel controllers.SELinuxRelabel
+	// SELinuxLauncherType is the process type of the launchers the agent starts itself (the
+	// process runtime; --selinux-launcher-type, "" is container_t).
+	SELinuxLauncherType string
 }
 
 // Defaults fills in the storage folders under stateDir where they are empty.

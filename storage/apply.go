@@ -34,6 +34,9 @@ type Result struct {
 	Disks  []qemu.Disk
 	Boot   qemu.Boot
 	Images map[string]string // image reference → "sha256:…" of the manifest used
+	// Bases are the containerDisk images' disk files in the shared cache that the overlays
+	// read (volume → path), for labelling (FilesOf).
+	Bases map[string]string
 }
 
 // state is stateFile's content.
@@ -48,7 +51,7 @@ type state struct {
 // Apply runs once at a time per VM folder (the agent reconciles a VMI at a time); different VMs
 // may apply concurrently.
 func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
-	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}}, images: map[string]*oci.Image{}, undo: revert.New()}
+	a := &applier{h: h, p: p, res: &Result{Images: map[string]string{}, Bases: map[string]string{}}, images: map[string]*oci.Image{}, undo: revert.New()}
 	defer a.undo.Fail()
 	if err := a.prepareDir(); err != nil {
 		return nil, &VolumeError{Err: err}

@@ -75,6 +75,7 @@ func (a *applier) overlay(ctx context.Context, act Action) error {
 			return err
 		}
 		backing, format = d.Path, qemu.DiskFormat(d.Format)
+		a.res.Bases[act.Volume] = backing
 	} else {
 		r, err := a.claimFile(act.Backing, act.BackingRoot, act.Block, false, 0)
 		if err != nil {

@@ -44,6 +44,12 @@ type MigrationConfiguration struct {
 	// DisableTLS sends the migration in plaintext (false: TLS with vmlet's migration CA).
 	// +optional
 	DisableTLS *bool `json:"disableTLS,omitempty"`
+	// MatchSELinuxLevelOnMigration gives the migration target's launcher the source's SELinux
+	// level (status.selinuxContext), so that both may open shared (RWX) volumes labelled at it;
+	// false gives the target a level of its own (KubeVirt: the CRI picks one). Unset: true, as
+	// KubeVirt does when its CR leaves it unset.
+	// +optional
+	MatchSELinuxLevelOnMigration *bool `json:"matchSELinuxLevelOnMigration,omitempty"`
 	// Network is the name of a dedicated migration network. Not supported by vmlet: the
 	// node addresses are used.
 	// +optional

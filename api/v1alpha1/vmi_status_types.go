@@ -113,6 +113,12 @@ type VirtualMachineInstanceStatus struct {
 	// copied with it, LiveMigration when every disk is shared.
 	// +optional
 	MigrationMethod VirtualMachineInstanceMigrationMethod `json:"migrationMethod,omitempty"`
+	// SelinuxContext is the SELinux context of the vmi's launcher, whose level the agent
+	// labelled the vmi's files at (KubeVirt's field): "none" where the node's SELinux is
+	// disabled and nothing was labelled. A migration target keeps its level unless the
+	// migration configuration's matchSELinuxLevelOnMigration is false.
+	// +optional
+	SelinuxContext string `json:"selinuxContext,omitempty"`
 	// Launcher is vmlet-specific (not part of kubevirt.io/v1): the QEMU process that runs this
 	// vmi and how it accelerates the guest.
 	// +optional

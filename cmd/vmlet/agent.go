@@ -187,6 +187,8 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		return err
 	}
 	ready["launchers"] = a.LaunchersCheck()
+	name, check := a.SELinuxCheck()
+	ready[name] = check
 	if err := serve(mgr, mln, pln, ready); err != nil {
 		return err
 	}

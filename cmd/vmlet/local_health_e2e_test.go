@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/selinuxlabel"
 	"github.com/vmlet/vmlet/test/poll"
 )
 
@@ -32,11 +33,18 @@ func assertLocalEndpoints(t *testing.T, p *localProc, c client.Client) {
 	}
 	metrics, probes := m[1], m[2]
 	httpWait(t, probes, "/healthz", "ok")
-	httpWait(t, probes, "/readyz?verbose", "[+]api-server ok", "[+]caches ok", "[+]launchers ok")
+	se := selinuxlabel.Probe() // what this host is: disabled here, enforcing on an SELinux host
+	httpWait(t, probes, "/readyz?verbose", "[+]api-server ok", "[+]caches ok", "[+]launchers ok", "[+]selinux-"+se.Mode+" ok")
 	httpWait(t, metrics, "/metrics", "# TYPE controller_runtime_reconcile_total counter")
 	n := &corev1.Node{}
 	if err := c.Get(context.Background(), client.ObjectKey{Name: localNode}, n); err != nil {
 		t.Fatal(err)
+	}
+	if got := n.Labels[controllers.LabelSELinux]; got != se.Mode {
+		t.Errorf("node label %s=%q, the host's SELinux is %s", controllers.LabelSELinux, got, se.Mode)
+	}
+	if got, ok := n.Annotations[controllers.AnnotSELinuxPolicy]; got != se.PolicyType || ok != (se.PolicyType != "") {
+		t.Errorf("node annotation %s=%q (present %v), the host's policy is %q", controllers.AnnotSELinuxPolicy, got, ok, se.PolicyType)
 	}
 	if got := n.Annotations[controllers.AnnotMetricsAddress]; got != metrics {
 		t.Errorf("node publishes metrics at %q, vmlet local serves them at %s", got, metrics)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
@@ -24,6 +25,7 @@ type nodeFlags struct {
 	withNodeNetworks bool
 	uid, gid         int
 	cpuWeights       bool
+	selinuxRelabel   string
 	// user is the launchers' user, set by parse.
 	user process.User
 }
@@ -41,6 +43,8 @@ func addNodeFlags(f *pflag.FlagSet, withNetwork bool) *nodeFlags {
 	f.IntVar(&n.uid, "launcher-uid", process.DefaultUID, "uid launchers and QEMU run as, without capabilities; each VMI's files are handed to it (0: root, with every capability)")
 	f.IntVar(&n.gid, "launcher-gid", process.DefaultGID, "gid launchers and QEMU run as")
 	f.BoolVar(&n.cpuWeights, "cpu-weights", true, "process runtime: each VM's cgroup gets the kubelet's CPU weight for its request, its vCPU threads the lowest, vmlet (and local mode's control plane) the highest")
+	f.StringVar(&n.selinuxRelabel, "selinux-relabel", string(controllers.RelabelAuto), "label each VMI's files for its launcher: auto (where SELinux is enabled), always (also where it is disabled: the xattrs are written, no process label is set), never")
+	f.StringVar(&n.storage.SELinuxLauncherType, "selinux-launcher-type", "", "SELinux process type of launchers this agent starts itself (process runtime; empty: container_t; KubeVirt's policy module: virt_launcher.process)")
 	if withNetwork {
 		f.StringVar(&n.subnet, "node-subnet", network.DefaultNodeSubnet.String(), "pod subnet of the node network (vmlet is this machine's CNI: bridge vmlet0, NAT)")
 		f.StringVar(&n.subnet6, "node-subnet6", "", "IPv6 pod subnet, e.g. "+network.DefaultNodeSubnet6.String()+" (empty: IPv4 only)")
@@ -65,6 +69,9 @@ func (n *nodeFlags) parse() (nodeagent.StorageConfig, nodeagent.NetworkConfig, e
 		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("--launcher-uid/--launcher-gid: %w", err)
 	}
 	n.user, sc.Owner = u, nodeagent.StorageOwner(u)
+	if sc.SELinuxRelabel, err = controllers.ParseRelabel(n.selinuxRelabel); err != nil {
+		return sc, nodeagent.NetworkConfig{}, fmt.Errorf("%w: %w", nodeagent.ErrBadFlag, err)
+	}
 	for _, m := range n.images {
 		ref, src, err := nodeagent.ParseImageSource(m)
 		if err != nil {

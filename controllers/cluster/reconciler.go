@@ -19,6 +19,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
@@ -27,6 +28,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
 // Reconciler runs launcher pods for VMIs.
 type Reconciler struct {
@@ -174,7 +176,16 @@ func (r *Reconciler) pods(ctx context.Context, vmi *vmletv1.VirtualMachineInstan
 
 // create makes the VMI's launcher pod.
 func (r *Reconciler) create(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
-	pod, err := launcherpod.Build(vmi, r.Pods)
+	o := r.Pods
+	if o.SELinuxType == "" {
+		t, err := r.selinuxType(ctx)
+		if err != nil {
+			vmistatus.NotSynchronized(vmi, vmistatus.ReasonFailedCreate, err.Error())
+			return err
+		}
+		o.SELinuxType = t
+	}
+	pod, err := launcherpod.Build(vmi, o)
 	if errors.Is(err, launcherpod.ErrOptions) {
 		return err
 	}
@@ -239,4 +250,27 @@ func deletePod(ctx context.Context, c client.Client, p *corev1.Pod) error {
 		return fmt.Errorf("delete launcher pod %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// selinuxType is the cluster's launcher SELinux type: vmlet-config's selinuxLauncherType,
+// read from the API server when a pod is made (a change applies to the pods made after it);
+// "" when the ConfigMap or the key is absent.
+func (r *Reconciler) selinuxType(ctx context.Context) (string, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	cm := &corev1.ConfigMap{}
+	err := reader.Get(ctx, client.ObjectKey{Namespace: migration.ConfigNamespace, Name: migration.ConfigName}, cm)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read ConfigMap %s/%s: %w", migration.ConfigNamespace, migration.ConfigName, err)
+	}
+	t, err := launcherpod.ParseSELinuxType(cm.Data[launcherpod.ConfigKeySELinuxLauncherType])
+	if err != nil {
+		return "", fmt.Errorf("ConfigMap %s/%s: %w", migration.ConfigNamespace, migration.ConfigName, err)
+	}
+	return t, nil
 }

@@ -42,6 +42,14 @@ type Options struct {
 	// agents' --launcher-uid/--launcher-gid, who hand each VMI's files to that user. 0 runs the
 	// launcher as root (still without capabilities).
 	RunAsUser, RunAsGroup *int64
+	// SELinuxType is the launcher's SELinux process type (the pod's seLinuxOptions.type; the
+	// cluster's ConfigKeySELinuxLauncherType); empty leaves it to the container runtime
+	// (container_t). KubeVirt's choice is virt_launcher.process, which needs its policy module
+	// on the nodes.
+	SELinuxType string
+	// SELinuxLevel is the pod's seLinuxOptions.level: a migration target's, from
+	// TargetSELinuxLevel; empty lets the container runtime pick a level of its own.
+	SELinuxLevel string
 }
 
 // ErrOptions is returned by Build when Options.Args or Options.DomainName is nil.
@@ -175,11 +183,15 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 // podSecurity runs the launcher as o's user with no supplementary groups (KubeVirt's non-root
 // virt-launcher: runAsUser/runAsGroup 107, runAsNonRoot).
 func podSecurity(o Options) *corev1.PodSecurityContext {
-	return &corev1.PodSecurityContext{
+	sc := &corev1.PodSecurityContext{
 		RunAsUser:    o.RunAsUser,
 		RunAsGroup:   o.RunAsGroup,
 		RunAsNonRoot: ptr.To(*o.RunAsUser != 0),
 	}
+	if o.SELinuxType != "" || o.SELinuxLevel != "" {
+		sc.SELinuxOptions = &corev1.SELinuxOptions{Type: o.SELinuxType, Level: o.SELinuxLevel}
+	}
+	return sc
 }
 
 func hostPath(name, path string, t corev1.HostPathType) corev1.Volume {

@@ -90,5 +90,8 @@ func Resolve(c vmletv1.MigrationConfiguration) vmletv1.MigrationConfiguration {
 			*b = ptr.To(false)
 		}
 	}
+	if c.MatchSELinuxLevelOnMigration == nil {
+		c.MatchSELinuxLevelOnMigration = ptr.To(true) // KubeVirt: unset matches
+	}
 	return c
 }

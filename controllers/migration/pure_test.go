@@ -193,7 +193,7 @@ func TestParseConfig(t *testing.T) {
 		ParallelMigrationsPerCluster: ptr.To[uint32](5), ParallelOutboundMigrationsPerNode: ptr.To[uint32](2),
 		BandwidthPerMigration: &zero, CompletionTimeoutPerGiB: ptr.To[int64](150), ProgressTimeout: ptr.To[int64](150),
 		UnsafeMigrationOverride: ptr.To(false), AllowAutoConverge: ptr.To(false), AllowPostCopy: ptr.To(false),
-		AllowWorkloadDisruption: ptr.To(false), DisableTLS: ptr.To(false),
+		AllowWorkloadDisruption: ptr.To(false), DisableTLS: ptr.To(false), MatchSELinuxLevelOnMigration: ptr.To(true),
 	}
 	if d := cmp.Diff(want, c); d != "" {
 		t.Fatalf("defaults (-want +got):\n%s", d)

@@ -16,6 +16,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
+	"github.com/vmlet/vmlet/selinuxlabel"
 )
 
 // LabelVMIUID is the launcher pod label naming its VMI's UID.
@@ -75,7 +76,7 @@ func (r *Runtime) pod(ctx context.Context, id string) (*corev1.Pod, error) {
 // Ensure starts nothing (the kubelet runs the pod); once the launcher serves it installs the
 // device filter spec.Rules on the launcher's cgroup, then reports the state.
 func (r *Runtime) Ensure(ctx context.Context, s process.Spec) (process.State, error) {
-	if err := r.makeRunDir(s.ID); err != nil {
+	if err := r.makeRunDir(s.ID, s.DirLabel); err != nil {
 		return process.State{}, err
 	}
 	st, err := r.state(ctx, s.ID)
@@ -93,7 +94,12 @@ func (r *Runtime) Ensure(ctx context.Context, s process.Spec) (process.State, er
 
 // makeRunDir makes the launcher's run folder, owned by its user, 0700 (idempotent), and lets
 // that user through LauncherRoot. Equivalent to: install -d -o U -g G -m 0700 <root>/<id>
-func (r *Runtime) makeRunDir(id string) error {
+//
+// A new folder gets label's type at s0 (no categories): the pod's level is the container
+// runtime's choice, unknown until the launcher runs, and a launcher at any level may make its
+// sockets in an s0 folder. The agent relabels it at the launcher's level once it reads that
+// level from the process (before the domain starts).
+func (r *Runtime) makeRunDir(id, label string) error {
 	if err := os.MkdirAll(r.LauncherRoot, 0o711); err != nil {
 		return fmt.Errorf("make run dir: %w", err)
 	}
@@ -101,8 +107,15 @@ func (r *Runtime) makeRunDir(id string) error {
 		return fmt.Errorf("make run dir: %w", err)
 	}
 	dir := r.Dir(id)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	err := os.Mkdir(dir, 0o700)
+	if err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("make run dir: %w", err)
+	}
+	if c, perr := selinuxlabel.ParseContext(label); err == nil && label != "" && perr == nil {
+		c.Level = selinuxlabel.SharedLevel
+		if err := selinuxlabel.SetFileLabel(dir, c.String()); err != nil {
+			return fmt.Errorf("make run dir: %w", err)
+		}
 	}
 	if err := os.Chown(dir, int(r.User.UID), int(r.User.GID)); err != nil {
 		return fmt.Errorf("make run dir: %w", err)

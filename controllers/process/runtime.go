@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/internal/revert"
+	"github.com/vmlet/vmlet/selinuxlabel"
 )
 
 // Names of the files in a launcher's run folder.
@@ -50,6 +51,14 @@ type Spec struct {
 	// mode; its cgroup gets the kubelet's weight for it (cpuweight.PlanVM) when the runtime has
 	// CPU weights. 0 is no request: the kubelet's minimum.
 	CPUMilli int64
+	// ProcessLabel, if set, is the SELinux context the launcher is executed with (set only
+	// where SELinux is enabled: selinuxlabel.WithExecLabel refuses otherwise). The pod runtime
+	// ignores it: a launcher pod's context is its seLinuxOptions'.
+	ProcessLabel string
+	// DirLabel, if set, is the SELinux file context of the run folder, written before the
+	// launcher starts so that a confined launcher may make its sockets there (the pod runtime
+	// writes its type at s0: a pod's level is not known before it runs).
+	DirLabel string
 }
 
 // Exit tells how a launcher ended.
@@ -143,6 +152,11 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 			return State{}, err
 		}
 	}
+	if s.DirLabel != "" {
+		if err := selinuxlabel.SetFileLabel(dir, s.DirLabel); err != nil {
+			return State{}, fmt.Errorf("label run dir: %w", err)
+		}
+	}
 	jail, err := devices.NewJail(r.CgroupParent, "vmlet-"+s.ID, s.Rules)
 	if err != nil {
 		return State{}, fmt.Errorf("make launcher cgroup: %w", err)
@@ -166,9 +180,19 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 	// Its own session: the launcher (and its VM) must survive an agent restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	start := func() error { return jail.Start(cmd) }
+	if s.ProcessLabel != "" {
+		label, err := selinuxlabel.ParseContext(s.ProcessLabel)
+		if err != nil {
+			return State{}, fmt.Errorf("start launcher: %w", err)
+		}
+		// The exec label is the forking thread's: set on the thread that starts the child.
+		plain := start
+		start = func() error { return selinuxlabel.WithExecLabel(label, plain) }
+	}
 	if !r.User.Root() {
 		cmd.SysProcAttr.Credential = r.User.credential()
-		start = func() error { return startWithoutPrivileges(func() error { return jail.Start(cmd) }) }
+		labelled := start
+		start = func() error { return startWithoutPrivileges(labelled) }
 	}
 	if err := start(); err != nil {
 		return State{}, fmt.Errorf("start launcher: %w", err)

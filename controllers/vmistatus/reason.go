@@ -13,6 +13,8 @@ const (
 	// ReasonStopped: a VMI deleted with terminationGracePeriodSeconds 0 was stopped at once, as
 	// asked (a Normal event, no warning).
 	ReasonStopped Reason = "Stopped"
+	// ReasonSELinuxLabelFailed: the agent could not label the vmi's files for its launcher.
+	ReasonSELinuxLabelFailed Reason = "SELinuxLabelFailed"
 	// ReasonQEMUDied: QEMU ended while the launcher ran it (crashed or killed).
 	ReasonQEMUDied Reason = "QEMUDied"
 	// ReasonDomainCrashed: QEMU runs but the guest cannot go on (guest-panicked,

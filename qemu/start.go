@@ -65,6 +65,7 @@ var startSteps = []startStep{
 	{"prepare-files", (*starter).prepareFiles},
 	{"exec-qemu", (*starter).execQEMU},
 	{"connect-qmp", (*starter).connectQMP},
+	{"serve-vnc", (*starter).serveVNC},
 	{"attach-devices", (*starter).attachDevices},
 	{"refresh-boot-order", (*starter).refreshBootOrder},
 	{"balloon-stats", (*starter).balloonStats},
@@ -311,6 +312,10 @@ func cloneSpec(spec *Spec) *Spec {
 	if spec.Balloon != nil {
 		b := *spec.Balloon
 		c.Balloon = &b
+	}
+	if spec.Graphics != nil {
+		g := *spec.Graphics
+		c.Graphics = &g
 	}
 	return &c
 }

@@ -64,13 +64,14 @@ type agentPoller struct {
 	up        bool         // the last verdict was "answers"
 	abandoned map[int]bool // guest pids that outlived their GuestExec, see reap
 
-	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
-	stop chan struct{}
-	once sync.Once
+	kick     chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
+	infoKick chan struct{} // capacity 1: the agent connected, poll its info now (pollInfo)
+	stop     chan struct{}
+	once     sync.Once
 }
 
 func newAgentPoller(d *domain, socket string) *agentPoller {
-	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), infoKick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
@@ -125,6 +126,7 @@ func (a *agentPoller) run() {
 		case v == agentAnswers && !up:
 			log.Info("guest agent connected")
 			a.setUp(true)
+			a.kickInfo()
 			retry.reset()
 		case v == agentAnswers:
 			a.reap()

@@ -92,7 +92,7 @@ func benchMigration(b *testing.B, memMiB int) {
 
 // BenchmarkStartToGuestReadyDisplay: BenchmarkStartToGuestReady without and with the display
 // (Graphics: VGA + VNC, as translation adds by default), and QEMU's resident memory once the
-// guest is ready (rss-MiB). Run: go test -run '^$' -bench StartToGuestReadyDisplay -benchtime 5x ./qemu/
+// guest is ready (rss-MiB) and the CPU time QEMU used to get there (qemu-cpu-s). Run: go test -run '^$' -bench StartToGuestReadyDisplay -benchtime 5x ./qemu/
 func BenchmarkStartToGuestReadyDisplay(b *testing.B) {
 	for _, display := range []bool{false, true} {
 		name := "none"
@@ -100,7 +100,7 @@ func BenchmarkStartToGuestReadyDisplay(b *testing.B) {
 			name = "vga"
 		}
 		b.Run(name, func(b *testing.B) {
-			var rss float64
+			var rss, cpu float64
 			for b.Loop() {
 				b.StopTimer()
 				spec := guestSpec(b, guestOpts{})
@@ -112,10 +112,12 @@ func BenchmarkStartToGuestReadyDisplay(b *testing.B) {
 				vm.waitReady(b)
 				b.StopTimer()
 				rss += float64(vmRSSKiB(b, vm.Info().PID)) / 1024
+				cpu += qemuCPUSeconds(b, vm.Info().PID)
 				vm.stop(b)
 				b.StartTimer()
 			}
 			b.ReportMetric(rss/float64(b.N), "rss-MiB")
+			b.ReportMetric(cpu/float64(b.N), "qemu-cpu-s") // less sensitive to a busy host than ns/op
 		})
 	}
 }
@@ -137,4 +139,23 @@ func vmRSSKiB(t testing.TB, pid int) int {
 	}
 	t.Fatal("no VmRSS")
 	return 0
+}
+
+// qemuCPUSeconds is pid's user + system CPU time (/proc/PID/stat utime, stime; 100 ticks/s).
+func qemuCPUSeconds(t testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ") // after the command name, which may hold spaces
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		t.Fatalf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.Atoi(f[11])
+	stime, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("parse /proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return float64(utime+stime) / 100
 }

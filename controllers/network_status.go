@@ -93,7 +93,9 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	case dom.Guest != nil:
 		guest = dom.Guest.Interfaces // the launcher's own poll: no agent round trip in this pass
 	case needAgent || unknown:
-		guest = r.guestInterfaces(ctx, l) // a launcher that does not poll the agent
+		// A launcher that does not poll the agent (one that does reports a connected agent
+		// only with guest_info, unless that first round failed).
+		guest = r.guestInterfaces(ctx, l)
 	}
 	if guest != nil {
 		out, _ = interfaceStatuses(vmi.Status.Interfaces, sts, guest)

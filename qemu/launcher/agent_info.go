@@ -22,63 +22,60 @@ const (
 	agentInfoTimeout = 20 * time.Second
 )
 
-// pollInfo keeps Domain.guest_info: a round at once when the agent connects (the liveness
-// poller kicks it), then every agentInfoInterval while it answers; nothing while it does not.
-// A round whose answer differs from the last one stores it and emits an AgentEvent with
-// guest_info_changed, which is how the node agent learns of it (no polling on its side).
+// pollInfo keeps Domain.guest_info fresh: a round every agentInfoInterval while the agent
+// answers, nothing while it does not. The first round after the agent connects is the liveness
+// poller's (infoRound before it reports the agent connected), so that a launcher reporting a
+// connected agent has guest_info, and the node agent never asks the agent itself.
 func (a *agentPoller) pollInfo() {
-	var (
-		version     qga.Info
-		versionRead time.Time
-	)
-	t := time.NewTimer(agentInfoInterval)
+	t := time.NewTicker(agentInfoInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-a.stop:
 			return
-		case <-a.infoKick:
 		case <-t.C:
 		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
+		if a.isUp() {
+			a.infoRound()
 		}
-		if !a.isUp() {
-			versionRead = time.Time{} // a reconnected agent may be another version
-			continue                  // the next connect kicks
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), agentInfoTimeout)
-		out := &pb.GuestInfoResponse{}
-		err := a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
-			if versionRead.IsZero() || time.Since(versionRead) >= agentVersionInterval {
-				v, err := g.Info(ctx)
-				if err != nil {
-					return err
-				}
-				version, versionRead = v, time.Now()
-			}
-			out.AgentVersion = version.Version
-			return guestSysInfo(ctx, g, version, out)
-		})
-		cancel()
-		if err != nil {
-			a.log.Debug("guest info poll failed", "err", err) // the liveness poller judges the agent
-		} else {
-			a.d.setGuestInfo(out)
-		}
-		t.Reset(agentInfoInterval)
 	}
 }
 
-// kickInfo asks pollInfo for a round now.
-func (a *agentPoller) kickInfo() {
-	select {
-	case a.infoKick <- struct{}{}:
-	default:
+// infoRound asks the agent for its OS, host name and interfaces (guest-info first when the
+// last one is agentVersionInterval old, or was asked of another connection). An answer that
+// differs from the last one is stored and emits an AgentEvent with guest_info_changed, which
+// is how the node agent learns of it. A failed round changes nothing (the liveness poller
+// judges the agent).
+func (a *agentPoller) infoRound() {
+	a.infoMu.Lock()
+	defer a.infoMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), agentInfoTimeout)
+	defer cancel()
+	out := &pb.GuestInfoResponse{}
+	err := a.use(ctx, func(ctx context.Context, g *qga.Agent) error {
+		if a.versionRead.IsZero() || time.Since(a.versionRead) >= agentVersionInterval {
+			v, err := g.Info(ctx)
+			if err != nil {
+				return err
+			}
+			a.version, a.versionRead = v, time.Now()
+		}
+		out.AgentVersion = a.version.Version
+		return guestSysInfo(ctx, g, a.version, out)
+	})
+	if err != nil {
+		a.log.Debug("guest info poll failed", "err", err)
+		return
 	}
+	a.d.setGuestInfo(out)
+}
+
+// forgetVersion makes the next round ask guest-info again (the agent went away: the next one
+// may be another version).
+func (a *agentPoller) forgetVersion() {
+	a.infoMu.Lock()
+	defer a.infoMu.Unlock()
+	a.versionRead = time.Time{}
 }
 
 // setGuestInfo stores the guest agent's latest answer and emits an agent event when it

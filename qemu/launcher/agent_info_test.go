@@ -12,10 +12,10 @@ import (
 	"github.com/vmlet/vmlet/qemu/qga/qgatest"
 )
 
-// TestPollInfo (fake clock, scripted agent): a round as soon as the agent connects, then one
-// every agentInfoInterval; only a changed answer is stored and emits an agent event (so an
-// unchanged guest costs the node agent nothing); guest-info is asked at connect only (its
-// interval is 300 s); nothing is polled while the agent is down.
+// TestPollInfo (fake clock, scripted agent): the round the liveness poller runs when the agent
+// connects, then one every agentInfoInterval; only a changed answer is stored and emits an
+// agent event (so an unchanged guest costs the node agent nothing); guest-info is asked at
+// connect only (its interval is 300 s); nothing is polled while the agent is down.
 func TestPollInfo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeGuest(t)
@@ -30,7 +30,7 @@ func TestPollInfo(t *testing.T) {
 		l := &Launcher{log: slog.New(slog.DiscardHandler), events: newEventLog()}
 		d := &domain{l: l, agentUp: true}
 		a := f.poller(t, nil)
-		a.d, a.infoKick = d, make(chan struct{}, 1)
+		a.d = d
 		f.Handle("guest-info", func(json.RawMessage) (any, *qgatest.Error) {
 			mu.Lock()
 			versions++
@@ -61,8 +61,7 @@ func TestPollInfo(t *testing.T) {
 			return d.guestInfo
 		}
 
-		a.kickInfo() // what the liveness poller does when the agent connects
-		synctest.Wait()
+		a.infoRound() // what the liveness poller does when the agent connects
 		if g := stored(); changes() != 1 || g.GetOs().GetId() != "debian" || g.GetHostname() != "vmlet-guest" || len(g.GetInterfaces()) != 1 {
 			t.Fatalf("after connect: %d change events, stored %v", changes(), g)
 		}

@@ -23,6 +23,9 @@ func guestAgent(t *testing.T, p *proc, rec *recorder) {
 	if err != nil || !d.GetAgentConnected() {
 		t.Fatalf("GetDomain agent_connected=%v (%v), want true", d.GetAgentConnected(), err)
 	}
+	if d.GetGuestInfo() == nil {
+		t.Errorf("GetDomain says the agent is connected but has no guest_info (the first round runs before)")
+	}
 	if err := p.client.GuestPing(ctx); err != nil {
 		t.Fatal(err)
 	}

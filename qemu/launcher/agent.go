@@ -64,7 +64,8 @@ type agentPoller struct {
 	up        bool         // the last verdict was "answers"
 	abandoned map[int]bool // guest pids that outlived their GuestExec, see reap
 
-	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
+	kick     chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
+	infoKick chan struct{} // capacity 1: a NIC came or went, poll the guest's info now
 
 	infoMu      sync.Mutex // one guest info round at a time (agent_info.go)
 	version     qga.Info   // the last guest-info answer, and when it was asked
@@ -74,7 +75,7 @@ type agentPoller struct {
 }
 
 func newAgentPoller(d *domain, socket string) *agentPoller {
-	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), infoKick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }

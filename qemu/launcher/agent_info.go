@@ -23,7 +23,7 @@ const (
 )
 
 // pollInfo keeps Domain.guest_info fresh: a round every agentInfoInterval while the agent
-// answers, nothing while it does not. The first round after the agent connects is the liveness
+// answers, and at once after a NIC hotplug or unplug; nothing while the agent does not answer. The first round after the agent connects is the liveness
 // poller's (infoRound before it reports the agent connected), so that a launcher reporting a
 // connected agent has guest_info, and the node agent never asks the agent itself.
 func (a *agentPoller) pollInfo() {
@@ -34,10 +34,19 @@ func (a *agentPoller) pollInfo() {
 		case <-a.stop:
 			return
 		case <-t.C:
+		case <-a.infoKick:
 		}
 		if a.isUp() {
 			a.infoRound()
 		}
+	}
+}
+
+// kickInfo asks pollInfo for a round now (a NIC was plugged or unplugged).
+func (a *agentPoller) kickInfo() {
+	select {
+	case a.infoKick <- struct{}{}:
+	default:
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // TestPollInfo (fake clock, scripted agent): the round the liveness poller runs when the agent
 // connects, then one every agentInfoInterval; only a changed answer is stored and emits an
 // agent event (so an unchanged guest costs the node agent nothing); guest-info is asked at
-// connect only (its interval is 300 s); nothing is polled while the agent is down.
+// connect only (its interval is 300 s); a kick (NIC hotplug) polls at once; nothing is
+// polled while the agent is down.
 func TestPollInfo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeGuest(t)
@@ -30,7 +31,7 @@ func TestPollInfo(t *testing.T) {
 		l := &Launcher{log: slog.New(slog.DiscardHandler), events: newEventLog()}
 		d := &domain{l: l, agentUp: true}
 		a := f.poller(t, nil)
-		a.d = d
+		a.d, a.infoKick = d, make(chan struct{}, 1)
 		f.Handle("guest-info", func(json.RawMessage) (any, *qgatest.Error) {
 			mu.Lock()
 			versions++
@@ -79,6 +80,19 @@ func TestPollInfo(t *testing.T) {
 			t.Errorf("after a new interface: %d change events, stored %v", changes(), g)
 		}
 		mu.Lock()
+		ifs = ifs[:1]
+		mu.Unlock()
+		a.kickInfo() // a NIC unplugged: a round at once, not at the next tick
+		synctest.Wait()
+		if g := stored(); changes() != 3 || len(g.GetInterfaces()) != 1 {
+			t.Errorf("after a kick: %d change events, stored %v", changes(), g)
+		}
+		mu.Lock()
+		ifs = append(ifs, map[string]any{"name": "eth0", "hardware-address": "52:54:00:00:00:01"})
+		mu.Unlock()
+		a.kickInfo()
+		synctest.Wait()
+		mu.Lock()
 		if versions != 1 {
 			t.Errorf("guest-info asked %d times in 20 s, want once (300 s interval)", versions)
 		}
@@ -92,7 +106,7 @@ func TestPollInfo(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(3 * agentInfoInterval)
 		synctest.Wait()
-		if g := stored(); changes() != 2 || len(g.GetInterfaces()) != 2 {
+		if g := stored(); changes() != 4 || len(g.GetInterfaces()) != 2 {
 			t.Errorf("polled while the agent was down: %d change events, stored %v", changes(), g)
 		}
 	})

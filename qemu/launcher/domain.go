@@ -185,8 +185,11 @@ func (d *domain) migrationRole() string {
 
 func (d *domain) deviceEvent(kind pb.DeviceEvent_Kind, action pb.DeviceEvent_Action, id string) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.l.events.device(kind, action, id)
+	d.mu.Unlock()
+	if kind == pb.DeviceEvent_KIND_NIC && d.agent != nil {
+		d.agent.kickInfo() // the guest's interfaces changed: do not wait for the next round
+	}
 }
 
 // snapshot is GetDomain's answer. State and LastEventSeq are read together: watching events

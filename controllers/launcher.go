@@ -25,6 +25,21 @@ type DomainState struct {
 	ServesDHCP bool
 	DHCPServed []string
 	Leases     []network.Lease
+	// Guest is the launcher's latest poll of the guest agent (OS, interfaces): nil before its
+	// first answer and from a launcher that does not poll. It may be older than the agent's
+	// disconnection (AgentConnected says whether it is current).
+	Guest *GuestInfo
+}
+
+// GuestInfo is what the launcher's guest agent poller reported last.
+type GuestInfo struct {
+	OS         GuestOS
+	Interfaces []GuestInterface
+}
+
+// GuestOS is guest-get-osinfo's answer (the guest's os-release and uname).
+type GuestOS struct {
+	ID, Name, PrettyName, Version, VersionID, KernelRelease, KernelVersion, Machine string
 }
 
 // DomainPhase is the launcher's coarse VM state.

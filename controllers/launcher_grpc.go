@@ -174,7 +174,21 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		ServesDHCP:     d.GetServesDhcp(),
 		DHCPServed:     d.GetDhcpInterfaces(),
 		Leases:         leases(d.GetLeases()),
+		Guest:          guestInfo(d.GetGuestInfo()),
 	}, nil
+}
+
+// guestInfo converts the launcher's polled guest info (nil: none yet, or an older launcher).
+func guestInfo(g *pb.GuestInfoResponse) *GuestInfo {
+	if g == nil {
+		return nil
+	}
+	o := g.GetOs()
+	return &GuestInfo{
+		OS: GuestOS{ID: o.GetId(), Name: o.GetName(), PrettyName: o.GetPrettyName(), Version: o.GetVersion(),
+			VersionID: o.GetVersionId(), KernelRelease: o.GetKernelRelease(), KernelVersion: o.GetKernelVersion(), Machine: o.GetMachine()},
+		Interfaces: guestInterfaces(g.GetInterfaces()),
+	}
 }
 
 // leases converts the launcher's leases; malformed ones are skipped.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/qemu"
@@ -108,6 +110,7 @@ var ErrNoDomain = fmt.Errorf("no domain")
 func layoutOf(s *pb.DomainSpec) *vmletv1.MigrationDomainLayout {
 	l := &vmletv1.MigrationDomainLayout{
 		Machine: s.GetMachine(), CPUModel: s.GetCpu().GetModel(), HotplugPorts: s.GetHotplugPorts(), SCSI: s.GetScsi(),
+		Display: ptr.To(s.GetGraphics()), // false from a launcher that predates graphics: it has none
 	}
 	for _, d := range s.GetDisks() {
 		l.Devices = append(l.Devices, vmletv1.MigrationDevicePort{Kind: "disk", ID: d.GetId(), Port: d.GetPort()})

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -46,6 +47,12 @@ spec:
         kernelArgs: console=ttyS0 quiet panic=-1
         container: {image: ` + guestImage + `, kernelPath: /vmlinuz, initrdPath: /initramfs.gz}
     devices: {}`},
+	// No display: autoattachGraphicsDevice false (the others get KubeVirt's default one).
+	{name: "min-nographics", manifest: `
+spec:
+  domain:
+    memory: {guest: 128Mi}
+    devices: {autoattachGraphicsDevice: false}`},
 	// A volume with no disk gets a default virtio disk, as in KubeVirt.
 	{name: "min-containerdisk", guest: true, manifest: `
 spec:
@@ -123,6 +130,15 @@ func TestMinimalVMIs(t *testing.T) {
 			v := running[tt.name]
 			if tt.guest {
 				waitSerial(t, consoleLog(v), testguest.MarkerReady)
+				// The guest agent's data in status: the os-release, the NIC's name in the guest.
+				waitGuestOSInfo(t, v)
+				waitAgentConfirms(t, v)
+			}
+			// A display by default (VGA at 00:01.0, Screenshot answers); none when asked.
+			wantDisplay := !strings.Contains(tt.manifest, "autoattachGraphicsDevice: false")
+			addr, found, vnc := displayDevice(t, a, v)
+			if found != wantDisplay || vnc != wantDisplay || (found && addr != (qemu.PCIAddr{Bus: 0, Slot: 1})) {
+				t.Errorf("display device found=%v at %+v, screenshot=%v; want display=%v at 00:01.0", found, addr, vnc, wantDisplay)
 			}
 			// What the user wrote is what is stored: no agent write added to the spec.
 			got := &unstructured.Unstructured{}

@@ -13,12 +13,14 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/network"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
 // Values of status.interfaces[].infoSource, as in KubeVirt.
 const (
 	infoSourceDomain         = "domain"
 	infoSourceDomainAndAgent = "domain, guest-agent"
+	infoSourceAgent          = "guest-agent"
 )
 
 // guestInfoTimeout bounds one read of the guest agent's view of the interfaces.
@@ -47,8 +49,14 @@ func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, e
 	if err != nil {
 		return nil, fmt.Errorf("get guest info: %w", err)
 	}
+	return guestInterfaces(info.GetInterfaces()), nil
+}
+
+// guestInterfaces converts the agent's interfaces (addresses as "addr/prefix" or "addr";
+// malformed ones skipped).
+func guestInterfaces(ifs []*pb.GuestInterface) []GuestInterface {
 	var out []GuestInterface
-	for _, i := range info.GetInterfaces() {
+	for _, i := range ifs {
 		gi := GuestInterface{Name: i.GetName(), MAC: strings.ToLower(i.GetMac())}
 		for _, a := range i.GetIpAddresses() {
 			if p, err := netip.ParsePrefix(a); err == nil {
@@ -59,7 +67,7 @@ func (g *grpcLauncher) GuestInterfaces(ctx context.Context) ([]GuestInterface, e
 		}
 		out = append(out, gi)
 	}
-	return out, nil
+	return out
 }
 
 // observeInterfaces writes status.interfaces from the VMI's attachment and the leases its
@@ -79,14 +87,23 @@ func (r *VMIReconciler) observeInterfaces(ctx context.Context, vmi *vmletv1.Virt
 	// A guest that arrived by migration may hold a lease the source gave it before the source
 	// reported it: under masquerade the guest agent tells that it holds an address.
 	unknown := migratedIn(vmi, r.NodeName) && slices.ContainsFunc(out, func(s vmletv1.VirtualMachineInstanceNetworkInterface) bool { return len(s.IPs) == 0 })
-	if (needAgent || unknown) && dom.AgentConnected {
-		if guest := r.guestInterfaces(ctx, l); guest != nil {
-			out, _ = interfaceStatuses(vmi.Status.Interfaces, sts, guest)
-			if unknown {
-				out = configuredOnPod(out, sts, guest)
-			}
+	var guest []GuestInterface
+	switch {
+	case !dom.AgentConnected:
+	case dom.Guest != nil:
+		guest = dom.Guest.Interfaces // the launcher's own poll: no agent round trip in this pass
+	case needAgent || unknown:
+		// A launcher that does not poll the agent (one that does reports a connected agent
+		// only with guest_info, unless that first round failed).
+		guest = r.guestInterfaces(ctx, l)
+	}
+	if guest != nil {
+		out, _ = interfaceStatuses(vmi.Status.Interfaces, sts, guest)
+		if unknown {
+			out = configuredOnPod(out, sts, guest)
 		}
 	}
+	out = withGuestOnly(out, vmi.Status.Interfaces, guest)
 	for _, msg := range addressChanges(vmi.Status.Interfaces, out) {
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonAddressChanged), "ObserveNetwork", "%s", msg)
 	}
@@ -137,6 +154,42 @@ func interfaceStatuses(prev []vmletv1.VirtualMachineInstanceNetworkInterface, st
 		out = append(out, s)
 	}
 	return out, needAgent
+}
+
+// withGuestOnly appends to out the interfaces the guest agent reports that are none of the
+// domain's (no interface of out has their MAC; lo left out, as KubeVirt's agent poller does):
+// infoSource "guest-agent", the guest's name and addresses, IPv4 first (the first is IP). guest nil (no current view of the agent) keeps those of prev. Pure.
+func withGuestOnly(out, prev []vmletv1.VirtualMachineInstanceNetworkInterface, guest []GuestInterface) []vmletv1.VirtualMachineInstanceNetworkInterface {
+	if guest == nil {
+		for _, p := range prev {
+			if p.InfoSource == infoSourceAgent {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for _, gi := range guest {
+		if gi.Name == "lo" || slices.ContainsFunc(out, func(s vmletv1.VirtualMachineInstanceNetworkInterface) bool {
+			return gi.MAC != "" && strings.EqualFold(s.MAC, gi.MAC)
+		}) {
+			continue
+		}
+		ips := slices.Clone(gi.IPs)
+		slices.SortStableFunc(ips, func(a, b netip.Addr) int { return boolInt(b.Is4()) - boolInt(a.Is4()) })
+		s := vmletv1.VirtualMachineInstanceNetworkInterface{MAC: gi.MAC, InterfaceName: gi.Name, InfoSource: infoSourceAgent, IPs: addrStrings(ips)}
+		if len(s.IPs) > 0 {
+			s.IP = s.IPs[0]
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // onPod is where a guest that kept its leases (prev, the addresses reported before) is reachable

@@ -143,3 +143,38 @@ func TestConfiguredOnPod(t *testing.T) {
 		})
 	}
 }
+
+func TestWithGuestOnly(t *testing.T) {
+	const mac, other = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
+	domain := []vmletv1.VirtualMachineInstanceNetworkInterface{{Name: "default", MAC: mac, InfoSource: "domain"}}
+	v4, v6 := netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("fe80::b")
+	guest := []GuestInterface{
+		{Name: "lo", MAC: "00:00:00:00:00:00", IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
+		{Name: "eth0", MAC: "02:00:00:00:00:0A"}, // the domain's NIC (MAC case differs): not repeated
+		{Name: "dummy0", MAC: other, IPs: []netip.Addr{v6, v4}},
+	}
+	guestOnly := vmletv1.VirtualMachineInstanceNetworkInterface{MAC: other, InterfaceName: "dummy0", InfoSource: "guest-agent",
+		IP: v4.String(), IPs: []string{v4.String(), v6.String()}}
+	cases := []struct {
+		name  string
+		prev  []vmletv1.VirtualMachineInstanceNetworkInterface
+		guest []GuestInterface
+		want  []vmletv1.VirtualMachineInstanceNetworkInterface
+	}{
+		{name: "guest-only interface added, lo and the domain's NIC not", guest: guest,
+			want: append(slices.Clone(domain), guestOnly)},
+		{name: "no view of the agent keeps the previous guest-only ones", prev: append(slices.Clone(domain), guestOnly),
+			want: append(slices.Clone(domain), guestOnly)},
+		{name: "gone from the agent's answer: dropped", prev: append(slices.Clone(domain), guestOnly), guest: guest[:2],
+			want: domain},
+		{name: "nothing known", want: domain},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := withGuestOnly(slices.Clone(domain), c.prev, c.guest)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("got  %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}

@@ -47,6 +47,13 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		QEMUVersion:        d.QEMUVersion,
 	}
 	setMigratable(vmi)
+	if g := d.Guest; g != nil {
+		// Kept when the agent goes (the OS did not change), replaced by its next answer.
+		vmi.Status.GuestOSInfo = vmletv1.VirtualMachineInstanceGuestOSInfo{
+			Name: g.OS.Name, KernelRelease: g.OS.KernelRelease, Version: g.OS.Version, PrettyName: g.OS.PrettyName,
+			VersionID: g.OS.VersionID, KernelVersion: g.OS.KernelVersion, Machine: g.OS.Machine, ID: g.OS.ID,
+		}
+	}
 	if d.AgentConnected {
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceAgentConnected, true, vmistatus.ReasonAgentConnected, "qemu-guest-agent answers")
 	} else {

@@ -181,6 +181,11 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 		b.opt("-device", "", "virtio-balloon-pci", "id", devBalloon, "bus", "pcie.0", "addr", addrBalloon,
 			"free-page-reporting", onOff(bl.FreePageReporting))
 	}
+	if spec.Graphics != nil {
+		// No listener: the clients of Graphics.Socket come in over QMP (add_client).
+		b.add("-vnc", "none")
+		b.opt("-device", "", "VGA", "id", devVideo, "bus", "pcie.0", "addr", addrVideo)
+	}
 	if spec.needsSCSI() {
 		b.opt("-device", "", "virtio-scsi-pci", "id", devSCSI, "bus", "pcie.0", "addr", addrSCSI)
 	}

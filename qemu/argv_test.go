@@ -43,6 +43,7 @@ func fullSpec() Spec {
 	s.Agent = &Agent{Socket: "/run/vmlet/vm1/qga.sock"}
 	s.RNG = true
 	s.Balloon = &Balloon{StatsPeriodSeconds: 10, FreePageReporting: true}
+	s.Graphics = &Graphics{Socket: "/run/vmlet/vm1/vnc.sock"}
 	s.HotplugPorts = 9
 	return s
 }

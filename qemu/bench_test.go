@@ -1,6 +1,11 @@
 package qemu
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +88,74 @@ func benchMigration(b *testing.B, memMiB int) {
 	b.ReportMetric(ms(down), "downtime-ms")
 	b.ReportMetric(ms(switchover), "stop-to-resume-ms")
 	b.ReportMetric(0, "ns/op") // wall time per op includes boots: not meaningful
+}
+
+// BenchmarkStartToGuestReadyDisplay: BenchmarkStartToGuestReady without and with the display
+// (Graphics: VGA + VNC, as translation adds by default), and QEMU's resident memory once the
+// guest is ready (rss-MiB) and the CPU time QEMU used to get there (qemu-cpu-s). Run: go test -run '^$' -bench StartToGuestReadyDisplay -benchtime 5x ./qemu/
+func BenchmarkStartToGuestReadyDisplay(b *testing.B) {
+	for _, display := range []bool{false, true} {
+		name := "none"
+		if display {
+			name = "vga"
+		}
+		b.Run(name, func(b *testing.B) {
+			var rss, cpu float64
+			for b.Loop() {
+				b.StopTimer()
+				spec := guestSpec(b, guestOpts{})
+				if display {
+					spec.Graphics = &Graphics{Socket: filepath.Join(filepath.Dir(spec.Serial.Socket), "vnc.sock")}
+				}
+				b.StartTimer()
+				vm := startGuest(b, spec)
+				vm.waitReady(b)
+				b.StopTimer()
+				rss += float64(vmRSSKiB(b, vm.Info().PID)) / 1024
+				cpu += qemuCPUSeconds(b, vm.Info().PID)
+				vm.stop(b)
+				b.StartTimer()
+			}
+			b.ReportMetric(rss/float64(b.N), "rss-MiB")
+			b.ReportMetric(cpu/float64(b.N), "qemu-cpu-s") // less sensitive to a busy host than ns/op
+		})
+	}
+}
+
+// vmRSSKiB is the VmRSS of pid (/proc/PID/status).
+func vmRSSKiB(t testing.TB, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// qemuCPUSeconds is pid's user + system CPU time (/proc/PID/stat utime, stime; 100 ticks/s).
+func qemuCPUSeconds(t testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ") // after the command name, which may hold spaces
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		t.Fatalf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.Atoi(f[11])
+	stime, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("parse /proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return float64(utime+stime) / 100
 }

@@ -15,6 +15,8 @@ const (
 	devRNG        = "rng_dev"
 	devSCSI       = "scsi_0"
 	devBalloon    = "balloon_0"
+	devVideo      = "video_0"
+	vncClientFD   = "vnc_client" // getfd name of a VNC client socket until add_client takes it
 	busSCSI       = devSCSI + ".0"
 	serialLogSet  = 1 // -add-fd set id of the serial log file
 
@@ -23,7 +25,8 @@ const (
 	addrRNG        = "0x6"
 	addrSCSI       = "0x7"
 	addrBalloon    = "0x8"
-	rootPortSlot0  = 0x10 // root ports fill functions 0-7 of slots 0x10-0x13
+	addrVideo      = "0x1" // where QEMU itself puts a q35 guest's default VGA
+	rootPortSlot0  = 0x10  // root ports fill functions 0-7 of slots 0x10-0x13
 )
 
 func rootPortID(port int) string      { return fmt.Sprintf("rp_%d", port) }

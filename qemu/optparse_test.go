@@ -62,6 +62,7 @@ var (
 		"virtio-scsi-pci":    {"", "id", "bus", "addr"},
 		"virtio-balloon-pci": {"", "id", "bus", "addr", "free-page-reporting"},
 		"pcie-root-port":     {"", "id", "bus", "chassis", "port", "addr", "multifunction"},
+		"VGA":                {"", "id", "bus", "addr"},
 	}
 	jsonKeys = map[string][]string{
 		"-blockdev": {"driver", "node-name", "filename", "aio", "cache", "read-only", "file"},
@@ -77,6 +78,7 @@ var (
 		"-append":   regexp.MustCompile(`^[\x20-\x7e]*$`),
 		"-incoming": regexp.MustCompile(`^defer$`),
 		"-boot":     regexp.MustCompile(`^strict=on$`),
+		"-vnc":      regexp.MustCompile(`^none$`), // no listener: clients come over QMP
 	}
 )
 

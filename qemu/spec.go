@@ -44,6 +44,8 @@ type Spec struct {
 	// MemoryHotplug adds a virtio-mem device so that memory can grow past MemoryMiB (the boot
 	// memory) at run time (SetMemory); nil means none.
 	MemoryHotplug *MemoryHotplug
+	// Graphics adds a display (VGA) and a VNC server on a unix socket; nil means none.
+	Graphics *Graphics
 	// SCSI adds the virtio-scsi controller even when no disk uses the SCSI bus, so that SCSI
 	// disks can be hotplugged later. It is implied by any SCSI disk in Disks.
 	SCSI bool
@@ -213,6 +215,15 @@ type Balloon struct {
 	// FreePageReporting lets the guest report freed pages so the host can reclaim them
 	// (free-page-reporting=on).
 	FreePageReporting bool
+}
+
+// Graphics is the guest's display: a VGA device (QEMU's "std" VGA, as libvirt gives a q35
+// guest for KubeVirt's default graphics device) at a fixed pcie.0 address, so it changes
+// neither the hotplug ports nor the migration layout (source and target must both have it or
+// both not), and a VNC server without a network listener (-vnc none). vmlet binds Socket and
+// hands every client it accepts to QEMU's VNC server (getfd + add_client).
+type Graphics struct {
+	Socket string // absolute path, shorter than 108 bytes; created by Start
 }
 
 // AgentPortName is the virtio-serial port name qemu-ga looks for.

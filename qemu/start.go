@@ -65,6 +65,7 @@ var startSteps = []startStep{
 	{"prepare-files", (*starter).prepareFiles},
 	{"exec-qemu", (*starter).execQEMU},
 	{"connect-qmp", (*starter).connectQMP},
+	{"serve-vnc", (*starter).serveVNC},
 	{"attach-devices", (*starter).attachDevices},
 	{"refresh-boot-order", (*starter).refreshBootOrder},
 	{"balloon-stats", (*starter).balloonStats},
@@ -320,6 +321,10 @@ func cloneSpec(spec *Spec) *Spec {
 	if spec.MemoryHotplug != nil {
 		m := *spec.MemoryHotplug
 		c.MemoryHotplug = &m
+	}
+	if spec.Graphics != nil {
+		g := *spec.Graphics
+		c.Graphics = &g
 	}
 	return &c
 }

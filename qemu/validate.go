@@ -155,6 +155,11 @@ func (s *Spec) validateSockets() error {
 			return err
 		}
 	}
+	if s.Graphics != nil {
+		if err := check("graphics.socket", s.Graphics.Socket); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

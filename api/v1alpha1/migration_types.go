@@ -226,6 +226,10 @@ type MigrationDomainLayout struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	Devices []MigrationDevicePort `json:"devices,omitempty"`
+	// Display says whether the source has a display (VGA + VNC): the target has one exactly
+	// then. Unset: a source agent from before displays existed, whose domains have none.
+	// +optional
+	Display *bool `json:"display,omitempty"`
 }
 
 // MigrationDevicePort is where one of the source's devices sits.

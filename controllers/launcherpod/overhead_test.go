@@ -94,8 +94,10 @@ func measure(t testing.TB, memMiB, vcpus int) qemuMemory {
 		SCSI:         true,
 		HotplugPorts: 4,
 		StartPaused:  true,
-		// The balloon translation adds by default (autoattachMemBalloon).
-		Balloon: &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
+		// The balloon and display translation adds by default (autoattachMemBalloon,
+		// autoattachGraphicsDevice).
+		Balloon:  &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
+		Graphics: &qemu.Graphics{Socket: filepath.Join(dir, "vnc.sock")},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
 	defer cancel()

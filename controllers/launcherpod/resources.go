@@ -29,7 +29,7 @@ import (
 // (DefaultTCGCacheMiB) its pod asks for 256 + 220.5 → 477 MiB.
 // KubeVirt budgets ≈ 240 MiB of fixed overhead (virt-launcher, its monitor, virtqemud,
 // virtlogd, QEMU) plus 8 MiB per vCPU, 8 MiB for an IO thread and 16 MiB of video RAM; vmlet has
-// no libvirt daemons and no graphics device (QEMU runs -nographic).
+// no libvirt daemons, and budgets the video RAM of the default display (DisplayOverhead).
 const (
 	LauncherOverhead   = 20 << 20
 	QEMUBaseOverhead   = 70 << 20
@@ -61,6 +61,20 @@ var CPUPerVCPU = resource.MustParse("100m")
 // vcpus vCPUs; tcgCacheMiB is the TCG translation cache (0 under KVM).
 func QEMUOverhead(guestBytes, vcpus int64, tcgCacheMiB int) int64 {
 	return QEMUBaseOverhead + max(vcpus, 1)*QEMUPerVCPU + guestBytes/pageTableFraction + int64(max(tcgCacheMiB, 0))<<20
+}
+
+// VideoOverhead is the display's video RAM: QEMU's VGA has 16 MiB (vgamem_mb), resident as far
+// as the guest draws into it (the test guest's text console added 2.4 MiB of QEMU RSS,
+// BenchmarkStartToGuestReadyDisplay in package qemu), budgeted whole as KubeVirt does.
+const VideoOverhead = 16 << 20
+
+// DisplayOverhead is VideoOverhead for a VMI with a display (autoattachGraphicsDevice unset or
+// true, as the translation decides), else 0.
+func DisplayOverhead(vmi *vmletv1.VirtualMachineInstance) int64 {
+	if a := vmi.Spec.Domain.Devices.AutoattachGraphicsDevice; a != nil && !*a {
+		return 0
+	}
+	return VideoOverhead
 }
 
 // MemoryOverhead is the launcher pod's memory beyond the guest's RAM (bytes): the launcher's
@@ -112,7 +126,7 @@ func VCPUs(vmi *vmletv1.VirtualMachineInstance) int64 {
 }
 
 // Resources are the launcher container's resources: memory requests = limits = guest memory
-// + MemoryOverhead (with overcommitGuestOverhead the request is the guest memory alone, as in
+// + MemoryOverhead + DisplayOverhead (with overcommitGuestOverhead the request is the guest memory alone, as in
 // KubeVirt); CPU requests from resources.requests.cpu, else CPUPerVCPU per vCPU; a CPU limit
 // only when the VMI sets one. tcgCacheMiB is the node's TCG translation cache, 0 when the VMI
 // runs on KVM nodes only.
@@ -123,7 +137,7 @@ func Resources(vmi *vmletv1.VirtualMachineInstance, tcgCacheMiB int) (corev1.Res
 	}
 	vcpus := VCPUs(vmi)
 	// Whole MiB, so that the pod reads "373Mi" rather than "381440Ki".
-	total := resource.NewQuantity(roundMiB(guest+MemoryOverhead(guest, vcpus, tcgCacheMiB)), resource.BinarySI)
+	total := resource.NewQuantity(roundMiB(guest+MemoryOverhead(guest, vcpus, tcgCacheMiB)+DisplayOverhead(vmi)), resource.BinarySI)
 	res := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: *total},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: *total},

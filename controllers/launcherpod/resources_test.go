@@ -18,7 +18,9 @@ func TestResources(t *testing.T) {
 	q := resource.MustParse
 	// The overhead of a 1-vCPU guest without TCG cache, from the constants (the formula itself
 	// is checked against QEMU in overhead_test.go).
-	base := int64(launcherpod.LauncherOverhead + launcherpod.QEMUBaseOverhead + launcherpod.QEMUPerVCPU)
+	// The default display's video RAM included.
+	base := int64(launcherpod.LauncherOverhead + launcherpod.QEMUBaseOverhead + launcherpod.QEMUPerVCPU + launcherpod.VideoOverhead)
+	no := false
 	cases := []struct {
 		name             string
 		spec             vmletv1.DomainSpec
@@ -52,6 +54,11 @@ func TestResources(t *testing.T) {
 			name:   "cpu request above the limit is lowered to it",
 			spec:   vmletv1.DomainSpec{Memory: &vmletv1.Memory{Guest: ptrQ(q("128Mi"))}, Resources: vmletv1.ResourceRequirements{Limits: vmletv1.ResourceList{"cpu": q("1")}, Requests: vmletv1.ResourceList{"cpu": q("3")}}},
 			memReq: 128*mi + base + 128*mi/512, memLimit: 128*mi + base + 128*mi/512, cpuReq: "1", cpuLimit: "1",
+		},
+		{
+			name:   "no display: no video RAM",
+			spec:   vmletv1.DomainSpec{Memory: &vmletv1.Memory{Guest: ptrQ(q("512Mi"))}, Devices: vmletv1.Devices{AutoattachGraphicsDevice: &no}},
+			memReq: 512*mi + base - launcherpod.VideoOverhead + 512*mi/512, memLimit: 512*mi + base - launcherpod.VideoOverhead + 512*mi/512, cpuReq: "100m",
 		},
 		{
 			name:   "no memory at all: the translation's default 128Mi",

@@ -60,6 +60,14 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 	s.Machine, s.CPU.Model = l.Machine, l.CPUModel
 	s.HotplugPorts = int(l.HotplugPorts)
 	s.SCSI = l.SCSI || s.SCSI
+	switch {
+	case l.Display == nil || !*l.Display:
+		// The source runs without a display (one started before displays existed, or with
+		// autoattachGraphicsDevice false): so does the target, or QEMU refuses the stream.
+		s.Graphics = nil
+	case s.Graphics == nil:
+		return nil, fmt.Errorf("migration target: the source has a display, which this node's translation lacks")
+	}
 	s.Incoming, s.StartPaused = true, false
 	return &s, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
@@ -37,6 +38,28 @@ func TestMigrationTarget(t *testing.T) {
 			NICs:         []qemu.NIC{{ID: "net-default", TapName: "tap0", Port: 1}},
 			HotplugPorts: 3, SCSI: true, Incoming: true,
 		},
+	}, {
+		name: "the source's display", spec: withDisplay(own), layout: displayLayout(layout, ptr.To(true)),
+		want: &qemu.Spec{
+			Name: "vm", Machine: "pc-q35-7.2", MemoryMiB: 256, CPU: qemu.CPU{Model: "max", Cores: 2},
+			Disks:        []qemu.Disk{{ID: "disk-root", Path: "/target/root.qcow2", Port: 2}, {ID: "disk-data", Path: "/target/data.img", Bus: qemu.BusSCSI, Port: 1}},
+			NICs:         []qemu.NIC{{ID: "net-default", TapName: "tap0", Port: 1}},
+			Graphics:     &qemu.Graphics{Socket: "/run/t/vnc.sock"},
+			HotplugPorts: 3, SCSI: true, Incoming: true,
+		},
+	}, {
+		// A source started by an agent from before displays (no Display in its layout) or by a
+		// launcher that predates them (false): the target has none either.
+		name: "a source without a display", spec: withDisplay(own), layout: displayLayout(layout, nil),
+		want: &qemu.Spec{
+			Name: "vm", Machine: "pc-q35-7.2", MemoryMiB: 256, CPU: qemu.CPU{Model: "max", Cores: 2},
+			Disks:        []qemu.Disk{{ID: "disk-root", Path: "/target/root.qcow2", Port: 2}, {ID: "disk-data", Path: "/target/data.img", Bus: qemu.BusSCSI, Port: 1}},
+			NICs:         []qemu.NIC{{ID: "net-default", TapName: "tap0", Port: 1}},
+			HotplugPorts: 3, SCSI: true, Incoming: true,
+		},
+	}, {
+		name: "a display only the source has", spec: own, layout: displayLayout(layout, ptr.To(true)),
+		wantErr: "the source has a display",
 	}, {
 		name: "a device only the source has", spec: &qemu.Spec{Name: "vm", Disks: own.Disks}, layout: layout,
 		wantErr: "the source has [nic/net-default]",
@@ -85,4 +108,16 @@ func TestCopiedDisks(t *testing.T) {
 	if d := cmp.Diff(want, CopiedDisks(vmi, disks, vols)); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
+}
+
+func withDisplay(s *qemu.Spec) *qemu.Spec {
+	c := *s
+	c.Graphics = &qemu.Graphics{Socket: "/run/t/vnc.sock"}
+	return &c
+}
+
+func displayLayout(l *vmletv1.MigrationDomainLayout, display *bool) *vmletv1.MigrationDomainLayout {
+	c := *l
+	c.Display = display
+	return &c
 }

@@ -111,6 +111,7 @@ func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced
 		s.RNG = true
 	}
 	s.Balloon = memBalloon(vmi)
+	s.Graphics = display(vmi, env.RunDir)
 	if d.Devices.AutoattachSerialConsole == nil || *d.Devices.AutoattachSerialConsole {
 		s.Serial = &qemu.Serial{
 			Socket:  filepath.Join(env.RunDir, "serial.sock"),

@@ -113,12 +113,13 @@ func defaultNetwork(host string) *network.Spec {
 func wantSpec() *qemu.Spec {
 	return &qemu.Spec{
 		Name: "default_demo", UUID: testUID, TCGCacheMiB: 32, MemoryMiB: 128,
-		Boot:    qemu.Boot{Kernel: "/vols/u1/boot/kernel", Initrd: "/vols/u1/boot/initrd", Cmdline: "console=ttyS0"},
-		NICs:    []qemu.NIC{defaultNIC()},
-		Serial:  &qemu.Serial{Socket: "/run/vmlet/x/serial.sock", LogFile: "/run/vmlet/x/serial.log"},
-		Agent:   &qemu.Agent{Socket: "/run/vmlet/x/qga.sock"},
-		Balloon: &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
-		SCSI:    true, HotplugPorts: 4,
+		Boot:     qemu.Boot{Kernel: "/vols/u1/boot/kernel", Initrd: "/vols/u1/boot/initrd", Cmdline: "console=ttyS0"},
+		NICs:     []qemu.NIC{defaultNIC()},
+		Serial:   &qemu.Serial{Socket: "/run/vmlet/x/serial.sock", LogFile: "/run/vmlet/x/serial.log"},
+		Agent:    &qemu.Agent{Socket: "/run/vmlet/x/qga.sock"},
+		Balloon:  &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
+		Graphics: &qemu.Graphics{Socket: "/run/vmlet/x/vnc.sock"},
+		SCSI:     true, HotplugPorts: 4,
 	}
 }
 
@@ -172,11 +173,12 @@ func TestTranslate(t *testing.T) {
 			env: NodeEnv{RunDir: "/run/vmlet/m", VolumeDir: "/vols/m"},
 			want: &Desired{
 				Spec: &qemu.Spec{Name: "ns_minimal", UUID: testUID, MemoryMiB: 128,
-					NICs:    []qemu.NIC{defaultNIC()},
-					Serial:  &qemu.Serial{Socket: "/run/vmlet/m/serial.sock", LogFile: "/run/vmlet/m/serial.log"},
-					Agent:   &qemu.Agent{Socket: "/run/vmlet/m/qga.sock"},
-					Balloon: &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
-					SCSI:    true, HotplugPorts: 4},
+					NICs:     []qemu.NIC{defaultNIC()},
+					Serial:   &qemu.Serial{Socket: "/run/vmlet/m/serial.sock", LogFile: "/run/vmlet/m/serial.log"},
+					Agent:    &qemu.Agent{Socket: "/run/vmlet/m/qga.sock"},
+					Balloon:  &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
+					Graphics: &qemu.Graphics{Socket: "/run/vmlet/m/vnc.sock"},
+					SCSI:     true, HotplugPorts: 4},
 				Storage: &storage.VMPlan{VMDir: "/vols/m", DiskVolumes: map[string]string{}},
 				Network: defaultNetwork("minimal"),
 			}},
@@ -292,6 +294,14 @@ func TestTranslateSpec(t *testing.T) {
 		{name: "memory balloon asked for explicitly", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			yes := true
 			v.Spec.Domain.Devices.AutoattachMemBalloon = &yes
+		}},
+		{name: "no graphics device", mutate: func(v *vmletv1.VirtualMachineInstance) {
+			f := false
+			v.Spec.Domain.Devices.AutoattachGraphicsDevice = &f
+		}, want: func(s *qemu.Spec) { s.Graphics = nil }},
+		{name: "graphics device asked for explicitly", mutate: func(v *vmletv1.VirtualMachineInstance) {
+			yes := true
+			v.Spec.Domain.Devices.AutoattachGraphicsDevice = &yes
 		}},
 		{name: "free page reporting disabled by KubeVirt's annotation", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Annotations = map[string]string{"kubevirt.io/free-page-reporting-disabled": "true"}

@@ -83,6 +83,6 @@ func BudgetedOverhead(kvm bool, tcgCacheMiB int) func(*vmletv1.VirtualMachineIns
 		if err != nil {
 			return 0, false
 		}
-		return launcherpod.MemoryOverhead(guest, launcherpod.VCPUs(vmi), tcg), true
+		return launcherpod.MemoryOverhead(guest, launcherpod.VCPUs(vmi), tcg) + launcherpod.DisplayOverhead(vmi), true
 	}
 }

@@ -64,13 +64,18 @@ type agentPoller struct {
 	up        bool         // the last verdict was "answers"
 	abandoned map[int]bool // guest pids that outlived their GuestExec, see reap
 
-	kick chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
-	stop chan struct{}
-	once sync.Once
+	kick     chan struct{} // capacity 1: an RPC saw the agent fail, re-check now
+	infoKick chan struct{} // capacity 1: a NIC came or went, poll the guest's info now
+
+	infoMu      sync.Mutex // one guest info round at a time (agent_info.go)
+	version     qga.Info   // the last guest-info answer, and when it was asked
+	versionRead time.Time
+	stop        chan struct{}
+	once        sync.Once
 }
 
 func newAgentPoller(d *domain, socket string) *agentPoller {
-	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &agentPoller{d: d, log: d.l.log, socket: socket, kick: make(chan struct{}, 1), infoKick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func (a *agentPoller) close() { a.once.Do(func() { close(a.stop) }) }
@@ -124,6 +129,8 @@ func (a *agentPoller) run() {
 		switch v := pingVerdict(err); {
 		case v == agentAnswers && !up:
 			log.Info("guest agent connected")
+			a.markUp(true) // for use: the first info round runs before the agent is reported
+			a.infoRound()
 			a.setUp(true)
 			retry.reset()
 		case v == agentAnswers:
@@ -131,6 +138,7 @@ func (a *agentPoller) run() {
 		case v == agentSilent && up:
 			log.Info("guest agent lost", "err", err)
 			a.forgetAbandoned()
+			a.forgetVersion()
 			a.setUp(false)
 			retry.reset()
 			wait = retry.next()
@@ -162,10 +170,15 @@ func (a *agentPoller) isUp() bool {
 }
 
 func (a *agentPoller) setUp(up bool) {
+	a.markUp(up)
+	a.d.setAgent(up)
+}
+
+// markUp records the verdict for use without reporting it.
+func (a *agentPoller) markUp(up bool) {
 	a.mu.Lock()
 	a.up = up
 	a.mu.Unlock()
-	a.d.setAgent(up)
 }
 
 // ping dials when needed and pings once (guest-ping); a closed socket is dropped for a redial

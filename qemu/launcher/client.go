@@ -221,6 +221,13 @@ func (c *Client) GuestInfo(ctx context.Context) (*pb.GuestInfoResponse, error) {
 	return r, wrap("guest info", err)
 }
 
+// Screenshot returns the display as a PNG with its size (QMP screendump). ErrNoDisplay
+// (FailedPrecondition) when the domain has no graphics.
+func (c *Client) Screenshot(ctx context.Context) (*pb.ScreenshotResponse, error) {
+	r, err := c.api.Screenshot(ctx, &pb.ScreenshotRequest{})
+	return r, wrap("screenshot", err)
+}
+
 // GuestExec runs path with args in the guest and waits for it (timeout 0: 30 s). A process
 // still running at the timeout is ErrExecTimeout (RemoteError.Metadata["pid"]: its guest pid)
 // and keeps running: qemu-ga cannot kill it. ErrAgentBusy: not started, the agent's channel

@@ -9,8 +9,8 @@ import (
 
 // Spec conversion between the wire (pb.DomainSpec) and the driver (qemu.Spec). Both
 // directions are pure. What only one side has:
-//   - the wire names the serial console and guest agent with a bool: the launcher's own
-//     socket and log paths (Paths) fill in qemu.Serial and qemu.Agent;
+//   - the wire names the serial console, guest agent and display with a bool: the launcher's
+//     own socket and log paths (Paths) fill in qemu.Serial, qemu.Agent and qemu.Graphics;
 //   - a wire NIC names its tap with the network namespace it lives in (NIC.netns): qemu.NIC
 //     has no such field, so the namespaces travel beside the spec in a NetNS map;
 //   - qemu.NIC.TapFDs (open files) never travel; the launcher opens them (see openTap).
@@ -64,6 +64,9 @@ func SpecFromProto(p *pb.DomainSpec, paths Paths) (*qemu.Spec, NetNS, error) {
 	if p.GetAgent() {
 		s.Agent = &qemu.Agent{Socket: paths.AgentSocket()}
 	}
+	if p.GetGraphics() {
+		s.Graphics = &qemu.Graphics{Socket: paths.VNCSocket()}
+	}
 	if b := p.GetBalloon(); b != nil {
 		s.Balloon = &qemu.Balloon{StatsPeriodSeconds: int(b.GetStatsPeriodSeconds()), FreePageReporting: b.GetFreePageReporting()}
 	}
@@ -83,6 +86,7 @@ func SpecToProto(s *qemu.Spec, ns NetNS) *pb.DomainSpec {
 		MemoryMib:    int32(s.MemoryMiB),
 		Serial:       s.Serial != nil,
 		Agent:        s.Agent != nil,
+		Graphics:     s.Graphics != nil,
 		Rng:          s.RNG,
 		Scsi:         s.SCSI,
 		HotplugPorts: int32(s.HotplugPorts),

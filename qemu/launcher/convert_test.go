@@ -30,6 +30,7 @@ func TestSpecConversion(t *testing.T) {
 		Agent:        &qemu.Agent{Socket: testPaths.AgentSocket()},
 		RNG:          true,
 		Balloon:      &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
+		Graphics:     &qemu.Graphics{Socket: testPaths.VNCSocket()},
 		SCSI:         true,
 		HotplugPorts: 4,
 		Migratable:   true,
@@ -67,7 +68,7 @@ func TestSpecConversion(t *testing.T) {
 }
 
 func TestSpecFromProtoFields(t *testing.T) {
-	w := &pb.DomainSpec{Name: "x", Serial: true, Agent: true,
+	w := &pb.DomainSpec{Name: "x", Serial: true, Agent: true, Graphics: true,
 		Nics: []*pb.NIC{{Id: "n", TapName: "t", Netns: "/proc/1/ns/net"}}}
 	s, ns, err := SpecFromProto(w, testPaths)
 	if err != nil {
@@ -78,6 +79,9 @@ func TestSpecFromProtoFields(t *testing.T) {
 	}
 	if s.Agent == nil || s.Agent.Socket != "/run/vmlet/x/sockets/qga.sock" {
 		t.Errorf("agent %+v: want the launcher's qga socket", s.Agent)
+	}
+	if s.Graphics == nil || s.Graphics.Socket != "/run/vmlet/x/sockets/vnc.sock" {
+		t.Errorf("graphics %+v: want the launcher's vnc socket", s.Graphics)
 	}
 	if ns["n"] != "/proc/1/ns/net" || s.NICs[0].TapName != "t" || s.NICs[0].TapFDs != nil {
 		t.Errorf("nic %+v netns %v", s.NICs[0], ns)

@@ -52,6 +52,10 @@
 // its deadline, which starts when it is sent; a command that could not be sent because others
 // held the channel past the wait-in-line bound is AGENT_BUSY, no verdict on the agent. A
 // process outliving GuestExec's timeout is EXEC_TIMEOUT (metadata "pid") and keeps running.
+// While the agent answers, the launcher also reads the guest's OS, host name and interfaces
+// (at connect and every 10 s, KubeVirt's agent poller interval) into GetDomain's guest_info;
+// a changed answer is an agent event with guest_info_changed, so the node agent needs no
+// polling of its own.
 //
 // # NICs: tap names, and tap files handed over
 //
@@ -93,6 +97,13 @@
 //
 // sockets/console.sock is QEMU's serial chardev (one client at a time: `vmctl console`); the
 // output is also written to logs/serial.log whether or not a client is attached.
+//
+// # Display
+//
+// A domain with graphics has a VGA display and a VNC server without a network listener: the
+// launcher binds sockets/vnc.sock (0600) and hands each client that connects to QEMU (getfd +
+// add_client); a new client takes the display over and the previous one is disconnected.
+// Screenshot is QMP screendump (PNG) into a file of the run dir, read back and removed.
 //
 // # QMP debugging for humans
 //

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/vmlet/vmlet/qemu"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
@@ -31,8 +33,9 @@ type domain struct {
 	state     pb.State
 	reason    string
 	agentUp   bool
-	migRole   string              // roleSource once Migrate ran; roleTarget for an incoming domain
-	mig       *pb.MigrationStatus // last status seen (MIGRATION events); nil before any
+	guestInfo *pb.GuestInfoResponse // the agent poller's last answer (Domain.guest_info); nil before one
+	migRole   string                // roleSource once Migrate ran; roleTarget for an incoming domain
+	mig       *pb.MigrationStatus   // last status seen (MIGRATION events); nil before any
 
 	stopMu sync.Mutex
 	intent stopIntent // set once, by the first stop
@@ -182,8 +185,11 @@ func (d *domain) migrationRole() string {
 
 func (d *domain) deviceEvent(kind pb.DeviceEvent_Kind, action pb.DeviceEvent_Action, id string) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.l.events.device(kind, action, id)
+	d.mu.Unlock()
+	if kind == pb.DeviceEvent_KIND_NIC && d.agent != nil {
+		d.agent.kickInfo() // the guest's interfaces changed: do not wait for the next round
+	}
 }
 
 // snapshot is GetDomain's answer. State and LastEventSeq are read together: watching events
@@ -211,6 +217,9 @@ func (d *domain) snapshot() *pb.Domain {
 	out.ServesDhcp = true
 	d.mu.Lock()
 	out.State, out.Reason, out.AgentConnected = d.state, d.reason, d.agentUp
+	if d.guestInfo != nil {
+		out.GuestInfo = proto.CloneOf(d.guestInfo)
+	}
 	if d.mig != nil {
 		out.Migration = &pb.MigrationStatus{Role: d.mig.Role, Status: d.mig.Status}
 	}

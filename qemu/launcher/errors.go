@@ -51,6 +51,8 @@ var (
 	ErrUnsafe = errors.New("unsafe in this configuration")
 	// ErrQMP: QEMU answered a command with a QMP error (RemoteError.Metadata["class"]).
 	ErrQMP = errors.New("qmp command failed")
+	// ErrNoDisplay: the domain has no display (DomainSpec.graphics false). FailedPrecondition.
+	ErrNoDisplay = errors.New("no display")
 	// ErrQEMUExited: QEMU is gone; the launcher is about to exit.
 	ErrQEMUExited = errors.New("qemu exited")
 	// ErrTerminating: the launcher is shutting down and takes no new work.

@@ -22,6 +22,9 @@ const (
 //	sockets/qmp-debug.sock     QMP for humans, proxied through the launcher (while QEMU runs)
 //	sockets/console.sock       the serial console (QEMU serves it, one client at a time)
 //	sockets/qga.sock           the guest agent channel; only the launcher connects
+//	sockets/vnc.sock           the display's VNC server (graphics), one client at a time: the
+//	                           launcher accepts and hands each client to QEMU; a new one takes over
+//	screendump-*.png           a Screenshot being taken (QEMU writes it, the launcher reads and removes it)
 //	sockets/migration.sock     default incoming migration socket of a target
 //	sockets/taps.sock          the agent hands tap fds and DHCP sockets over here (SOCK_SEQPACKET, SCM_RIGHTS)
 //	logs/qmp.log[.1..]         every QMP line with a timestamp, size-capped and rotated
@@ -76,6 +79,9 @@ func (p Paths) ConsoleSocket() string { return filepath.Join(p.Sockets(), "conso
 // AgentSocket is the guest agent channel; only the launcher connects.
 func (p Paths) AgentSocket() string { return filepath.Join(p.Sockets(), "qga.sock") }
 
+// VNCSocket is the display's VNC socket (RFB), served while a domain with graphics runs.
+func (p Paths) VNCSocket() string { return filepath.Join(p.Sockets(), "vnc.sock") }
+
 // MigrationSocket is the default incoming migration socket of a target.
 func (p Paths) MigrationSocket() string {
 	return filepath.Join(p.Sockets(), "migration.sock")
@@ -102,7 +108,7 @@ func (p Paths) check() error {
 	if !filepath.IsAbs(p.Root) {
 		return fmt.Errorf("check run dir %q: %w: not absolute", p.Root, ErrInvalidConfig)
 	}
-	for _, s := range []string{p.StartingSocket(), p.DebugSocket(), p.MigrationSocket(), p.NBDSocket()} {
+	for _, s := range []string{p.StartingSocket(), p.DebugSocket(), p.MigrationSocket(), p.NBDSocket(), p.VNCSocket()} {
 		if len(s) > maxSunPath {
 			return fmt.Errorf("check run dir: %w: socket path %s is %d bytes, the limit is %d",
 				ErrInvalidConfig, s, len(s), maxSunPath)

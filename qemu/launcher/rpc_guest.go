@@ -59,44 +59,13 @@ func (l *api) GuestInfo(ctx context.Context, _ *pb.GuestInfoRequest) (*pb.GuestI
 
 // guestInfo gathers GuestInfo's answer from g.
 func guestInfo(ctx context.Context, g *qga.Agent) (*pb.GuestInfoResponse, error) {
-	out := &pb.GuestInfoResponse{}
 	info, err := g.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out.AgentVersion = info.Version
-	if info.Supports("guest-get-osinfo") {
-		os, err := g.OSInfo(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out.Os = &pb.GuestOS{
-			Id: os.ID, Name: os.Name, PrettyName: os.PrettyName, Version: os.Version,
-			VersionId: os.VersionID, KernelRelease: os.KernelRelease, KernelVersion: os.KernelVersion,
-			Machine: os.Machine,
-		}
-	}
-	if info.Supports("guest-get-host-name") {
-		var h struct {
-			Name string `json:"host-name"`
-		}
-		if err := g.Execute(ctx, "guest-get-host-name", nil, &h); err != nil {
-			return nil, err
-		}
-		out.Hostname = h.Name
-	}
-	if info.Supports("guest-network-get-interfaces") {
-		ifs, err := g.NetworkInterfaces(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, i := range ifs {
-			gi := &pb.GuestInterface{Name: i.Name, Mac: i.HardwareAddress}
-			for _, ip := range i.IPAddresses {
-				gi.IpAddresses = append(gi.IpAddresses, ip.Address+"/"+strconv.Itoa(ip.Prefix))
-			}
-			out.Interfaces = append(out.Interfaces, gi)
-		}
+	out := &pb.GuestInfoResponse{AgentVersion: info.Version}
+	if err := guestSysInfo(ctx, g, info, out); err != nil {
+		return nil, err
 	}
 	if info.Supports("guest-get-users") {
 		users, err := g.Users(ctx)
@@ -125,6 +94,46 @@ func guestInfo(ctx context.Context, g *qga.Agent) (*pb.GuestInfoResponse, error)
 		}
 	}
 	return out, nil
+}
+
+// guestSysInfo fills out's OS, host name and interfaces (guest-get-osinfo,
+// guest-get-host-name, guest-network-get-interfaces; those info says the agent lacks are left
+// out): what the launcher's poller keeps in Domain.guest_info.
+func guestSysInfo(ctx context.Context, g *qga.Agent, info qga.Info, out *pb.GuestInfoResponse) error {
+	if info.Supports("guest-get-osinfo") {
+		os, err := g.OSInfo(ctx)
+		if err != nil {
+			return err
+		}
+		out.Os = &pb.GuestOS{
+			Id: os.ID, Name: os.Name, PrettyName: os.PrettyName, Version: os.Version,
+			VersionId: os.VersionID, KernelRelease: os.KernelRelease, KernelVersion: os.KernelVersion,
+			Machine: os.Machine,
+		}
+	}
+	if info.Supports("guest-get-host-name") {
+		var h struct {
+			Name string `json:"host-name"`
+		}
+		if err := g.Execute(ctx, "guest-get-host-name", nil, &h); err != nil {
+			return err
+		}
+		out.Hostname = h.Name
+	}
+	if info.Supports("guest-network-get-interfaces") {
+		ifs, err := g.NetworkInterfaces(ctx)
+		if err != nil {
+			return err
+		}
+		for _, i := range ifs {
+			gi := &pb.GuestInterface{Name: i.Name, Mac: i.HardwareAddress}
+			for _, ip := range i.IPAddresses {
+				gi.IpAddresses = append(gi.IpAddresses, ip.Address+"/"+strconv.Itoa(ip.Prefix))
+			}
+			out.Interfaces = append(out.Interfaces, gi)
+		}
+	}
+	return nil
 }
 
 // GuestExec implements the RPC: guest-exec, which qemu-ga runs asynchronously (it returns the

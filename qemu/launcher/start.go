@@ -183,10 +183,14 @@ func (s *starter) pollAgent(r *revert.Reverter) error {
 	}
 	a := newAgentPoller(s.d, s.spec.Agent.Socket)
 	s.d.agent = a
-	s.d.watchers.Add(1)
+	s.d.watchers.Add(2)
 	go func() {
 		defer s.d.watchers.Done()
 		a.run()
+	}()
+	go func() {
+		defer s.d.watchers.Done()
+		a.pollInfo()
 	}()
 	s.d.addCloser(a.close)
 	r.Add(a.close)

@@ -38,6 +38,7 @@ var reasons = []struct {
 	{"AGENT_ERROR", codes.Aborted, ErrAgentCommand, nil},
 	{"AGENT_BUSY", codes.Unavailable, ErrAgentBusy, nil},
 	{"EXEC_TIMEOUT", codes.DeadlineExceeded, ErrExecTimeout, nil},
+	{"NO_DISPLAY", codes.FailedPrecondition, ErrNoDisplay, []error{qemu.ErrNoDisplay}},
 	{"UNSAFE", codes.FailedPrecondition, ErrUnsafe, []error{qemu.ErrUnsafe}},
 	{"MIGRATION_FAILED", codes.Aborted, ErrMigrationFailed, []error{qemu.ErrMigrationFailed, qemu.ErrMirrorFailed}},
 	{"QEMU_EXITED", codes.FailedPrecondition, ErrQEMUExited, []error{qemu.ErrExited, qmp.ErrDisconnected}},

@@ -125,9 +125,14 @@ func isState(s pb.State) func(*pb.Event) bool {
 	return func(e *pb.Event) bool { return e.GetLifecycle() != nil && e.GetLifecycle().GetState() == s }
 }
 
+// isAgent matches the agent connecting (up) or going away; not guest info changes.
 func isAgent(up bool) func(*pb.Event) bool {
-	return func(e *pb.Event) bool { return e.GetAgent() != nil && e.GetAgent().GetConnected() == up }
+	return func(e *pb.Event) bool {
+		return e.GetAgent() != nil && !e.GetAgent().GetGuestInfoChanged() && e.GetAgent().GetConnected() == up
+	}
 }
+
+func isGuestInfoChanged(e *pb.Event) bool { return e.GetAgent().GetGuestInfoChanged() }
 
 func isDevice(action pb.DeviceEvent_Action, id string) func(*pb.Event) bool {
 	return func(e *pb.Event) bool {

@@ -38,6 +38,7 @@ const DataDiskLabel = "VMLET-DATA-DISK"
 // prints MarkerPowerdownIgnored): used to test forced shutdown.
 const CmdlineNoACPI = "vmlet.noacpi"
 
-// BaseCmdline is the kernel command line for the test guest: serial console on ttyS0, kernel
-// quiet so markers stand out, and an immediate reboot on panic.
-const BaseCmdline = "console=ttyS0 quiet panic=-1"
+// BaseCmdline is the kernel command line for the test guest: kernel messages on the display
+// (tty0) and the serial console, ttyS0 last so that it is /dev/console (init's markers and the
+// root shell stay there), kernel quiet so markers stand out, and an immediate reboot on panic.
+const BaseCmdline = "console=tty0 console=ttyS0 quiet panic=-1"

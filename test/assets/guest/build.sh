@@ -18,7 +18,7 @@ say() { echo "guest: $*" >&2; }
 die() { echo "guest: error: $*" >&2; exit "${2:-1}"; }
 
 # Builder inputs: everything in this folder (init, scripts, module list, this script).
-builder_files=(build.sh init modules.txt udhcpc.script acpi-powerdown acpi-ignore)
+builder_files=(build.sh init modules.txt udhcpc.script acpi-powerdown acpi-ignore os-release)
 # The guest's DHCPv6 client (busybox-static has none) is a static Go program of this module,
 # built with the module's dependency versions (go.mod) and the host's Go.
 repo=$(cd "$here/../../.." && pwd)
@@ -179,6 +179,7 @@ install -m 0755 "$here/acpi-ignore" "$root/etc/acpi-ignore/PWRF/00000080"
 echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
 echo 'root:x:0:' >"$root/etc/group"
 echo 'vmlet-guest' >"$root/etc/hostname"
+install -m 0644 "$here/os-release" "$root/etc/os-release" # what guest-get-osinfo reports
 
 # newc entries for /dev and /dev/console (character device 5:1), so the kernel can open the
 # initial console before init mounts devtmpfs. Written by hand: creating the node with mknod

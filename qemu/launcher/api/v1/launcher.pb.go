@@ -1461,9 +1461,16 @@ type Domain struct {
 	Leases []*Lease `protobuf:"bytes,18,rep,name=leases,proto3" json:"leases,omitempty"`
 	// serves_dhcp is true on launchers that take DHCP hand-overs (an agent serves the DHCP of an
 	// older launcher's VM itself).
-	ServesDhcp    bool          `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
-	Cpu           *CPUStatus    `protobuf:"bytes,20,opt,name=cpu,proto3" json:"cpu,omitempty"`       // unset when the domain has no CPU hotplug
-	Memory        *MemoryStatus `protobuf:"bytes,21,opt,name=memory,proto3" json:"memory,omitempty"` // unset when the domain has no memory hotplug
+	ServesDhcp bool          `protobuf:"varint,19,opt,name=serves_dhcp,json=servesDhcp,proto3" json:"serves_dhcp,omitempty"`
+	Cpu        *CPUStatus    `protobuf:"bytes,20,opt,name=cpu,proto3" json:"cpu,omitempty"`       // unset when the domain has no CPU hotplug
+	Memory     *MemoryStatus `protobuf:"bytes,21,opt,name=memory,proto3" json:"memory,omitempty"` // unset when the domain has no memory hotplug
+	// guest_info is what the launcher's own polling of the guest agent saw last (KubeVirt's
+	// agent poller: guest-get-osinfo, guest-get-host-name and guest-network-get-interfaces at
+	// connect and every 10 s while the agent answers; guest-info at connect and every 300 s).
+	// users and filesystems are left out (GuestInfo answers them live). Unset before the first
+	// answer; kept when the agent goes (agent_connected says whether it is current). A change
+	// is an AgentEvent with guest_info_changed.
+	GuestInfo     *GuestInfoResponse `protobuf:"bytes,22,opt,name=guest_info,json=guestInfo,proto3" json:"guest_info,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1641,6 +1648,13 @@ func (x *Domain) GetCpu() *CPUStatus {
 func (x *Domain) GetMemory() *MemoryStatus {
 	if x != nil {
 		return x.Memory
+	}
+	return nil
+}
+
+func (x *Domain) GetGuestInfo() *GuestInfoResponse {
+	if x != nil {
+		return x.GuestInfo
 	}
 	return nil
 }
@@ -2274,10 +2288,12 @@ func (x *MigrationEvent) GetStatus() string {
 }
 
 type AgentEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Connected     bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Connected bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	// guest_info_changed: Domain.guest_info changed (connected is the agent's current state).
+	GuestInfoChanged bool `protobuf:"varint,2,opt,name=guest_info_changed,json=guestInfoChanged,proto3" json:"guest_info_changed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AgentEvent) Reset() {
@@ -2313,6 +2329,13 @@ func (*AgentEvent) Descriptor() ([]byte, []int) {
 func (x *AgentEvent) GetConnected() bool {
 	if x != nil {
 		return x.Connected
+	}
+	return false
+}
+
+func (x *AgentEvent) GetGuestInfoChanged() bool {
+	if x != nil {
+		return x.GuestInfoChanged
 	}
 	return false
 }
@@ -5893,7 +5916,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\x91\x06\n" +
+	"\x10GetDomainRequest\"\xd6\x06\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -5917,7 +5940,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\vserves_dhcp\x18\x13 \x01(\bR\n" +
 	"servesDhcp\x12.\n" +
 	"\x03cpu\x18\x14 \x01(\v2\x1c.vmlet.launcher.v1.CPUStatusR\x03cpu\x127\n" +
-	"\x06memory\x18\x15 \x01(\v2\x1f.vmlet.launcher.v1.MemoryStatusR\x06memory\"\x9d\x01\n" +
+	"\x06memory\x18\x15 \x01(\v2\x1f.vmlet.launcher.v1.MemoryStatusR\x06memory\x12C\n" +
+	"\n" +
+	"guest_info\x18\x16 \x01(\v2$.vmlet.launcher.v1.GuestInfoResponseR\tguestInfo\"\x9d\x01\n" +
 	"\tCPUStatus\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\x05R\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\x05R\x05cores\x12\x18\n" +
@@ -5972,10 +5997,11 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0eACTION_REMOVED\x10\x02\"<\n" +
 	"\x0eMigrationEvent\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"*\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"X\n" +
 	"\n" +
 	"AgentEvent\x12\x1c\n" +
-	"\tconnected\x18\x01 \x01(\bR\tconnected\"#\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12,\n" +
+	"\x12guest_info_changed\x18\x02 \x01(\bR\x10guestInfoChanged\"#\n" +
 	"\rResourceEvent\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\"<\n" +
 	"\n" +
@@ -6411,99 +6437,100 @@ var file_qemu_launcher_api_v1_launcher_proto_depIdxs = []int32{
 	26, // 13: vmlet.launcher.v1.Domain.leases:type_name -> vmlet.launcher.v1.Lease
 	24, // 14: vmlet.launcher.v1.Domain.cpu:type_name -> vmlet.launcher.v1.CPUStatus
 	25, // 15: vmlet.launcher.v1.Domain.memory:type_name -> vmlet.launcher.v1.MemoryStatus
-	29, // 16: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
-	30, // 17: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
-	31, // 18: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
-	32, // 19: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
-	34, // 20: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
-	33, // 21: vmlet.launcher.v1.Event.resource:type_name -> vmlet.launcher.v1.ResourceEvent
-	0,  // 22: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
-	1,  // 23: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
-	2,  // 24: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
-	26, // 25: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
-	8,  // 26: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
-	9,  // 27: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
-	3,  // 28: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
-	45, // 29: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	3,  // 30: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
-	45, // 31: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
-	47, // 32: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
-	58, // 33: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
-	59, // 34: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
-	64, // 35: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
-	65, // 36: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
-	66, // 37: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
-	67, // 38: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
-	72, // 39: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
-	73, // 40: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
-	74, // 41: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
-	75, // 42: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
-	76, // 43: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
-	77, // 44: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
-	78, // 45: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
-	23, // 46: vmlet.launcher.v1.SetCPUsResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	23, // 47: vmlet.launcher.v1.SetMemoryResponse.domain:type_name -> vmlet.launcher.v1.Domain
-	10, // 48: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
-	12, // 49: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
-	14, // 50: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
-	16, // 51: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
-	18, // 52: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
-	20, // 53: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
-	22, // 54: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
-	27, // 55: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
-	35, // 56: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
-	37, // 57: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
-	39, // 58: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
-	41, // 59: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
-	43, // 60: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
-	46, // 61: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
-	49, // 62: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
-	51, // 63: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
-	53, // 64: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
-	55, // 65: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
-	56, // 66: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
-	60, // 67: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
-	62, // 68: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
-	68, // 69: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
-	70, // 70: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
-	79, // 71: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
-	81, // 72: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
-	83, // 73: vmlet.launcher.v1.Launcher.SetCPUs:input_type -> vmlet.launcher.v1.SetCPUsRequest
-	85, // 74: vmlet.launcher.v1.Launcher.SetMemory:input_type -> vmlet.launcher.v1.SetMemoryRequest
-	87, // 75: vmlet.launcher.v1.Launcher.Screenshot:input_type -> vmlet.launcher.v1.ScreenshotRequest
-	11, // 76: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
-	13, // 77: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
-	15, // 78: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
-	17, // 79: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
-	19, // 80: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
-	21, // 81: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
-	23, // 82: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
-	28, // 83: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
-	36, // 84: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
-	38, // 85: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
-	40, // 86: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
-	42, // 87: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
-	44, // 88: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
-	48, // 89: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
-	50, // 90: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
-	52, // 91: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
-	54, // 92: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
-	58, // 93: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
-	57, // 94: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
-	61, // 95: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
-	63, // 96: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
-	69, // 97: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
-	71, // 98: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
-	80, // 99: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
-	82, // 100: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
-	84, // 101: vmlet.launcher.v1.Launcher.SetCPUs:output_type -> vmlet.launcher.v1.SetCPUsResponse
-	86, // 102: vmlet.launcher.v1.Launcher.SetMemory:output_type -> vmlet.launcher.v1.SetMemoryResponse
-	88, // 103: vmlet.launcher.v1.Launcher.Screenshot:output_type -> vmlet.launcher.v1.ScreenshotResponse
-	76, // [76:104] is the sub-list for method output_type
-	48, // [48:76] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	63, // 16: vmlet.launcher.v1.Domain.guest_info:type_name -> vmlet.launcher.v1.GuestInfoResponse
+	29, // 17: vmlet.launcher.v1.Event.lifecycle:type_name -> vmlet.launcher.v1.LifecycleEvent
+	30, // 18: vmlet.launcher.v1.Event.device:type_name -> vmlet.launcher.v1.DeviceEvent
+	31, // 19: vmlet.launcher.v1.Event.migration:type_name -> vmlet.launcher.v1.MigrationEvent
+	32, // 20: vmlet.launcher.v1.Event.agent:type_name -> vmlet.launcher.v1.AgentEvent
+	34, // 21: vmlet.launcher.v1.Event.lease:type_name -> vmlet.launcher.v1.LeaseEvent
+	33, // 22: vmlet.launcher.v1.Event.resource:type_name -> vmlet.launcher.v1.ResourceEvent
+	0,  // 23: vmlet.launcher.v1.LifecycleEvent.state:type_name -> vmlet.launcher.v1.State
+	1,  // 24: vmlet.launcher.v1.DeviceEvent.kind:type_name -> vmlet.launcher.v1.DeviceEvent.Kind
+	2,  // 25: vmlet.launcher.v1.DeviceEvent.action:type_name -> vmlet.launcher.v1.DeviceEvent.Action
+	26, // 26: vmlet.launcher.v1.LeaseEvent.lease:type_name -> vmlet.launcher.v1.Lease
+	8,  // 27: vmlet.launcher.v1.HotplugDiskRequest.disk:type_name -> vmlet.launcher.v1.Disk
+	9,  // 28: vmlet.launcher.v1.HotplugNICRequest.nic:type_name -> vmlet.launcher.v1.NIC
+	3,  // 29: vmlet.launcher.v1.PrepareMigrationTargetRequest.spec:type_name -> vmlet.launcher.v1.DomainSpec
+	45, // 30: vmlet.launcher.v1.PrepareMigrationTargetRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	3,  // 31: vmlet.launcher.v1.PrepareMigrationTargetRequest.sync_spec:type_name -> vmlet.launcher.v1.DomainSpec
+	45, // 32: vmlet.launcher.v1.MigrateRequest.options:type_name -> vmlet.launcher.v1.MigrationOptions
+	47, // 33: vmlet.launcher.v1.MigrateRequest.mirror_disks:type_name -> vmlet.launcher.v1.MirrorDisk
+	58, // 34: vmlet.launcher.v1.FinalizeMigrationResponse.status:type_name -> vmlet.launcher.v1.MigrationStatus
+	59, // 35: vmlet.launcher.v1.MigrationStatus.disks:type_name -> vmlet.launcher.v1.DiskMirrorStatus
+	64, // 36: vmlet.launcher.v1.GuestInfoResponse.os:type_name -> vmlet.launcher.v1.GuestOS
+	65, // 37: vmlet.launcher.v1.GuestInfoResponse.interfaces:type_name -> vmlet.launcher.v1.GuestInterface
+	66, // 38: vmlet.launcher.v1.GuestInfoResponse.users:type_name -> vmlet.launcher.v1.GuestUser
+	67, // 39: vmlet.launcher.v1.GuestInfoResponse.filesystems:type_name -> vmlet.launcher.v1.GuestFilesystem
+	72, // 40: vmlet.launcher.v1.DomainStatsResponse.vcpus:type_name -> vmlet.launcher.v1.VCPUStats
+	73, // 41: vmlet.launcher.v1.DomainStatsResponse.memory:type_name -> vmlet.launcher.v1.MemoryStats
+	74, // 42: vmlet.launcher.v1.DomainStatsResponse.block:type_name -> vmlet.launcher.v1.BlockStats
+	75, // 43: vmlet.launcher.v1.DomainStatsResponse.net:type_name -> vmlet.launcher.v1.NetStats
+	76, // 44: vmlet.launcher.v1.DomainStatsResponse.filesystems:type_name -> vmlet.launcher.v1.FilesystemStats
+	77, // 45: vmlet.launcher.v1.DomainStatsResponse.launcher:type_name -> vmlet.launcher.v1.LauncherStats
+	78, // 46: vmlet.launcher.v1.LauncherStats.qmp:type_name -> vmlet.launcher.v1.QMPCommandStats
+	23, // 47: vmlet.launcher.v1.SetCPUsResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	23, // 48: vmlet.launcher.v1.SetMemoryResponse.domain:type_name -> vmlet.launcher.v1.Domain
+	10, // 49: vmlet.launcher.v1.Launcher.Sync:input_type -> vmlet.launcher.v1.SyncRequest
+	12, // 50: vmlet.launcher.v1.Launcher.Pause:input_type -> vmlet.launcher.v1.PauseRequest
+	14, // 51: vmlet.launcher.v1.Launcher.Unpause:input_type -> vmlet.launcher.v1.UnpauseRequest
+	16, // 52: vmlet.launcher.v1.Launcher.Shutdown:input_type -> vmlet.launcher.v1.ShutdownRequest
+	18, // 53: vmlet.launcher.v1.Launcher.Kill:input_type -> vmlet.launcher.v1.KillRequest
+	20, // 54: vmlet.launcher.v1.Launcher.Reset:input_type -> vmlet.launcher.v1.ResetRequest
+	22, // 55: vmlet.launcher.v1.Launcher.GetDomain:input_type -> vmlet.launcher.v1.GetDomainRequest
+	27, // 56: vmlet.launcher.v1.Launcher.WatchEvents:input_type -> vmlet.launcher.v1.WatchEventsRequest
+	35, // 57: vmlet.launcher.v1.Launcher.HotplugDisk:input_type -> vmlet.launcher.v1.HotplugDiskRequest
+	37, // 58: vmlet.launcher.v1.Launcher.UnplugDisk:input_type -> vmlet.launcher.v1.UnplugDiskRequest
+	39, // 59: vmlet.launcher.v1.Launcher.HotplugNIC:input_type -> vmlet.launcher.v1.HotplugNICRequest
+	41, // 60: vmlet.launcher.v1.Launcher.UnplugNIC:input_type -> vmlet.launcher.v1.UnplugNICRequest
+	43, // 61: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> vmlet.launcher.v1.PrepareMigrationTargetRequest
+	46, // 62: vmlet.launcher.v1.Launcher.Migrate:input_type -> vmlet.launcher.v1.MigrateRequest
+	49, // 63: vmlet.launcher.v1.Launcher.CancelMigration:input_type -> vmlet.launcher.v1.CancelMigrationRequest
+	51, // 64: vmlet.launcher.v1.Launcher.FinalizeMigration:input_type -> vmlet.launcher.v1.FinalizeMigrationRequest
+	53, // 65: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:input_type -> vmlet.launcher.v1.ResumeMigrationTargetRequest
+	55, // 66: vmlet.launcher.v1.Launcher.GetMigrationStatus:input_type -> vmlet.launcher.v1.GetMigrationStatusRequest
+	56, // 67: vmlet.launcher.v1.Launcher.StartPostcopy:input_type -> vmlet.launcher.v1.StartPostcopyRequest
+	60, // 68: vmlet.launcher.v1.Launcher.GuestPing:input_type -> vmlet.launcher.v1.GuestPingRequest
+	62, // 69: vmlet.launcher.v1.Launcher.GuestInfo:input_type -> vmlet.launcher.v1.GuestInfoRequest
+	68, // 70: vmlet.launcher.v1.Launcher.GuestExec:input_type -> vmlet.launcher.v1.GuestExecRequest
+	70, // 71: vmlet.launcher.v1.Launcher.DomainStats:input_type -> vmlet.launcher.v1.DomainStatsRequest
+	79, // 72: vmlet.launcher.v1.Launcher.QMP:input_type -> vmlet.launcher.v1.QMPRequest
+	81, // 73: vmlet.launcher.v1.Launcher.QMPLog:input_type -> vmlet.launcher.v1.QMPLogRequest
+	83, // 74: vmlet.launcher.v1.Launcher.SetCPUs:input_type -> vmlet.launcher.v1.SetCPUsRequest
+	85, // 75: vmlet.launcher.v1.Launcher.SetMemory:input_type -> vmlet.launcher.v1.SetMemoryRequest
+	87, // 76: vmlet.launcher.v1.Launcher.Screenshot:input_type -> vmlet.launcher.v1.ScreenshotRequest
+	11, // 77: vmlet.launcher.v1.Launcher.Sync:output_type -> vmlet.launcher.v1.SyncResponse
+	13, // 78: vmlet.launcher.v1.Launcher.Pause:output_type -> vmlet.launcher.v1.PauseResponse
+	15, // 79: vmlet.launcher.v1.Launcher.Unpause:output_type -> vmlet.launcher.v1.UnpauseResponse
+	17, // 80: vmlet.launcher.v1.Launcher.Shutdown:output_type -> vmlet.launcher.v1.ShutdownResponse
+	19, // 81: vmlet.launcher.v1.Launcher.Kill:output_type -> vmlet.launcher.v1.KillResponse
+	21, // 82: vmlet.launcher.v1.Launcher.Reset:output_type -> vmlet.launcher.v1.ResetResponse
+	23, // 83: vmlet.launcher.v1.Launcher.GetDomain:output_type -> vmlet.launcher.v1.Domain
+	28, // 84: vmlet.launcher.v1.Launcher.WatchEvents:output_type -> vmlet.launcher.v1.Event
+	36, // 85: vmlet.launcher.v1.Launcher.HotplugDisk:output_type -> vmlet.launcher.v1.HotplugDiskResponse
+	38, // 86: vmlet.launcher.v1.Launcher.UnplugDisk:output_type -> vmlet.launcher.v1.UnplugDiskResponse
+	40, // 87: vmlet.launcher.v1.Launcher.HotplugNIC:output_type -> vmlet.launcher.v1.HotplugNICResponse
+	42, // 88: vmlet.launcher.v1.Launcher.UnplugNIC:output_type -> vmlet.launcher.v1.UnplugNICResponse
+	44, // 89: vmlet.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> vmlet.launcher.v1.PrepareMigrationTargetResponse
+	48, // 90: vmlet.launcher.v1.Launcher.Migrate:output_type -> vmlet.launcher.v1.MigrateResponse
+	50, // 91: vmlet.launcher.v1.Launcher.CancelMigration:output_type -> vmlet.launcher.v1.CancelMigrationResponse
+	52, // 92: vmlet.launcher.v1.Launcher.FinalizeMigration:output_type -> vmlet.launcher.v1.FinalizeMigrationResponse
+	54, // 93: vmlet.launcher.v1.Launcher.ResumeMigrationTarget:output_type -> vmlet.launcher.v1.ResumeMigrationTargetResponse
+	58, // 94: vmlet.launcher.v1.Launcher.GetMigrationStatus:output_type -> vmlet.launcher.v1.MigrationStatus
+	57, // 95: vmlet.launcher.v1.Launcher.StartPostcopy:output_type -> vmlet.launcher.v1.StartPostcopyResponse
+	61, // 96: vmlet.launcher.v1.Launcher.GuestPing:output_type -> vmlet.launcher.v1.GuestPingResponse
+	63, // 97: vmlet.launcher.v1.Launcher.GuestInfo:output_type -> vmlet.launcher.v1.GuestInfoResponse
+	69, // 98: vmlet.launcher.v1.Launcher.GuestExec:output_type -> vmlet.launcher.v1.GuestExecResponse
+	71, // 99: vmlet.launcher.v1.Launcher.DomainStats:output_type -> vmlet.launcher.v1.DomainStatsResponse
+	80, // 100: vmlet.launcher.v1.Launcher.QMP:output_type -> vmlet.launcher.v1.QMPResponse
+	82, // 101: vmlet.launcher.v1.Launcher.QMPLog:output_type -> vmlet.launcher.v1.QMPLogEntry
+	84, // 102: vmlet.launcher.v1.Launcher.SetCPUs:output_type -> vmlet.launcher.v1.SetCPUsResponse
+	86, // 103: vmlet.launcher.v1.Launcher.SetMemory:output_type -> vmlet.launcher.v1.SetMemoryResponse
+	88, // 104: vmlet.launcher.v1.Launcher.Screenshot:output_type -> vmlet.launcher.v1.ScreenshotResponse
+	77, // [77:105] is the sub-list for method output_type
+	49, // [49:77] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_qemu_launcher_api_v1_launcher_proto_init() }

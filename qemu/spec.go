@@ -41,6 +41,9 @@ type Spec struct {
 	RNG bool
 	// Balloon adds a virtio-balloon-pci memory balloon; nil means none.
 	Balloon *Balloon
+	// MemoryHotplug adds a virtio-mem device so that memory can grow past MemoryMiB (the boot
+	// memory) at run time (SetMemory); nil means none.
+	MemoryHotplug *MemoryHotplug
 	// SCSI adds the virtio-scsi controller even when no disk uses the SCSI bus, so that SCSI
 	// disks can be hotplugged later. It is implied by any SCSI disk in Disks.
 	SCSI bool
@@ -74,9 +77,15 @@ type CPU struct {
 	// Model is a QEMU CPU model ("qemu64", "Skylake-Client-v4", "host", "max"). Empty means
 	// "host" under KVM or "max" under TCG, or DefaultMigratableCPU when the spec is Migratable.
 	Model   string
-	Sockets int
+	Sockets int // present at boot
 	Cores   int
 	Threads int
+	// MaxSockets enables CPU hotplug of whole sockets up to MaxSockets (-smp maxcpus); 0 means
+	// no hotplug. See cpuhotplug.go.
+	MaxSockets int
+	// PluggedSockets are sockets beyond Sockets that exist at start as -device CPUs with the
+	// ids SetCPUs gives them: a migration target re-creating the source's hot-plugged CPUs.
+	PluggedSockets int
 }
 
 // VCPUs is the total number of virtual CPUs.

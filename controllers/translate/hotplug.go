@@ -64,6 +64,18 @@ func MemoryRequestMiB(vmi *vmletv1.VirtualMachineInstance, h *qemu.MemoryHotplug
 	return min(max(want, 0), h.MaxMiB-bootMiB)
 }
 
+// PinBoot sets s's boot sockets and memory (and the virtio-mem region, which starts at the
+// boot memory) from the VMI's recorded boot values: what a domain that already runs was
+// started with, whatever the spec asks now. The node agent calls it once it recorded them
+// from the running domain (an earlier status write may have been lost).
+func PinBoot(vmi *vmletv1.VirtualMachineInstance, s *qemu.Spec) {
+	cpuHotplug(vmi, &s.CPU)
+	if HasMemoryHotplug(vmi) {
+		s.MemoryMiB = BootMemoryMiB(vmi, s.MemoryMiB)
+		s.MemoryHotplug = memoryHotplug(vmi, s.MemoryMiB)
+	}
+}
+
 // cpuHotplug sets the domain's boot sockets and maximum when the VMI asked for CPU hotplug.
 func cpuHotplug(vmi *vmletv1.VirtualMachineInstance, c *qemu.CPU) {
 	if !HasCPUHotplug(vmi) {

@@ -144,10 +144,8 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 		b.add("-accel", string(r.Accel))
 	}
 	b.add("-cpu", r.CPUModel)
-	c := spec.CPU
-	b.opt("-smp", "cpus", strconv.Itoa(c.VCPUs()), "sockets", strconv.Itoa(max(c.Sockets, 1)),
-		"cores", strconv.Itoa(max(c.Cores, 1)), "threads", strconv.Itoa(max(c.Threads, 1)))
-	b.add("-m", strconv.Itoa(spec.MemoryMiB)+"M")
+	b.smpArgs(spec.CPU, r.CPUModel)
+	b.memoryArgs(spec)
 	b.add("-boot", "strict=on")
 	if k := spec.Boot.Kernel; k != "" {
 		b.add("-kernel", fdOrPath(k, env.FDs.Kernel))

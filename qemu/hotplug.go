@@ -179,7 +179,8 @@ func (vm *VM) peripheralGone(ctx context.Context, id string) (bool, error) {
 }
 
 // MigrationSpec returns the spec a migration target needs: the source's spec with the disks
-// and NICs attached now (hotplugged ones included, unplugged ones gone), every slot pinned,
+// and NICs attached now (hotplugged ones included, unplugged ones gone), the vCPU sockets and
+// virtio-mem requested size of now (a CPU unplug still pending counts as present), every slot pinned,
 // the same number of root ports, the machine type and CPU model actually used, and Incoming
 // set. The caller must still give the target its own socket paths (Serial, Agent) and, for
 // NICs that used TapFDs, tap fds of its own.
@@ -196,5 +197,6 @@ func (vm *VM) MigrationSpec() Spec {
 	s.SCSI = vm.spec.needsSCSI()
 	s.Machine, s.CPU.Model = vm.resolved.Machine, vm.resolved.CPUModel
 	s.Incoming, s.StartPaused = true, false
+	vm.liveResources(&s)
 	return s
 }

@@ -203,6 +203,10 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	s.vm.version = greetingVersion(mon)
 	events, unsub := mon.Subscribe(func(e qmp.Event) bool { return e.Name == "SHUTDOWN" })
 	go s.vm.watchShutdown(events, unsub)
+	if s.spec.CPU.cpuHotplug() {
+		cpus, _ := mon.Subscribe(func(e qmp.Event) bool { _, ok := CPUUnplugged(e); return ok })
+		go s.vm.watchCPUUnplugs(cpus) // ends when the monitor closes the channel
+	}
 	s.r.Add(func() { mon.Close() })
 	return nil
 }
@@ -233,6 +237,7 @@ func (s *starter) attachDevices(ctx context.Context) error {
 	}
 	s.vm.spec = *s.spec
 	s.vm.rootPorts = l.rootPorts
+	s.vm.recordStartResources()
 	for _, d := range s.spec.Disks {
 		d = d.withDefaults()
 		d.Port = l.slot[d.ID]
@@ -311,6 +316,10 @@ func cloneSpec(spec *Spec) *Spec {
 	if spec.Balloon != nil {
 		b := *spec.Balloon
 		c.Balloon = &b
+	}
+	if spec.MemoryHotplug != nil {
+		m := *spec.MemoryHotplug
+		c.MemoryHotplug = &m
 	}
 	return &c
 }

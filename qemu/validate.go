@@ -73,6 +73,9 @@ func (s *Spec) Validate() error {
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		return specErr("memoryMiB", fmt.Sprint(s.MemoryMiB), fmt.Sprintf("must be %d-%d", MinMemoryMiB, MaxMemoryMiB))
 	}
+	if err := s.validateMemoryHotplug(); err != nil {
+		return err
+	}
 	if err := s.Boot.validate(); err != nil {
 		return err
 	}
@@ -96,7 +99,7 @@ func (s *Spec) validateCPU() error {
 	if n := c.VCPUs(); n > MaxVCPUs {
 		return specErr("cpu", fmt.Sprint(n), fmt.Sprintf("at most %d vcpus", MaxVCPUs))
 	}
-	return nil
+	return c.validateCPUHotplug()
 }
 
 func (b Boot) validate() error {

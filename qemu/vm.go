@@ -38,6 +38,12 @@ type VM struct {
 	// unplugging are the devices whose device_del QEMU accepted but the guest has not
 	// released yet (under devMu).
 	unplugging map[string]bool
+	// cpuDevs are the vCPUs with an id (every socket but 0, see cpuhotplug.go): id → socket;
+	// cpuUnplugging those whose device_del the guest has not completed yet.
+	cpuDevs       map[string]int
+	cpuUnplugging map[string]bool
+	// memRequestedMiB is the virtio-mem requested size last set (memhotplug.go).
+	memRequestedMiB int
 
 	killed     atomic.Bool
 	shutdown   atomic.Pointer[shutdownEvent] // last SHUTDOWN event seen

@@ -39,7 +39,11 @@ func SpecFromProto(p *pb.DomainSpec, paths Paths) (*qemu.Spec, NetNS, error) {
 		StartPaused:  p.GetStartPaused(),
 	}
 	if c := p.GetCpu(); c != nil {
-		s.CPU = qemu.CPU{Model: c.GetModel(), Sockets: int(c.GetSockets()), Cores: int(c.GetCores()), Threads: int(c.GetThreads())}
+		s.CPU = qemu.CPU{Model: c.GetModel(), Sockets: int(c.GetSockets()), Cores: int(c.GetCores()), Threads: int(c.GetThreads()),
+			MaxSockets: int(c.GetMaxSockets()), PluggedSockets: int(c.GetPluggedSockets())}
+	}
+	if m := p.GetMemoryHotplug(); m != nil {
+		s.MemoryHotplug = &qemu.MemoryHotplug{MaxMiB: int(m.GetMaxMib()), RequestedMiB: int(m.GetRequestedMib()), BlockMiB: int(m.GetBlockMib())}
 	}
 	if b := p.GetBoot(); b != nil {
 		s.Boot = qemu.Boot{Kernel: b.GetKernel(), Initrd: b.GetInitrd(), Cmdline: b.GetCmdline()}
@@ -87,7 +91,11 @@ func SpecToProto(s *qemu.Spec, ns NetNS) *pb.DomainSpec {
 	}
 	if s.CPU != (qemu.CPU{}) {
 		c := s.CPU
-		p.Cpu = &pb.CPU{Model: c.Model, Sockets: int32(c.Sockets), Cores: int32(c.Cores), Threads: int32(c.Threads)}
+		p.Cpu = &pb.CPU{Model: c.Model, Sockets: int32(c.Sockets), Cores: int32(c.Cores), Threads: int32(c.Threads),
+			MaxSockets: int32(c.MaxSockets), PluggedSockets: int32(c.PluggedSockets)}
+	}
+	if m := s.MemoryHotplug; m != nil {
+		p.MemoryHotplug = &pb.MemoryHotplug{MaxMib: int32(m.MaxMiB), RequestedMib: int32(m.RequestedMiB), BlockMib: int32(m.BlockMiB)}
 	}
 	if s.Boot != (qemu.Boot{}) {
 		p.Boot = &pb.Boot{Kernel: s.Boot.Kernel, Initrd: s.Boot.Initrd, Cmdline: s.Boot.Cmdline}

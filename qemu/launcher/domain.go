@@ -206,6 +206,7 @@ func (d *domain) snapshot() *pb.Domain {
 		out.Nics = append(out.Nics, n.ID)
 	}
 	out.LiveSpec = d.liveSpec()
+	out.Cpu, out.Memory = d.resources()
 	out.DhcpInterfaces, out.Leases = d.l.dhcp.snapshot()
 	out.ServesDhcp = true
 	d.mu.Lock()

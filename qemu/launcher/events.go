@@ -61,6 +61,11 @@ func (l *eventLog) lease(lease *pb.Lease) *pb.Event {
 	return l.emit(func(e *pb.Event) { e.Kind = &pb.Event_Lease{Lease: &pb.LeaseEvent{Lease: lease}} })
 }
 
+// resource: "cpu" or "memory" changed (read Domain.cpu / Domain.memory).
+func (l *eventLog) resource(kind string) *pb.Event {
+	return l.emit(func(e *pb.Event) { e.Kind = &pb.Event_Resource{Resource: &pb.ResourceEvent{Kind: kind}} })
+}
+
 func (l *eventLog) last() uint64 { return l.f.last() }
 
 func (l *eventLog) close() { l.f.close() }

@@ -222,6 +222,14 @@ func (d *domain) onEvent(e qmp.Event) {
 		}
 		_ = json.Unmarshal(e.Data, &data)
 		d.setState(pb.State_STATE_SHUTTING_DOWN, data.Reason, e.Name)
+	case "DEVICE_DELETED":
+		if _, ok := qemu.CPUUnplugged(e); ok {
+			d.resourceEvent(resourceCPU)
+		}
+	case "MEMORY_DEVICE_SIZE_CHANGE":
+		if qemu.MemorySizeChanged(e) {
+			d.resourceEvent(resourceMemory)
+		}
 	case "MIGRATION":
 		var data struct {
 			Status string `json:"status"`

@@ -35,7 +35,7 @@ func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *
 // its business: only a pass that synced the domain (run) says True; the others say why not, or
 // leave it as it was (storage being prepared again).
 func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
-	pod := "" // the cluster controller's: which launcher pod runs the VMI
+	pod := ""             // the cluster controller's: which launcher pod runs the VMI
 	var bootSockets int32 // recordBoot's
 	if vmi.Status.Launcher != nil {
 		pod, bootSockets = vmi.Status.Launcher.Pod, vmi.Status.Launcher.SocketsAtBoot

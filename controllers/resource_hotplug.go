@@ -162,7 +162,15 @@ func (r *VMIReconciler) reconcileVCPUs(ctx context.Context, vmi *vmletv1.Virtual
 			}
 		}
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("changing vCPU sockets from %d to %d", c.Sockets-c.UnplugPending, want))
-		d, err := hp.SetCPUs(ctx, want)
+		sctx, cancel := ctx, context.CancelFunc(func() {})
+		if !grow {
+			// The launcher waits for the guest to eject vCPUs until a little before this
+			// deadline: a pass holds its worker at most unplugTimeout, then the unplug is
+			// pending (its ResourceEvent wakes the VMI).
+			sctx, cancel = context.WithTimeout(ctx, unplugTimeout)
+		}
+		d, err := hp.SetCPUs(sctx, want)
+		cancel()
 		if refused(err) {
 			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, err.Error())
 			return 0, nil

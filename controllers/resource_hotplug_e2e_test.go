@@ -42,7 +42,7 @@ spec:
     devices: {}`
 
 // createManifest creates a VMI from raw YAML, as kubectl apply sends it.
-func createManifest(t *testing.T, name, manifest string) client.ObjectKey {
+func createManifest(t testing.TB, name, manifest string) client.ObjectKey {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/cpuweight"
+	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -162,7 +164,6 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 	waitSerial(t, consoleLog(v), testguest.MarkerReady)
 	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, time.Minute)
 	c := launcherClient(t, a, v)
-	nproc := func() string { return guestRun(t, c, "nproc") }
 	memKiB := func() int64 { return guestMemTotalKiB(t, guestRun(t, c, "grep MemTotal /proc/meminfo")) }
 
 	v = waitHotplugDone(t, key, "boot values in the status", func(v *vmletv1.VirtualMachineInstance) (bool, string) {
@@ -176,7 +177,7 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 	if got := v.Status.Memory.GuestAtBoot.Value(); got != 256<<20 {
 		t.Fatalf("guestAtBoot %d, want 256Mi", got)
 	}
-	if n := nproc(); n != "1" {
+	if n := guestRun(t, c, "nproc"); n != "1" {
 		t.Fatalf("nproc %s at boot, want 1", n)
 	}
 	bootKiB := memKiB()
@@ -205,9 +206,12 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 		})
 		// The guest onlines a plugged vCPU itself (its init, as udev would), a moment later.
 		eventually(t, time.Minute, s.patch+" seen by the guest", func() (bool, string) {
-			n, grown := nproc(), memKiB()-bootKiB
-			return n == strconv.Itoa(int(s.sockets)) && grown == (s.guestMi-256)<<10,
-				fmt.Sprintf("nproc %s (want %d), MemTotal grew by %d KiB (want %d)", n, s.sockets, grown, (s.guestMi-256)<<10)
+			n, mem, err := guestCPUsAndMem(a, v)
+			if err != nil {
+				return false, err.Error()
+			}
+			return n == int(s.sockets) && mem-bootKiB == (s.guestMi-256)<<10,
+				fmt.Sprintf("nproc %d (want %d), MemTotal grew by %d KiB (want %d)", n, s.sockets, mem-bootKiB, (s.guestMi-256)<<10)
 		})
 		weight(100 * int64(s.sockets))
 		t.Logf("%s: applied and seen by the guest in %s", s.patch, time.Since(t0).Round(time.Millisecond))
@@ -286,4 +290,103 @@ func cpuWeightCheck(t *testing.T, uid string) func(milli int64) {
 			return err == nil && strings.TrimSpace(string(b)) == want, fmt.Sprintf("%s = %q (%v), want %s", f, b, err, want)
 		})
 	}
+}
+
+// TestMigrateAfterHotplug plugs a vCPU socket and 256Mi into a running VMI, migrates it to the
+// other node and checks that the guest kept them (nproc, MemTotal), that the status still says
+// so, and that the target goes on hotplugging (one more socket, the memory back down).
+func TestMigrateAfterHotplug(t *testing.T) {
+	prereq.Root(t)
+	prereq.QEMU(t)
+	testguest.Assets(t)
+	n := startTwoNodes(t)
+	defer n.stop(t)
+	vmi := masqueradeVMI("mig-hotplug")
+	vmi.Spec.Domain.CPU = &vmletv1.CPU{MaxSockets: 3}
+	guest, maxGuest := resource.MustParse("256Mi"), resource.MustParse("768Mi")
+	vmi.Spec.Domain.Memory = &vmletv1.Memory{Guest: &guest, MaxGuest: &maxGuest}
+	if err := env.Client.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	defer waitDeleted(t, key)
+	defer func() { _ = env.Client.Delete(context.Background(), vmi) }()
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	vmi = waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	on := n.on(vmi.Status.NodeName)
+	memKiB := func(a *agent, v *vmletv1.VirtualMachineInstance) int64 {
+		return guestMemTotalKiB(t, guestShell(t, a, v, "grep MemTotal /proc/meminfo"))
+	}
+	bootKiB := memKiB(on, vmi)
+	sees := func(a *agent, what string, cpus int, grownKiB int64) {
+		t.Helper()
+		eventually(t, time.Minute, what, func() (bool, string) {
+			v := mustGetVMI(t, vmi)
+			nproc, mem, err := guestCPUsAndMem(a, v)
+			if err != nil {
+				return false, err.Error()
+			}
+			return nproc == cpus && mem-bootKiB == grownKiB, fmt.Sprintf("nproc %d, MemTotal grown by %d KiB", nproc, mem-bootKiB)
+		})
+	}
+	settled := func(what string, sockets uint32, guestMi int64) *vmletv1.VirtualMachineInstance {
+		t.Helper()
+		return waitHotplugDone(t, key, what, func(v *vmletv1.VirtualMachineInstance) (bool, string) {
+			cpu, m := v.Status.CurrentCPUTopology, v.Status.Memory
+			return cpu != nil && cpu.Sockets == sockets && m != nil && m.GuestCurrent != nil && m.GuestCurrent.Value() == guestMi<<20,
+				fmt.Sprintf("cpu %+v memory %+v", cpu, m)
+		})
+	}
+	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":2},"memory":{"guest":"512Mi"}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	settled("plugged before the migration", 2, 512)
+	sees(on, "plugged before the migration", 2, 256<<10)
+
+	from := vmi.Status.NodeName
+	m := migrate(t, vmi, "mig-hotplug-there")
+	if m.Status.Phase != vmletv1.MigrationSucceeded {
+		t.Fatalf("phase %s, state %+v, conditions %+v", m.Status.Phase, m.Status.MigrationState, m.Status.Conditions)
+	}
+	if l := m.Status.MigrationState.SourceDomain; l == nil || l.PluggedSockets != 1 || l.MemoryRequestedMiB != 256 {
+		t.Errorf("source layout %+v, want 1 plugged socket and 256 MiB requested", l)
+	}
+	vmi = settled("after the migration", 2, 512)
+	if vmi.Status.NodeName == from {
+		t.Fatalf("still on %s", from)
+	}
+	if l := vmi.Status.Launcher; l == nil || l.SocketsAtBoot != 1 || vmi.Status.Memory.GuestAtBoot.Value() != 256<<20 {
+		t.Errorf("boot values after the migration: launcher %+v memory %+v", l, vmi.Status.Memory)
+	}
+	to := n.on(vmi.Status.NodeName)
+	sees(to, "the guest kept its vCPUs and memory", 2, 256<<10)
+
+	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":3},"memory":{"guest":"256Mi"}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	settled("hotplug on the target", 3, 256)
+	sees(to, "hotplug on the target", 3, 0)
+}
+
+// guestCPUsAndMem reads nproc and MemTotal (KiB) in the guest. Errors are returned, not
+// fatal: while a Linux guest under TCG onlines a vCPU (stop_machine) its qemu-guest-agent
+// may not answer in time and the launcher reports it not connected for a moment.
+func guestCPUsAndMem(a *agent, v *vmletv1.VirtualMachineInstance) (int, int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, a.runtime.Socket(string(v.UID)))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	r, err := c.GuestExec(ctx, "/bin/sh", []string{"-c", "nproc; grep MemTotal /proc/meminfo"}, nil, 20*time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int
+	var kib int64
+	if _, err := fmt.Sscanf(string(r.GetStdout()), "%d\nMemTotal: %d kB", &n, &kib); err != nil {
+		return 0, 0, fmt.Errorf("guest output %q: %w", r.GetStdout(), err)
+	}
+	return n, kib, nil
 }

@@ -156,9 +156,8 @@ func (r *VMIReconciler) reconcileVCPUs(ctx context.Context, vmi *vmletv1.Virtual
 	if act && c.Sockets-c.UnplugPending != want {
 		grow := want > c.Sockets-c.UnplugPending
 		if grow {
-			if err := r.resizeLauncher(ctx, vmi); err != nil {
-				r.hotRefused(vmi, cond, vmistatus.ReasonResizeRefused, fmt.Sprintf("not plugging vCPUs: the launcher's resources could not grow: %v", err))
-				return hotChangeRetry, nil
+			if wait, ok := r.growLauncher(ctx, vmi, cond, "vCPUs"); !ok {
+				return wait, nil
 			}
 		}
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("changing vCPU sockets from %d to %d", c.Sockets-c.UnplugPending, want))
@@ -194,9 +193,9 @@ func (r *VMIReconciler) reconcileVCPUs(ctx context.Context, vmi *vmletv1.Virtual
 	vmi.Status.CurrentCPUTopology = &vmletv1.CPUTopology{Sockets: uint32(c.Sockets), Cores: uint32(max(c.Cores, 1)), Threads: uint32(max(c.Threads, 1))}
 	if c.Sockets == want && c.UnplugPending == 0 {
 		if meta.FindStatusCondition(vmi.Status.Conditions, cond) != nil {
-			// Done: a shrink gives back the CPU weight of the vCPUs that left.
-			if err := r.resizeLauncher(ctx, vmi); err != nil {
-				return hotChangeRetry, err
+			// Done: a shrink gives back the CPU of the vCPUs that left.
+			if wait, ok := r.shrinkLauncher(ctx, vmi, cond); !ok {
+				return wait, nil
 			}
 		}
 		meta.RemoveStatusCondition(&vmi.Status.Conditions, cond)
@@ -236,9 +235,8 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 	if act && m.RequestedBytes != want {
 		grow := want > m.RequestedBytes
 		if grow {
-			if err := r.resizeLauncher(ctx, vmi); err != nil {
-				r.hotRefused(vmi, cond, vmistatus.ReasonResizeRefused, fmt.Sprintf("not plugging memory: the launcher's resources could not grow: %v", err))
-				return hotChangeRetry, nil
+			if wait, ok := r.growLauncher(ctx, vmi, cond, "memory"); !ok {
+				return wait, nil
 			}
 		}
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("changing the hotplugged memory from %dMi to %dMi", m.RequestedBytes>>20, want>>20))
@@ -260,8 +258,8 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 	vmi.Status.Memory.GuestRequested = resource.NewQuantity(boot+m.RequestedBytes, resource.BinarySI)
 	if m.RequestedBytes == want && m.PluggedBytes == want {
 		if meta.FindStatusCondition(vmi.Status.Conditions, cond) != nil {
-			if err := r.resizeLauncher(ctx, vmi); err != nil {
-				return hotChangeRetry, err
+			if wait, ok := r.shrinkLauncher(ctx, vmi, cond); !ok {
+				return wait, nil
 			}
 		}
 		meta.RemoveStatusCondition(&vmi.Status.Conditions, cond)
@@ -296,6 +294,38 @@ func (r *VMIReconciler) hotRefused(vmi *vmletv1.VirtualMachineInstance, cond str
 	vmistatus.SetCondition(vmi, cond, false, reason, msg)
 }
 
+// growLauncher resizes the launcher before more is plugged: ok when it has the resources; else
+// the condition says why (True LauncherResizing while its pod's kubelet applies the resize,
+// False ResizeRefused when it cannot be) and nothing is plugged.
+func (r *VMIReconciler) growLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, cond, what string) (time.Duration, bool) {
+	err := r.resizeLauncher(ctx, vmi)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, process.ErrResizing):
+		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonLauncherResizing, fmt.Sprintf("waiting for the launcher's resources to grow before plugging %s: %v", what, err))
+	default:
+		r.hotRefused(vmi, cond, vmistatus.ReasonResizeRefused, fmt.Sprintf("not plugging %s: the launcher's resources could not grow: %v", what, err))
+	}
+	return hotChangeRetry, false
+}
+
+// shrinkLauncher resizes the launcher once an unplug is done: ok when it is; else the change
+// stays in flight (True LauncherResizing) or says why it cannot shrink (False ResizeRefused,
+// retried: the guest already gave the resources back).
+func (r *VMIReconciler) shrinkLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, cond string) (time.Duration, bool) {
+	err := r.resizeLauncher(ctx, vmi)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, process.ErrResizing):
+		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonLauncherResizing, fmt.Sprintf("the guest released them; the launcher's resources shrink: %v", err))
+	default:
+		r.hotRefused(vmi, cond, vmistatus.ReasonResizeRefused, fmt.Sprintf("the guest released them, but the launcher's resources could not shrink: %v", err))
+	}
+	return hotChangeRetry, false
+}
+
 // resizeLauncher makes the launcher's resources those of the spec's vCPUs and memory (the
 // runtime's LauncherResizer; a runtime without it has nothing derived from them).
 func (r *VMIReconciler) resizeLauncher(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
@@ -305,8 +335,10 @@ func (r *VMIReconciler) resizeLauncher(ctx context.Context, vmi *vmletv1.Virtual
 	}
 	cpu := launcherpod.CPURequest(vmi)
 	res := process.Resources{CPUMilli: cpu.MilliValue()}
-	if guest, err := launcherpod.GuestMemory(vmi); err == nil {
-		res.MemoryBytes = guest
+	pod, err := launcherpod.Resources(vmi, r.Env(r.Runtime.Dir(string(vmi.UID))).TCGCacheMiB)
+	if err != nil {
+		return err
 	}
+	res.Pod = pod
 	return rs.Resize(ctx, string(vmi.UID), res)
 }

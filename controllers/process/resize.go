@@ -2,19 +2,27 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmlet/vmlet/cpuweight"
 )
+
+// ErrResizing says a launcher's resize was asked for and not applied yet (a launcher pod's
+// kubelet has not, or deferred it): look again later, apply nothing that needs it meanwhile.
+var ErrResizing = errors.New("launcher resize in progress")
 
 // Resources are what a launcher is given after it started, when its VMI's vCPUs or memory
 // change (CPU and memory hotplug).
 type Resources struct {
 	// CPUMilli is the new CPU request (Spec.CPUMilli).
 	CPUMilli int64
-	// MemoryBytes is the new memory the launcher needs (guest memory + overhead); a local
-	// launcher's cgroup has no memory limit, so it is not applied here.
-	MemoryBytes int64
+	// Pod are the launcher pod container's resources for the new vCPUs and memory
+	// (launcherpod.Resources): what a pod runtime resizes to. A local launcher's cgroup has no
+	// memory limit, so the process runtime reads only CPUMilli.
+	Pod corev1.ResourceRequirements
 }
 
 // Resize gives a running launcher's VM the CPU weight of res.CPUMilli, as a pod resized to that

@@ -124,6 +124,9 @@ const (
 	ReasonMemoryChangeIncomplete Reason = "MemoryChangeIncomplete"
 	// ReasonHotplugRefused: the launcher refused the change (False), the message says why.
 	ReasonHotplugRefused Reason = "HotplugRefused"
+	// ReasonLauncherResizing: the launcher pod's resize was asked for and the kubelet has not
+	// applied it yet (True): nothing more is plugged before it is.
+	ReasonLauncherResizing Reason = "LauncherResizing"
 	// ReasonResizeRefused: the launcher's resources (its pod's in cluster mode, its cgroup's
 	// locally) could not follow the change, so it was not applied (False).
 	ReasonResizeRefused Reason = "ResizeRefused"

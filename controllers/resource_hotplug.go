@@ -225,7 +225,7 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 	m := dom.Memory
 	want := int64(translate.MemoryRequestMiB(vmi, spec.MemoryHotplug, spec.MemoryMiB)) << 20
 	if m == nil || hp == nil {
-		if want != 0 {
+		if g := vmi.Spec.Domain.Memory.Guest; g != nil && g.Value() > int64(spec.MemoryMiB)<<20 {
 			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugUnsupported, "this vmi's domain has no virtio-mem device (its launcher predates memory hotplug, or maxGuest leaves no 2 MiB block): spec.domain.memory.guest applies from the next start")
 		} else {
 			meta.RemoveStatusCondition(&vmi.Status.Conditions, cond)

@@ -159,6 +159,9 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 	defer a.stop(t)
 
 	key := createManifest(t, "hotplug", hotplugManifest)
+	// maxGuest 1 MiB over guest leaves no 2 MiB virtio-mem block: the API accepts a guest
+	// change up to it, the agent refuses it with the reason.
+	noBlock := createManifest(t, "hotplug-noblock", strings.Replace(hotplugManifest, "maxGuest: 768Mi", "maxGuest: 257Mi", 1))
 	conds := watchConditions(t, key)
 	v := waitPhase(t, key, vmletv1.Running, 3*time.Minute)
 	waitSerial(t, consoleLog(v), testguest.MarkerReady)
@@ -223,6 +226,18 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 		t.Logf("HotMemoryChange True reasons seen: %v; HotVCPUChange: %v", slices.Compact(r), slices.Compact(conds.sawTrue(vmletv1.VirtualMachineInstanceVCPUChange)))
 	}
 
+	if err := mergePatch(noBlock, `{"spec":{"domain":{"memory":{"guest":"257Mi"}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	nb := waitCondition(t, noBlock, vmletv1.VirtualMachineInstanceMemoryChange, metav1.ConditionFalse, time.Minute)
+	if c := meta.FindStatusCondition(nb.Status.Conditions, vmletv1.VirtualMachineInstanceMemoryChange); c.Reason != "HotplugUnsupported" || !strings.Contains(c.Message, "no virtio-mem device") {
+		t.Errorf("HotMemoryChange of a VMI without a virtio-mem block: %s %q", c.Reason, c.Message)
+	}
+	if nb.Status.Phase != vmletv1.Running {
+		t.Errorf("the refused change left the VMI %s", summary(nb))
+	}
+	waitEvent(t, nb, "HotplugUnsupported")
+
 	// Past the maxima: refused by the API, naming the field.
 	for patch, field := range map[string]string{
 		`{"spec":{"domain":{"cpu":{"sockets":4}}}}`:         "spec.domain.cpu.sockets",
@@ -244,7 +259,7 @@ spec:
 	if err := mergePatch(fixed, `{"spec":{"domain":{"memory":{"guest":"256Mi"}}}}`); !strings.Contains(fmt.Sprint(err), "maxGuest was set at creation") {
 		t.Errorf("guest change of a VMI without maxGuest: %v, want the CEL message naming maxGuest", err)
 	}
-	for _, k := range []client.ObjectKey{key, fixed} {
+	for _, k := range []client.ObjectKey{key, fixed, noBlock} {
 		o := &vmletv1.VirtualMachineInstance{}
 		o.Namespace, o.Name = k.Namespace, k.Name
 		if err := env.Client.Delete(context.Background(), o); err != nil {

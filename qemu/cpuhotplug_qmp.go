@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmlet/vmlet/qemu/accel"
 	"github.com/vmlet/vmlet/qemu/qmp"
 )
 
@@ -126,6 +127,12 @@ func (vm *VM) cpuStatus(slots []hotpluggableCPU) CPUStatus {
 // and reports the rest as CPUStatus.UnplugPending (no error: the requests stay pending in QEMU
 // and complete whenever the guest lets go). Socket 0 stays. ctx bounds the QMP commands.
 //
+// Unplugs under TCG are refused with ErrUnsafe: QEMU 7.2 (Debian 1:7.2+dfsg-7+deb12u18)
+// aborts with heap corruption ("free(): invalid pointer", "corrupted size vs. prev_size")
+// within seconds after a TCG vCPU was ejected, with or without MTTCG, and a migration
+// started after one fails the same way (reproduced on the bare emulator with device_add,
+// device_del, DEVICE_DELETED and then idling or migrate). Plugging is fine.
+//
 // QMP: query-hotpluggable-cpus, device_add/device_del, event DEVICE_DELETED.
 func (vm *VM) SetCPUs(ctx context.Context, sockets int, unplugWait time.Duration) (CPUStatus, error) {
 	c := vm.spec.CPU
@@ -140,6 +147,11 @@ func (vm *VM) SetCPUs(ctx context.Context, sockets int, unplugWait time.Duration
 	slots, err := vm.hotpluggableCPUs(ctx)
 	if err != nil {
 		return CPUStatus{}, err
+	}
+	if vm.resolved.Accel == accel.TCG && slices.ContainsFunc(slots, func(s hotpluggableCPU) bool {
+		return s.Props.Socket >= sockets && s.QOMPath != ""
+	}) {
+		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: vcpu hot-unplug under tcg crashes qemu (7.2) shortly after the guest ejects", sockets, ErrUnsafe)
 	}
 	deleted, unsub := vm.mon.Subscribe(func(e qmp.Event) bool { _, ok := CPUUnplugged(e); return ok })
 	defer unsub()

@@ -123,6 +123,7 @@ func TestValidateResourceHotplug(t *testing.T) {
 		{"max not above boot", CPU{}, &MemoryHotplug{MaxMiB: 256}, "memoryHotplug.maxMiB"},
 		{"region not a block multiple", CPU{}, &MemoryHotplug{MaxMiB: 257}, "memoryHotplug.maxMiB"},
 		{"block not a power of two", CPU{}, &MemoryHotplug{MaxMiB: 512, BlockMiB: 3}, "memoryHotplug.blockMiB"},
+		{"block below 2 MiB", CPU{}, &MemoryHotplug{MaxMiB: 512, BlockMiB: 1}, "memoryHotplug.blockMiB"},
 		{"requested past region", CPU{}, &MemoryHotplug{MaxMiB: 512, RequestedMiB: 258}, "memoryHotplug.requestedMiB"},
 		{"requested not a block multiple", CPU{}, &MemoryHotplug{MaxMiB: 512, RequestedMiB: 3}, "memoryHotplug.requestedMiB"},
 	}

@@ -21,13 +21,16 @@
 //   - the VM: one goroutine owns cmd.Wait, the exit is classified (guest shutdown, host quit,
 //     crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
 //     Kill), hotplug (AddDisk, RemoveDisk, AddNIC, RemoveNIC) with PCIe root-port bookkeeping,
+//     vCPU sockets (SetCPUs, CPUs: cpuhotplug.go) and virtio-mem memory (SetMemory, Memory:
+//     memhotplug.go),
 //     and migration (caps, params, incoming/outgoing over tcp, unix or fds, progress, cancel,
 //     post-copy, completion stats), encrypted with QEMU's TLS (AddTLSCreds: tls-creds-x509
 //     objects from a folder package pki writes, verify-peer both ways; MigrationParams.TLSCreds
 //     and TLSHostname).
 //
 // The accelerator is KVM only when package accel says KVM is really usable, else TCG; Info
-// reports which and why. Under TCG, auto-converge is refused (see SetMigrationCaps).
+// reports which and why. Under TCG, auto-converge is refused (see SetMigrationCaps), and so is
+// vCPU unplug (see SetCPUs).
 //
 // QMP and guest-agent protocol code lives in qemu/qmp and qemu/qga; the per-VM launcher that
 // wires this package to the node agent lives in qemu/launcher.

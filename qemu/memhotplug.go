@@ -14,14 +14,19 @@ import (
 // The device sits at a fixed pcie.0 address (like the balloon), so it moves neither the hotplug
 // root ports nor the migration layout. QEMU 7.2 needs no -m slots for virtio-mem. The guest
 // plugs and unplugs blocks itself when requested-size changes (SetMemory); a Linux guest needs
-// the virtio_mem driver, and memory onlined movable to give it back.
+// the virtio_mem driver, and memory onlined movable to give it back. QEMU itself requires only
+// the region (MaxMiB - MemoryMiB) to be a multiple of the block size (checked by Validate; any
+// boot size works, measured with QEMU 7.2); a Linux guest can use the region's last partial
+// 128 MiB memory block only if the region is a multiple of 128 MiB (the region starts at a
+// 1 GiB-aligned address above 4 GiB).
 type MemoryHotplug struct {
 	// MaxMiB is the boot memory plus the region: the most the guest can have.
 	MaxMiB int
 	// RequestedMiB is the requested-size at start (0 for a fresh VM; a migration target gets
 	// the source's current value, see MigrationSpec).
 	RequestedMiB int
-	// BlockMiB is the virtio-mem block size, a power of two; 0 means DefaultMemoryBlockMiB.
+	// BlockMiB is the virtio-mem block size, a power of two of at least 2 (QEMU warns below
+	// its x86 default, the transparent huge page size); 0 means DefaultMemoryBlockMiB.
 	BlockMiB int
 }
 
@@ -58,8 +63,9 @@ func (s *Spec) validateMemoryHotplug() error {
 	}
 	b := m.blockMiB()
 	switch {
-	case b < 1 || b > maxMemoryBlockMiB || b&(b-1) != 0:
-		return specErr("memoryHotplug.blockMiB", fmt.Sprint(m.BlockMiB), fmt.Sprintf("must be a power of two, 1-%d", maxMemoryBlockMiB))
+	case b < DefaultMemoryBlockMiB || b > maxMemoryBlockMiB || b&(b-1) != 0:
+		return specErr("memoryHotplug.blockMiB", fmt.Sprint(m.BlockMiB),
+			fmt.Sprintf("must be a power of two, %d-%d", DefaultMemoryBlockMiB, maxMemoryBlockMiB))
 	case m.MaxMiB <= s.MemoryMiB || m.MaxMiB > MaxMemoryMiB:
 		return specErr("memoryHotplug.maxMiB", fmt.Sprint(m.MaxMiB), fmt.Sprintf("must be more than memoryMiB (%d) and at most %d", s.MemoryMiB, MaxMemoryMiB))
 	case m.regionMiB(s.MemoryMiB)%b != 0:

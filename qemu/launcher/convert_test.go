@@ -16,9 +16,10 @@ func TestSpecConversion(t *testing.T) {
 	full := &qemu.Spec{
 		Name: "vm-1", UUID: "2c1f2d4e-8a7b-4c3d-9e0f-112233445566", Machine: "pc-q35-7.2",
 		Accel: qemu.AccelTCG, TCGCacheMiB: 32,
-		CPU:       qemu.CPU{Model: "qemu64", Sockets: 1, Cores: 2, Threads: 1},
-		MemoryMiB: 256,
-		Boot:      qemu.Boot{Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0"},
+		CPU:           qemu.CPU{Model: "qemu64", Sockets: 1, Cores: 2, Threads: 1, MaxSockets: 4, PluggedSockets: 1},
+		MemoryMiB:     256,
+		MemoryHotplug: &qemu.MemoryHotplug{MaxMiB: 1024, RequestedMiB: 128, BlockMiB: 2},
+		Boot:          qemu.Boot{Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0"},
 		Disks: []qemu.Disk{
 			{ID: "root", Path: "/d/root.qcow2", Format: qemu.FormatQCOW2, Bus: qemu.BusVirtio, BootIndex: 1,
 				Cache: qemu.CacheNone, AIO: qemu.AIONative, Serial: "S1", Port: 3},

@@ -12,6 +12,11 @@ const (
 	MarkerNICAdded = "VMLET-NIC-ADDED"
 	// MarkerNICRemoved is followed by " <name>" for an interface removed after boot.
 	MarkerNICRemoved = "VMLET-NIC-REMOVED"
+	// MarkerCPUAdded is followed by " <name>" (e.g. "cpu1") for a vCPU hot-plugged after boot;
+	// init onlines it right after printing this.
+	MarkerCPUAdded = "VMLET-CPU-ADDED"
+	// MarkerCPURemoved is followed by " <name>" for a vCPU the guest ejected.
+	MarkerCPURemoved = "VMLET-CPU-REMOVED"
 	// MarkerIP is followed by " <iface> <addr>" once udhcpc configured a lease on an eth* NIC.
 	MarkerIP = "VMLET-IP"
 	// MarkerIP6 is followed by " <iface> <addr>" once the guest's DHCPv6 client configured its

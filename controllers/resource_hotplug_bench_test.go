@@ -96,9 +96,10 @@ func BenchmarkCPUMemoryHotplug(b *testing.B) {
 	if _, err := fmt.Sscanf(string(r.GetStdout()), "MemTotal: %d kB", &bootKiB); err != nil {
 		b.Fatalf("MemTotal %q: %v", r.GetStdout(), err)
 	}
-	// vCPUs are plugged one socket per iteration and unplugged after the loop, never plugged
-	// again once unplugged: QEMU 7.2 under TCG crashes (SIGSEGV in device_add) re-plugging
-	// a socket id it unplugged before (found by this benchmark).
+	// vCPUs are plugged one socket per iteration and unplugged after the loop (not under TCG),
+	// never plugged again once unplugged: QEMU 7.2 under TCG crashed (SIGSEGV in device_add)
+	// re-plugging a socket it had unplugged (found by this benchmark; the launcher now refuses
+	// vCPU unplug under TCG).
 	patch := func(name, p string, cpus int, memKiB int64, took map[string][]time.Duration) {
 		t0 := time.Now()
 		if err := mergePatch(key, p); err != nil {
@@ -121,8 +122,11 @@ func BenchmarkCPUMemoryHotplug(b *testing.B) {
 		patch("mem-plug", `{"spec":{"domain":{"memory":{"guest":"512Mi"}}}}`, i+2, bootKiB+256<<10, took)
 		patch("mem-unplug", `{"spec":{"domain":{"memory":{"guest":"256Mi"}}}}`, i+2, bootKiB, took)
 	}
-	for i := b.N; i > 0; i-- {
-		patch("cpu-unplug", fmt.Sprintf(`{"spec":{"domain":{"cpu":{"sockets":%d}}}}`, i), i, bootKiB, took)
+	// Under TCG the launcher refuses vCPU unplug (QEMU 7.2 crashes after the guest ejects one).
+	if v.Status.Launcher.Accelerator != vmletv1.AcceleratorTCG {
+		for i := b.N; i > 0; i-- {
+			patch("cpu-unplug", fmt.Sprintf(`{"spec":{"domain":{"cpu":{"sockets":%d}}}}`, i), i, bootKiB, took)
+		}
 	}
 	b.StopTimer()
 	for _, name := range []string{"cpu-plug", "cpu-unplug", "mem-plug", "mem-unplug"} {

@@ -95,6 +95,10 @@ bench: deps assets ## Run the Go benchmarks and the side by side with libvirt; r
 	@hack/bench-deps.sh
 	@hack/bench.sh
 
+.PHONY: bench-hotplug
+bench-hotplug: deps assets ## CPU and memory hotplug: spec patch → the guest sees the vCPU / the memory, P50 and P95 (BenchmarkCPUMemoryHotplug; ≈2 min).
+	go test -run '^$$' -bench 'BenchmarkCPUMemoryHotplug$$' -benchtime 10x -count=1 -timeout 20m ./controllers/
+
 .PHONY: bench-scrape
 bench-scrape: deps assets ## The agent's CPU per /metrics scrape with 20 running VMIs alone (BenchmarkScrape, also part of make bench; ≈3 min).
 	go test -run '^$$' -bench 'BenchmarkScrape$$' -benchtime 1x -count=1 -timeout 20m ./controllers/

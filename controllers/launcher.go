@@ -29,6 +29,12 @@ type DomainState struct {
 	// first answer and from a launcher that does not poll. It may be older than the agent's
 	// disconnection (AgentConnected says whether it is current).
 	Guest *GuestInfo
+	// CPU is the vCPU topology QEMU has now; nil when the domain has no CPU hotplug (or the
+	// launcher predates it). BootSockets are the sockets it started with (its live spec).
+	CPU         *CPUState
+	BootSockets int
+	// Memory is the virtio-mem state; nil when the domain has no memory hotplug.
+	Memory *MemoryState
 }
 
 // GuestInfo is what the launcher's guest agent poller reported last.
@@ -40,6 +46,19 @@ type GuestInfo struct {
 // GuestOS is guest-get-osinfo's answer (the guest's os-release and uname).
 type GuestOS struct {
 	ID, Name, PrettyName, Version, VersionID, KernelRelease, KernelVersion, Machine string
+}
+
+// CPUState is the domain's vCPU topology (the launcher's CPUStatus).
+type CPUState struct {
+	Sockets, Cores, Threads, MaxSockets int
+	// UnplugPending are sockets asked to go that the guest has not released yet (counted in
+	// Sockets).
+	UnplugPending int
+}
+
+// MemoryState is the domain's memory with its virtio-mem device (the launcher's MemoryStatus).
+type MemoryState struct {
+	BootBytes, PluggedBytes, RequestedBytes, MaxBytes, BlockBytes int64
 }
 
 // DomainPhase is the launcher's coarse VM state.
@@ -112,6 +131,17 @@ type VCPUPlacer interface {
 }
 
 var _ VCPUPlacer = (*process.Runtime)(nil)
+
+// LauncherResizer is a launcher runtime whose launchers' resources follow the VMI's vCPUs and
+// memory (CPU and memory hotplug): the CPU weight of the VM's cgroup locally
+// (process.Runtime), the launcher pod's requests and limits in a cluster. Resize grows them
+// before more is plugged and shrinks them once it was unplugged; an error means the change
+// must not be applied.
+type LauncherResizer interface {
+	Resize(ctx context.Context, id string, r process.Resources) error
+}
+
+var _ LauncherResizer = (*process.Runtime)(nil)
 
 // LauncherArgs builds vmlet-launcher's command line for a VMI's run folder.
 type LauncherArgs func(runDir, name string, grace time.Duration) []string

@@ -46,6 +46,8 @@ const (
 	callUnplugNIC       = unplugTimeout
 	callUnplugDisk      = unplugTimeout
 	callGuestInterfaces = guestInfoTimeout
+	callSetCPUs         = 30 * time.Second // plugs wait for QEMU; unplugs are reported pending
+	callSetMemory       = 10 * time.Second // returns at once; the guest plugs afterwards
 )
 
 // bound gives one launcher call its deadline.
@@ -175,6 +177,9 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		DHCPServed:     d.GetDhcpInterfaces(),
 		Leases:         leases(d.GetLeases()),
 		Guest:          guestInfo(d.GetGuestInfo()),
+		CPU:            cpuState(d.GetCpu()),
+		BootSockets:    int(d.GetLiveSpec().GetCpu().GetSockets()),
+		Memory:         memoryState(d.GetMemory()),
 	}, nil
 }
 
@@ -189,6 +194,22 @@ func guestInfo(g *pb.GuestInfoResponse) *GuestInfo {
 			VersionID: o.GetVersionId(), KernelRelease: o.GetKernelRelease(), KernelVersion: o.GetKernelVersion(), Machine: o.GetMachine()},
 		Interfaces: guestInterfaces(g.GetInterfaces()),
 	}
+}
+
+func cpuState(c *pb.CPUStatus) *CPUState {
+	if c == nil {
+		return nil
+	}
+	return &CPUState{Sockets: int(c.GetSockets()), Cores: int(c.GetCores()), Threads: int(c.GetThreads()),
+		MaxSockets: int(c.GetMaxSockets()), UnplugPending: int(c.GetUnplugPending())}
+}
+
+func memoryState(m *pb.MemoryStatus) *MemoryState {
+	if m == nil {
+		return nil
+	}
+	return &MemoryState{BootBytes: m.GetBootBytes(), PluggedBytes: m.GetPluggedBytes(), RequestedBytes: m.GetRequestedBytes(),
+		MaxBytes: m.GetMaxBytes(), BlockBytes: m.GetBlockBytes()}
 }
 
 // leases converts the launcher's leases; malformed ones are skipped.

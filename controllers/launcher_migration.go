@@ -110,7 +110,8 @@ var ErrNoDomain = fmt.Errorf("no domain")
 func layoutOf(s *pb.DomainSpec) *vmletv1.MigrationDomainLayout {
 	l := &vmletv1.MigrationDomainLayout{
 		Machine: s.GetMachine(), CPUModel: s.GetCpu().GetModel(), HotplugPorts: s.GetHotplugPorts(), SCSI: s.GetScsi(),
-		Display: ptr.To(s.GetGraphics()), // false from a launcher that predates graphics: it has none
+		Display:        ptr.To(s.GetGraphics()), // false from a launcher that predates graphics: it has none
+		PluggedSockets: s.GetCpu().GetPluggedSockets(), MemoryRequestedMiB: s.GetMemoryHotplug().GetRequestedMib(),
 	}
 	for _, d := range s.GetDisks() {
 		l.Devices = append(l.Devices, vmletv1.MigrationDevicePort{Kind: "disk", ID: d.GetId(), Port: d.GetPort()})

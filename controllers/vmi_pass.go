@@ -178,6 +178,12 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 			return ctrl.Result{}, fmt.Errorf("label files: %w", err)
 		}
 	}
+	if !starting {
+		// A running domain keeps the vCPUs and memory it booted with: the spec's are
+		// plugged (reconcileResources), and Sync compares with the domain as started.
+		recordBoot(vmi, dom, spec)
+		translate.PinBoot(vmi, spec)
+	}
 	t0 = time.Now()
 	if err := l.Sync(ctx, spec, netns); err != nil {
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
@@ -211,7 +217,8 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	if dom.State == DomainRunning {
 		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
 	}
-	hotErr = errors.Join(cpuErr, nicErr, hotErr)
+	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)
+	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
@@ -223,7 +230,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonUnplugPending), "Unplug", "%v", hotErr)
 		return ctrl.Result{RequeueAfter: unplugRetry}, nil
 	}
-	return ctrl.Result{}, hotErr
+	return ctrl.Result{RequeueAfter: again}, hotErr
 }
 
 // reconcilePause makes the domain's run state match spec.paused.

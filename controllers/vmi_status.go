@@ -35,12 +35,14 @@ func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *
 // its business: only a pass that synced the domain (run) says True; the others say why not, or
 // leave it as it was (storage being prepared again).
 func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
-	pod := "" // the cluster controller's: which launcher pod runs the VMI
+	pod := ""             // the cluster controller's: which launcher pod runs the VMI
+	var bootSockets int32 // recordBoot's
 	if vmi.Status.Launcher != nil {
-		pod = vmi.Status.Launcher.Pod
+		pod, bootSockets = vmi.Status.Launcher.Pod, vmi.Status.Launcher.SocketsAtBoot
 	}
 	vmi.Status.Launcher = &vmletv1.LauncherStatus{
 		Pod:                pod,
+		SocketsAtBoot:      bootSockets,
 		PID:                int64(d.Pid),
 		Accelerator:        vmletv1.Accelerator(d.Accel),
 		AccelerationReason: d.AccelReason,

@@ -67,6 +67,8 @@ const MaxVCPUs = 512
 // CPU allows specifying the CPU topology.
 //
 // +kubebuilder:validation:XValidation:rule="self.?sockets.orValue(1) * self.?cores.orValue(1) * self.?threads.orValue(1) <= 512",message="sockets * cores * threads must not exceed 512 vCPUs"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSockets) || self.?sockets.orValue(1) <= self.maxSockets",message="spec.domain.cpu.sockets must not exceed spec.domain.cpu.maxSockets",fieldPath=".sockets"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSockets) || self.maxSockets * self.?cores.orValue(1) * self.?threads.orValue(1) <= 512",message="maxSockets * cores * threads must not exceed 512 vCPUs",fieldPath=".maxSockets"
 type CPU struct {
 	// Cores specifies the number of cores inside the vmi.
 	// Must be a value greater or equal 1.
@@ -95,9 +97,21 @@ type CPU struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
 	Model string `json:"model,omitempty"`
+	// MaxSockets specifies the maximum amount of sockets that can be hotplugged: sockets may
+	// change on the running vmi within [1, maxSockets] (CPU hotplug). Unset: sockets is fixed
+	// (vmlet does not default it; KubeVirt's VM controller sets 4 × sockets for VMs with the
+	// LiveUpdate rollout strategy).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=512
+	MaxSockets uint32 `json:"maxSockets,omitempty"`
 }
 
 // Memory allows specifying the VirtualMachineInstance memory features.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || has(self.guest)",message="spec.domain.memory.maxGuest needs spec.domain.memory.guest",fieldPath=".maxGuest"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || !has(self.guest) || !isQuantity(string(self.guest)) || !isQuantity(string(self.maxGuest)) || quantity(string(self.guest)).compareTo(quantity(string(self.maxGuest))) <= 0",message="spec.domain.memory.guest must not exceed spec.domain.memory.maxGuest",fieldPath=".guest"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || !isQuantity(string(self.maxGuest)) || quantity(string(self.maxGuest)).compareTo(quantity('16Ti')) <= 0",message="spec.domain.memory.maxGuest must be at most 16Ti",fieldPath=".maxGuest"
 type Memory struct {
 	// Guest allows to specifying the amount of memory which is visible inside the Guest OS.
 	// The Guest must lie between Requests and Limits from the resources section.
@@ -106,6 +120,13 @@ type Memory struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('16Ti')) <= 0)",message="guest memory must be between 64Mi and 16Ti"
 	Guest *resource.Quantity `json:"guest,omitempty"`
+	// MaxGuest allows to specify the maximum amount of memory which is visible inside the
+	// Guest OS: guest may change on the running vmi within [the guest memory at boot,
+	// maxGuest] (memory hotplug through a virtio-mem device). Needs guest. Unset: guest is
+	// fixed (vmlet does not default it; KubeVirt's VM controller sets 4 × guest for VMs with
+	// the LiveUpdate rollout strategy).
+	// +optional
+	MaxGuest *resource.Quantity `json:"maxGuest,omitempty"`
 }
 
 // Machine selects the QEMU machine type.

@@ -222,6 +222,17 @@ type MigrationDomainLayout struct {
 	// SCSI says the source has a virtio-scsi controller.
 	// +optional
 	SCSI bool `json:"scsi,omitempty"`
+	// PluggedSockets are the vCPU sockets the source plugged beyond its boot sockets: the
+	// target starts with them (CPU hotplug).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=512
+	PluggedSockets int32 `json:"pluggedSockets,omitempty"`
+	// MemoryRequestedMiB is the source's virtio-mem requested size: the target's device starts
+	// with it (memory hotplug).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MemoryRequestedMiB int32 `json:"memoryRequestedMiB,omitempty"`
 	// Devices are the source's disks and NICs with their ports.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256

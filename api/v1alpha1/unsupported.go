@@ -57,7 +57,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.domain", "launchSecurity", KindObject},
 	{"spec.domain", "rebootPolicy", KindString},
 
-	{"spec.domain.cpu", "maxSockets", KindInteger},
 	{"spec.domain.cpu", "features", KindArray},
 	{"spec.domain.cpu", "dedicatedCpuPlacement", KindBoolean},
 	{"spec.domain.cpu", "numa", KindObject},
@@ -65,7 +64,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.domain.cpu", "realtime", KindObject},
 
 	{"spec.domain.memory", "hugepages", KindObject},
-	{"spec.domain.memory", "maxGuest", KindQuantity},
 	{"spec.domain.memory", "reservedOverhead", KindObject},
 
 	{"spec.domain.firmware", "acpi", KindObject},

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -47,6 +48,14 @@ const (
 	// VirtualMachineInstanceSynchronized is False when the node agent failed to bring the
 	// domain to the spec (the reason and message say why).
 	VirtualMachineInstanceSynchronized = "Synchronized"
+	// VirtualMachineInstanceVCPUChange is True while a change of spec.domain.cpu.sockets is
+	// being applied to the running guest (KubeVirt's HotVCPUChange); False with a reason when
+	// it cannot be (e.g. the guest did not release a vCPU); absent when there is none.
+	VirtualMachineInstanceVCPUChange = "HotVCPUChange"
+	// VirtualMachineInstanceMemoryChange is True while a change of spec.domain.memory.guest
+	// is being applied (KubeVirt's HotMemoryChange); False with a reason when it cannot be
+	// (e.g. the guest did not unplug all the memory asked); absent when there is none.
+	VirtualMachineInstanceMemoryChange = "HotMemoryChange"
 	// VirtualMachineInstanceDisruptionTarget is True when the vmi is about to be shut down by a
 	// drain of its node that it cannot leave by migration (as a pod's DisruptionTarget): its
 	// node agent shuts the guest down and ends it Failed with reason Evicted.
@@ -119,6 +128,14 @@ type VirtualMachineInstanceStatus struct {
 	// migration configuration's matchSELinuxLevelOnMigration is false.
 	// +optional
 	SelinuxContext string `json:"selinuxContext,omitempty"`
+	// CurrentCPUTopology is the vCPU topology the guest has now (plugged sockets included);
+	// set when the vmi can hotplug CPUs (spec.domain.cpu.maxSockets).
+	// +optional
+	CurrentCPUTopology *CPUTopology `json:"currentCPUTopology,omitempty"`
+	// Memory is the guest memory at boot, now and as requested; set when the vmi can hotplug
+	// memory (spec.domain.memory.maxGuest).
+	// +optional
+	Memory *MemoryStatus `json:"memory,omitempty"`
 	// Launcher is vmlet-specific (not part of kubevirt.io/v1): the QEMU process that runs this
 	// vmi and how it accelerates the guest.
 	// +optional
@@ -280,6 +297,11 @@ type LauncherStatus struct {
 	// QEMUVersion is the version QEMU reports over QMP (query-version), e.g. "7.2.15".
 	// +optional
 	QEMUVersion string `json:"qemuVersion,omitempty"`
+	// SocketsAtBoot is the number of vCPU sockets QEMU was started with (-smp sockets) when
+	// the vmi can hotplug CPUs; the others present were plugged. A migration target and the
+	// agent's later syncs start from it, whatever spec.domain.cpu.sockets says now.
+	// +optional
+	SocketsAtBoot int32 `json:"socketsAtBoot,omitempty"`
 }
 
 // VirtualMachineInstanceMigrationMethod says how a vmi's disks move with it.
@@ -293,3 +315,31 @@ const (
 	// LiveMigration: every disk is shared storage; only memory and device state move.
 	LiveMigration VirtualMachineInstanceMigrationMethod = "LiveMigration"
 )
+
+// CPUTopology is a vCPU topology: sockets × cores × threads.
+type CPUTopology struct {
+	// Cores specifies the number of cores inside the vmi.
+	// +optional
+	Cores uint32 `json:"cores,omitempty"`
+	// Sockets specifies the number of sockets inside the vmi.
+	// +optional
+	Sockets uint32 `json:"sockets,omitempty"`
+	// Threads specifies the number of threads inside the vmi.
+	// +optional
+	Threads uint32 `json:"threads,omitempty"`
+}
+
+// MemoryStatus is the guest memory of a vmi that can hotplug memory.
+type MemoryStatus struct {
+	// GuestAtBoot specifies with what amount of memory the guest booted: spec.domain.memory.guest
+	// cannot go below it.
+	// +optional
+	GuestAtBoot *resource.Quantity `json:"guestAtBoot,omitempty"`
+	// GuestCurrent specifies how much memory is currently available for the guest: the boot
+	// memory plus what the guest's virtio-mem driver plugged.
+	// +optional
+	GuestCurrent *resource.Quantity `json:"guestCurrent,omitempty"`
+	// GuestRequested specifies how much memory was requested (hotplug) for the guest.
+	// +optional
+	GuestRequested *resource.Quantity `json:"guestRequested,omitempty"`
+}

@@ -26,6 +26,9 @@ const LabelVMIUID = launcherpod.LabelVMIUID
 type Runtime struct {
 	// Pods reads this node's launcher pods (the manager's cache).
 	Pods client.Reader
+	// Resizer writes launcher pods' resize subresource (CPU and memory hotplug); nil: this
+	// agent resizes no pod, and hotplug that needs more resources is refused.
+	Resizer client.SubResourceClientConstructor
 	// LauncherRoot is the host folder holding one run folder per launcher pod (its hostPath
 	// volume), by VMI UID.
 	LauncherRoot string

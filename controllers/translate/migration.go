@@ -60,6 +60,12 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 	s.Machine, s.CPU.Model = l.Machine, l.CPUModel
 	s.HotplugPorts = int(l.HotplugPorts)
 	s.SCSI = l.SCSI || s.SCSI
+	s.CPU.PluggedSockets = int(l.PluggedSockets)
+	if s.MemoryHotplug != nil {
+		h := *s.MemoryHotplug
+		h.RequestedMiB = int(l.MemoryRequestedMiB)
+		s.MemoryHotplug = &h
+	}
 	switch {
 	case l.Display == nil || !*l.Display:
 		// The source runs without a display (one started before displays existed, or with

@@ -61,6 +61,15 @@ func TestMigrationTarget(t *testing.T) {
 		name: "a display only the source has", spec: own, layout: displayLayout(layout, ptr.To(true)),
 		wantErr: "the source has a display",
 	}, {
+		name: "with the source's plugged vCPUs and memory", spec: withHotplug(own), layout: withPlugged(layout, 2, 256),
+		want: &qemu.Spec{
+			Name: "vm", Machine: "pc-q35-7.2", MemoryMiB: 256, CPU: qemu.CPU{Model: "max", Cores: 2, Sockets: 1, MaxSockets: 4, PluggedSockets: 2},
+			MemoryHotplug: &qemu.MemoryHotplug{MaxMiB: 1024, RequestedMiB: 256, BlockMiB: 2},
+			Disks:         []qemu.Disk{{ID: "disk-root", Path: "/target/root.qcow2", Port: 2}, {ID: "disk-data", Path: "/target/data.img", Bus: qemu.BusSCSI, Port: 1}},
+			NICs:          []qemu.NIC{{ID: "net-default", TapName: "tap0", Port: 1}},
+			HotplugPorts:  3, SCSI: true, Incoming: true,
+		},
+	}, {
 		name: "a device only the source has", spec: &qemu.Spec{Name: "vm", Disks: own.Disks}, layout: layout,
 		wantErr: "the source has [nic/net-default]",
 	}, {
@@ -92,6 +101,19 @@ func TestMigrationTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withHotplug(s *qemu.Spec) *qemu.Spec {
+	c := *s
+	c.CPU.Sockets, c.CPU.MaxSockets = 1, 4
+	c.MemoryHotplug = &qemu.MemoryHotplug{MaxMiB: 1024, BlockMiB: 2}
+	return &c
+}
+
+func withPlugged(l *vmletv1.MigrationDomainLayout, sockets, memMiB int32) *vmletv1.MigrationDomainLayout {
+	c := *l
+	c.PluggedSockets, c.MemoryRequestedMiB = sockets, memMiB
+	return &c
 }
 
 func TestCopiedDisks(t *testing.T) {

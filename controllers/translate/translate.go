@@ -98,9 +98,11 @@ func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced
 	if err != nil {
 		return nil, err
 	}
-	s.MemoryMiB = mem
+	s.MemoryMiB = BootMemoryMiB(vmi, mem)
+	s.MemoryHotplug = memoryHotplug(vmi, s.MemoryMiB)
 	if d.CPU != nil {
 		s.CPU = qemu.CPU{Model: d.CPU.Model, Sockets: int(d.CPU.Sockets), Cores: int(d.CPU.Cores), Threads: int(d.CPU.Threads)}
+		cpuHotplug(vmi, &s.CPU)
 	}
 	if d.Machine != nil {
 		s.Machine = d.Machine.Type

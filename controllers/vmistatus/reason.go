@@ -109,6 +109,34 @@ const (
 	ReasonHotplugFailed      Reason = "HotplugFailed"
 )
 
+// Reasons of the HotVCPUChange and HotMemoryChange conditions (and their Events).
+const (
+	// ReasonHotplugInProgress: the change is being applied (True).
+	ReasonHotplugInProgress Reason = "InProgress"
+	// ReasonCPUUnplugPending: the guest has not released the vCPUs asked to go yet (True).
+	ReasonCPUUnplugPending Reason = "CPUUnplugPending"
+	// ReasonMemoryPlugPending: the guest's virtio-mem driver has not plugged or unplugged all
+	// the memory asked yet (True).
+	ReasonMemoryPlugPending Reason = "MemoryPlugPending"
+	// ReasonCPUUnplugIncomplete: the guest did not release a vCPU in time (False); the agent
+	// keeps asking.
+	ReasonCPUUnplugIncomplete Reason = "CPUUnplugIncomplete"
+	// ReasonMemoryChangeIncomplete: the guest did not plug or unplug all the memory asked in
+	// time (False; e.g. unmovable pages in the memory to unplug); the agent keeps asking.
+	ReasonMemoryChangeIncomplete Reason = "MemoryChangeIncomplete"
+	// ReasonHotplugRefused: the launcher refused the change (False), the message says why.
+	ReasonHotplugRefused Reason = "HotplugRefused"
+	// ReasonLauncherResizing: the launcher pod's resize was asked for and the kubelet has not
+	// applied it yet (True): nothing more is plugged before it is.
+	ReasonLauncherResizing Reason = "LauncherResizing"
+	// ReasonResizeRefused: the launcher's resources (its pod's in cluster mode, its cgroup's
+	// locally) could not follow the change, so it was not applied (False).
+	ReasonResizeRefused Reason = "ResizeRefused"
+	// ReasonVCPUsChanged, ReasonMemoryChanged: the Events of an applied change.
+	ReasonVCPUsChanged  Reason = "VCPUsChanged"
+	ReasonMemoryChanged Reason = "MemoryChanged"
+)
+
 // Reasons of Events only.
 const (
 	ReasonResumed           Reason = "Resumed"

@@ -62,6 +62,16 @@ const hotChangeRetry = 2 * time.Second
 
 // refused reports whether a launcher error is its final answer to this request (out of range,
 // no hotplug in the domain, not implemented), not a transient failure worth retrying.
+// refusalMessage is the launcher's own words for a refusal (the gRPC status message, without
+// "rpc error: code = ... desc =").
+func refusalMessage(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Message()
+	}
+	return err.Error()
+}
+
 func refused(err error) bool {
 	switch status.Code(err) { // finds a wrapped gRPC status
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.Unimplemented, codes.OutOfRange:
@@ -171,7 +181,7 @@ func (r *VMIReconciler) reconcileVCPUs(ctx context.Context, vmi *vmletv1.Virtual
 		d, err := hp.SetCPUs(sctx, want)
 		cancel()
 		if refused(err) {
-			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, err.Error())
+			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, refusalMessage(err))
 			return 0, nil
 		}
 		if err != nil {
@@ -242,7 +252,7 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("changing the hotplugged memory from %dMi to %dMi", m.RequestedBytes>>20, want>>20))
 		d, err := hp.SetMemory(ctx, int(want>>20))
 		if refused(err) {
-			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, err.Error())
+			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, refusalMessage(err))
 			return 0, nil
 		}
 		if err != nil {

@@ -106,6 +106,7 @@ func (c *cli) shellCommand(ctx context.Context, w io.Writer, q qmpDoer, line str
 // qmpScript runs stdin's lines as commands (not a terminal: a pipe or a file).
 func (c *cli) qmpScript(ctx context.Context, q qmpDoer) error {
 	var first error
+	failed, ran := 0, 0
 	sc := bufio.NewScanner(c.stdin)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -116,6 +117,7 @@ func (c *cli) qmpScript(ctx context.Context, q qmpDoer) error {
 		if line == "exit" {
 			break
 		}
+		ran++
 		err := c.shellCommand(ctx, c.stdout, q, line)
 		if err == nil {
 			continue
@@ -124,6 +126,7 @@ func (c *cli) qmpScript(ctx context.Context, q qmpDoer) error {
 			return err
 		}
 		fmt.Fprintf(c.stderr, "vmctl: %s: %v\n", line, err)
+		failed++
 		if first == nil {
 			first = err
 		}
@@ -131,7 +134,10 @@ func (c *cli) qmpScript(ctx context.Context, q qmpDoer) error {
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read commands: %w", err)
 	}
-	return first
+	if first != nil {
+		return fmt.Errorf("%d of %d commands got a QMP error reply, the first: %w", failed, ran, first)
+	}
+	return nil
 }
 
 // commandNames asks query-commands for the completion list (empty, with a warning, when it

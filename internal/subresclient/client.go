@@ -9,8 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 )
 
@@ -19,6 +21,14 @@ var GroupVersion = schema.GroupVersion{Group: "subresources.vmlet.dev", Version:
 
 // Resource is the resource whose subresources the API serves.
 const Resource = "virtualmachineinstances"
+
+// codecs decode the one object the API answers besides raw bodies: a metav1.Status error.
+var codecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, GroupVersion)
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return serializer.NewCodecFactory(s)
+}()
 
 // Client reaches one API server's subresources.vmlet.dev/v1alpha1. Safe for concurrent use.
 type Client struct {
@@ -48,7 +58,7 @@ func restClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &GroupVersion
 	c.APIPath = "/apis"
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.NegotiatedSerializer = codecs.WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
@@ -68,6 +78,16 @@ func (c *Client) request(rc *rest.RESTClient, verb string, vmi VMI, sub ...strin
 	return rc.Verb(verb).Namespace(vmi.Namespace).Resource(Resource).Name(vmi.Name).SubResource(sub...)
 }
 
+// doRaw runs r and returns the body as served; an error answer is an *apierrors.StatusError
+// decoded from its metav1.Status body when it has one.
+func doRaw(ctx context.Context, r *rest.Request) ([]byte, error) {
+	res := r.Do(ctx)
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	return res.Raw()
+}
+
 // URL is the address of one subresource (for messages, and the websocket dial).
 func (c *Client) URL(vmi VMI, sub ...string) *url.URL {
 	return c.request(c.rest, "GET", vmi, sub...).URL()
@@ -75,7 +95,7 @@ func (c *Client) URL(vmi VMI, sub ...string) *url.URL {
 
 // getJSON GETs sub and decodes its JSON answer into out.
 func (c *Client) getJSON(ctx context.Context, vmi VMI, sub string, out any) error {
-	b, err := c.request(c.rest, "GET", vmi, sub).DoRaw(ctx)
+	b, err := doRaw(ctx, c.request(c.rest, "GET", vmi, sub))
 	if err != nil {
 		return fmt.Errorf("get %s of vmi %s: %w", sub, vmi, err)
 	}
@@ -105,7 +125,7 @@ func (c *Client) FileSystemList(ctx context.Context, vmi VMI) (*FileSystemList, 
 
 // Raw GETs a subresource and returns its body as served (JSON for the guest agent ones).
 func (c *Client) Raw(ctx context.Context, vmi VMI, sub ...string) ([]byte, error) {
-	b, err := c.request(c.rest, "GET", vmi, sub...).DoRaw(ctx)
+	b, err := doRaw(ctx, c.request(c.rest, "GET", vmi, sub...))
 	if err != nil {
 		return nil, fmt.Errorf("get %s of vmi %s: %w", joinSub(sub), vmi, err)
 	}
@@ -128,7 +148,7 @@ func (c *Client) Unpause(ctx context.Context, vmi VMI) error {
 }
 
 func (c *Client) put(ctx context.Context, vmi VMI, sub string) error {
-	if _, err := c.request(c.rest, "PUT", vmi, sub).Body([]byte("{}")).DoRaw(ctx); err != nil {
+	if _, err := doRaw(ctx, c.request(c.rest, "PUT", vmi, sub).Body([]byte("{}"))); err != nil {
 		return fmt.Errorf("%s vmi %s: %w", sub, vmi, err)
 	}
 	return nil
@@ -138,7 +158,7 @@ func (c *Client) put(ctx context.Context, vmi VMI, sub string) error {
 // {"error":…} reply is a reply, not an error: see ReplyError). A command the caller may not
 // send is a 403 StatusError.
 func (c *Client) QMP(ctx context.Context, vmi VMI, command []byte) ([]byte, error) {
-	b, err := c.request(c.rest, "POST", vmi, "qmp").SetHeader("Content-Type", "application/json").Body(command).DoRaw(ctx)
+	b, err := doRaw(ctx, c.request(c.rest, "POST", vmi, "qmp").SetHeader("Content-Type", "application/json").Body(command))
 	if err != nil {
 		return nil, fmt.Errorf("qmp on vmi %s: %w", vmi, err)
 	}

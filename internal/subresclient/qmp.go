@@ -56,13 +56,16 @@ func ParseCommand(line string) ([]byte, error) {
 		return []byte(line), nil
 	}
 	name, args, _ := strings.Cut(line, " ")
-	cmd := map[string]any{"execute": name}
+	cmd := struct {
+		Execute   string          `json:"execute"`
+		Arguments json.RawMessage `json:"arguments,omitempty"`
+	}{Execute: name}
 	if args = strings.TrimSpace(args); args != "" {
 		var a map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
 			return nil, fmt.Errorf("%w: arguments of %s are not a JSON object: %v", ErrBadCommand, name, err)
 		}
-		cmd["arguments"] = json.RawMessage(args)
+		cmd.Arguments = json.RawMessage(args)
 	}
 	b, err := json.Marshal(cmd)
 	if err != nil {

@@ -115,10 +115,16 @@ type bg struct {
 	done           chan int
 }
 
+// vmctlBG runs args in the background; stdout and stderr are captured unless c has its own.
 func vmctlBG(t *testing.T, c *cli, args ...string) *bg {
 	t.Helper()
 	b := &bg{stdout: newLines(), stderr: newLines(), done: make(chan int, 1)}
-	c.stdout, c.stderr = b.stdout, b.stderr
+	if c.stdout == nil {
+		c.stdout = b.stdout
+	}
+	if c.stderr == nil {
+		c.stderr = b.stderr
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	go func() { b.done <- run(ctx, c, args) }()

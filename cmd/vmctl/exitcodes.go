@@ -30,11 +30,11 @@ var exitCodes = []struct {
 	{exitOK, "done"},
 	{exitError, "the call failed (the API server or launcher could not be reached, or answered an error not listed here; for top: no agent answered, no node advertises metrics)"},
 	{exitUsage, "usage: unknown command or flag, wrong arguments"},
-	{exitNotFound, "not found: the VMI (or its migration to cancel) does not exist, or the subresources API is not served; top NAME: no such VMI in the metrics of the agents that answered"},
+	{exitNotFound, "not found: VM commands: the VMI (or a migration to cancel) does not exist, or the subresources API is not served; top NAME: no such VMI in the metrics of the agents that answered"},
 	{exitBlocked, "gave up waiting: drain: VMIs still on the node at --deadline; migrate --wait: the migration had not ended at --deadline"},
 	{exitRefused, "refused by the VM: qmp got a QMP error reply (printed on stderr with its class); migrate --wait: the migration Failed"},
-	{exitForbidden, "forbidden (HTTP 403): RBAC on virtualmachineinstances/<subresource>, or the QMP command allow-list"},
-	{exitConflict, "conflict (HTTP 409): the VMI is not running, or has no display, no guest agent, or its console or VNC is taken"},
+	{exitForbidden, "forbidden (HTTP 403; VM commands): RBAC on virtualmachineinstances/<subresource> (or on the VMI or its migrations), or the QMP command allow-list"},
+	{exitConflict, "conflict (HTTP 409; VM commands): the VMI is not running, or has no display or no guest agent"},
 }
 
 // exitCodesHelp is the exit status list as the help prints it.
@@ -69,18 +69,51 @@ func exitCode(err error) int {
 		return se.code
 	case errors.As(err, &ue):
 		return exitUsage
-	case errors.Is(err, errNotFound), apierrors.IsNotFound(err):
+	case errors.Is(err, errNotFound):
 		return exitNotFound
 	case errors.Is(err, errBlocked):
 		return exitBlocked
 	case errors.Is(err, subresclient.ErrQMP), errors.Is(err, errMigrationFailed):
 		return exitRefused
-	case apierrors.IsForbidden(err):
+	case errors.Is(err, errForbidden):
 		return exitForbidden
-	case apierrors.IsConflict(err), errors.Is(err, errConflict):
+	case errors.Is(err, errConflict):
 		return exitConflict
 	}
 	return exitError
+}
+
+var (
+	// errConflict: the VMI is not in a state the command can act on (exit status 7).
+	errConflict = errors.New("conflict")
+	// errForbidden: RBAC or the QMP allow-list refused (exit status 6).
+	errForbidden = errors.New("forbidden")
+)
+
+// apiStatusError marks an API answer with the sentinel of its exit status.
+type apiStatusError struct {
+	err  error
+	kind error
+}
+
+func (e *apiStatusError) Error() string        { return e.err.Error() }
+func (e *apiStatusError) Unwrap() error        { return e.err }
+func (e *apiStatusError) Is(target error) bool { return target == e.kind }
+
+// classifyAPI gives the VM commands' API errors their exit status: 404 → 3, 403 → 6,
+// 409 → 7. (drain, uncordon and top keep 1 for these, as before the VM commands existed.)
+func classifyAPI(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return &apiStatusError{err, errNotFound}
+	case apierrors.IsForbidden(err):
+		return &apiStatusError{err, errForbidden}
+	case apierrors.IsConflict(err):
+		return &apiStatusError{err, errConflict}
+	}
+	return err
 }
 
 // wrap breaks s into lines of at most width, the ones after the first indented.

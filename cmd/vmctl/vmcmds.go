@@ -144,7 +144,8 @@ prints its size.
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the PNG file to write (- for stdout)")
-	k.addFlags(cmd.Flags())
+	vmiCmd(cmd, k)
+	cmd.GroupID = ""
 	return cmd
 }
 

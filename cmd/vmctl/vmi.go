@@ -11,9 +11,6 @@ import (
 	"github.com/vmlet/vmlet/internal/subresclient"
 )
 
-// errConflict: the VMI is not in a state the command can act on (exit status 7).
-var errConflict = errors.New("conflict")
-
 // vmTarget is one VMI addressed by name through the API server.
 type vmTarget struct {
 	cfg *rest.Config
@@ -64,8 +61,11 @@ func explain(err error) error {
 
 // vmiCmd is a command that addresses a VMI by name: it gets kubectl's connection flags, and
 // the VM group.
+// Its API errors get their exit statuses (classifyAPI).
 func vmiCmd(cmd *cobra.Command, k *kubeFlags) *cobra.Command {
 	k.addFlags(cmd.Flags())
 	cmd.GroupID = "vm"
+	runE := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return classifyAPI(runE(cmd, args)) }
 	return cmd
 }

@@ -111,7 +111,9 @@ func TestVMIThroughAPI(t *testing.T) {
 		if err := c.List(ctx, &l, client.InNamespace("prod")); err != nil {
 			t.Fatal(err)
 		}
-		slices.SortFunc(l.Items, func(a, b vmletv1.VirtualMachineInstanceMigration) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		slices.SortFunc(l.Items, func(a, b vmletv1.VirtualMachineInstanceMigration) int {
+			return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+		})
 		return l.Items
 	}
 	created := regexp.MustCompile(`^virtualmachineinstancemigration/(vm1-migration-[a-z0-9]{5}) created: migrating vmi vm1\n`)

@@ -107,7 +107,11 @@ func (c *cli) shellCommand(ctx context.Context, w io.Writer, q qmpDoer, line str
 func (c *cli) qmpScript(ctx context.Context, q qmpDoer) error {
 	var first error
 	failed, ran := 0, 0
-	sc := bufio.NewScanner(c.stdin)
+	in := c.stdin
+	if in == nil {
+		in = strings.NewReader("")
+	}
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())

@@ -135,13 +135,13 @@ func (c *cli) migrate(ctx context.Context, t *vmTarget, o *migrateOptions) error
 func listWatch(migs dynamic.ResourceInterface, name string) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	return &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return migs.List(context.Background(), o)
+			return migs.List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return migs.Watch(context.Background(), o)
+			return migs.Watch(ctx, o)
 		},
 	}
 }

@@ -60,7 +60,9 @@ func (c *cli) ssh(ctx context.Context, t *vmTarget, o *sshOptions, login string,
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	err = cmd.Run()
 	stop()
-	<-served
+	if ferr := <-served; ferr != nil && err == nil {
+		return ferr
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return &exitStatusError{code: ee.ExitCode(), err: fmt.Errorf("ssh: %w", err), quiet: true}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"io"
 	"net"
@@ -294,7 +295,7 @@ func TestPortForward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 			t.Errorf("connection to a closed guest port: read %d, %v, want EOF", n, err)
 		}
 		c.Close()

@@ -34,7 +34,7 @@ func CheckReply(reply []byte) error {
 	return &ReplyError{Class: r.Error.Class, Desc: r.Error.Desc}
 }
 
-// ErrBadCommand: a QMP command line that is neither JSON nor NAME [ARGUMENTS-JSON].
+// ErrBadCommand is a QMP command line that is neither JSON nor NAME [ARGUMENTS-JSON].
 var ErrBadCommand = errors.New("bad qmp command")
 
 // ParseCommand turns one command line into a QMP command object. It accepts the JSON object
@@ -48,7 +48,7 @@ func ParseCommand(line string) ([]byte, error) {
 	if strings.HasPrefix(line, "{") {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(line), &obj); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadCommand, err)
 		}
 		if _, ok := obj["execute"]; !ok {
 			return nil, fmt.Errorf("%w: no \"execute\" member", ErrBadCommand)
@@ -63,13 +63,13 @@ func ParseCommand(line string) ([]byte, error) {
 	if args = strings.TrimSpace(args); args != "" {
 		var a map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
-			return nil, fmt.Errorf("%w: arguments of %s are not a JSON object: %v", ErrBadCommand, name, err)
+			return nil, fmt.Errorf("%w: arguments of %s are not a JSON object: %w", ErrBadCommand, name, err)
 		}
 		cmd.Arguments = json.RawMessage(args)
 	}
 	b, err := json.Marshal(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCommand, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadCommand, err)
 	}
 	return b, nil
 }

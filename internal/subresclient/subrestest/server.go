@@ -31,11 +31,11 @@ import (
 type Role int
 
 const (
-	// View: guest info only.
+	// View is guest info only.
 	View Role = iota
-	// Edit: + console, vnc, portforward, pause/unpause, and the query-* QMP commands.
+	// Edit is View + console, vnc, portforward, pause/unpause, and the query-* QMP commands.
 	Edit
-	// Admin: + every QMP command, qmplog.
+	// Admin is Edit + every QMP command, qmplog.
 	Admin
 )
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/subresclient/subrestest"
 )
 
 // ptyTerm is a pseudo-terminal: vmctl gets the tty as stdin and stdout, the test types into
@@ -186,4 +188,13 @@ func TestQMPShell(t *testing.T) {
 	if l := f.QMPLog("prod", "vm1"); len(l) != log+4 || l[log+2].Text != `{"execute":"query-name"}` {
 		t.Errorf("second session's log: %+v", l[log:])
 	}
+
+	// quit ends QEMU and the server's session: the shell ends too, saying so (exit 1).
+	b = vmctlBG(t, newCLI(p.tty, p.tty, nil), "qmp", "vm1", "--kubeconfig", f.admin, "--history", "")
+	p.next(t, regexp.MustCompile(`qmp> `))
+	p.typeIn(t, "quit\r")
+	if code := b.exited(t); code != exitError || !strings.Contains(b.stderr.String(), "qmp session: closed by the server: "+subrestest.VMStopped) {
+		t.Errorf("after quit: exit %d stderr %q", code, b.stderr)
+	}
+	p.restored(t)
 }

@@ -22,7 +22,7 @@ const qmpPrompt = "qmp> "
 
 const qmpShellHelp = `Type a QMP command: its name (query-status), a name and its arguments as JSON
 (device_del {"id":"disk1"}), or the JSON object ({"execute":"query-status"}). Tab completes
-command names (from query-commands), Up/Down walk the history, "exit" or Ctrl-D leaves
+command names (from query-commands), Up/Down walk the history, "exit", Ctrl-D or Ctrl-C leaves
 ("quit" is QEMU's quit command: it ends the VM).`
 
 // qmpShell is the interactive QMP shell of what: one command per line through q, replies
@@ -59,8 +59,38 @@ func (c *cli) qmpShell(ctx context.Context, q qmpDoer, what, historyPath string)
 		return complete(t, names, line, pos)
 	}
 	fmt.Fprintf(t, "QMP shell on %s; %d commands; Tab completes, \"exit\" or Ctrl-D leaves, \"help\" helps\n", what, len(names))
+	// ReadLine cannot be interrupted: it runs on its own, and the shell also ends on ^C (ctx)
+	// or when the server ends the session, without waiting for a key.
+	type read struct {
+		line string
+		err  error
+	}
+	lines := make(chan read, 1) // a ReadLine after the end must not block for good
+	next := make(chan struct{}, 1)
+	go func() {
+		for range next {
+			line, err := t.ReadLine()
+			lines <- read{line, err}
+		}
+	}()
+	defer close(next)
+	var ended <-chan struct{}
+	if s, ok := q.(interface{ Done() <-chan struct{} }); ok {
+		ended = s.Done()
+	}
 	for {
-		line, err := t.ReadLine()
+		next <- struct{}{}
+		var r read
+		select {
+		case r = <-lines:
+		case <-ctx.Done():
+			fmt.Fprintln(t)
+			return nil
+		case <-ended:
+			fmt.Fprintln(t)
+			return fmt.Errorf("qmp session: %w", q.(interface{ Err() error }).Err())
+		}
+		line, err := r.line, r.err
 		if errors.Is(err, io.EOF) {
 			fmt.Fprintln(t)
 			return nil
@@ -78,11 +108,11 @@ func (c *cli) qmpShell(ctx context.Context, q qmpDoer, what, historyPath string)
 			continue
 		}
 		if err := c.shellCommand(ctx, t, q, line); err != nil {
-			var ue usageError
-			if !errors.As(err, &ue) && !errors.Is(err, subresclient.ErrQMP) && ctx.Err() != nil {
-				return err
+			var closed *subresclient.ClosedError
+			if ctx.Err() != nil || errors.As(err, &closed) || errors.Is(err, io.EOF) {
+				return err // ^C, or the server ended the session
 			}
-			fmt.Fprintf(t, "%v\n", explain(err))
+			fmt.Fprintf(t, "%v\n", explain(err)) // a usage slip, an error reply, a refusal: go on
 		}
 	}
 }

@@ -165,9 +165,9 @@ name and its arguments as JSON ('device_del {"id":"disk1"}').
 
 Without COMMAND it opens a QMP shell (the qmp subresource's websocket session): one command
 per line in the same forms, replies pretty-printed, Tab completes command names (from
-query-commands), Up/Down walk the history (kept in --history), "exit" or Ctrl-D leaves; "quit"
-is QEMU's quit. When stdin is not a terminal the shell runs its lines as a script (exit 5 if
-a reply was an error).
+query-commands), Up/Down walk the history (kept in --history), "exit", Ctrl-D or Ctrl-C
+leaves; "quit" is QEMU's quit (the VM ends, and the session). When stdin is not a terminal
+the shell runs its lines as a script (exit 5 if a reply was an error).
 
 Raw QMP can change anything in the VM: the qmp subresource needs the admin role, or the
 command must be on the allow-list (for others the query-* family); a refused command is 403

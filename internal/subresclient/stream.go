@@ -132,9 +132,13 @@ func closeErr(err error) error {
 }
 
 // QMPSession is the qmp websocket: one command object per text frame, QEMU's reply to each
-// in order.
+// in order. A goroutine reads the replies, so a session the server ends is seen at once
+// (Done) even between commands.
 type QMPSession struct {
-	conn *gwebsocket.Conn
+	conn    *gwebsocket.Conn
+	replies chan []byte
+	done    chan struct{}
+	err     error // why the session ended; set before done is closed
 }
 
 // DialQMP opens a QMP session.
@@ -143,22 +147,64 @@ func (c *Client) DialQMP(ctx context.Context, vmi VMI) (*QMPSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &QMPSession{conn: conn}, nil
+	q := &QMPSession{conn: conn, replies: make(chan []byte, 1), done: make(chan struct{})}
+	go q.read()
+	return q, nil
 }
 
-// Do sends one command and returns its reply, within ctx's deadline.
+func (q *QMPSession) read() {
+	for {
+		_, reply, err := q.conn.ReadMessage()
+		if err != nil {
+			q.err = closeErr(err)
+			close(q.done)
+			return
+		}
+		select {
+		case q.replies <- reply:
+		case <-q.done:
+			return
+		}
+	}
+}
+
+// Done is closed when the session has ended (Err says why).
+func (q *QMPSession) Done() <-chan struct{} { return q.done }
+
+// Err is why the session ended: io.EOF, a *ClosedError with the server's reason, or the
+// connection's error; nil while it lasts.
+func (q *QMPSession) Err() error {
+	select {
+	case <-q.done:
+		return q.err
+	default:
+		return nil
+	}
+}
+
+// Do sends one command and returns its reply, within ctx's deadline. One command at a time.
 func (q *QMPSession) Do(ctx context.Context, command []byte) ([]byte, error) {
 	dl, _ := ctx.Deadline() // zero: none
 	_ = q.conn.SetWriteDeadline(dl)
 	if err := q.conn.WriteMessage(gwebsocket.TextMessage, command); err != nil {
+		if e := q.Err(); e != nil {
+			err = e
+		}
 		return nil, fmt.Errorf("send qmp command: %w", err)
 	}
-	_ = q.conn.SetReadDeadline(dl)
-	_, reply, err := q.conn.ReadMessage()
-	if err != nil {
-		return nil, fmt.Errorf("read qmp reply: %w", closeErr(err))
+	select {
+	case reply := <-q.replies:
+		return reply, nil
+	case <-q.done:
+		select { // a reply that came just before the end
+		case reply := <-q.replies:
+			return reply, nil
+		default:
+		}
+		return nil, fmt.Errorf("read qmp reply: %w", q.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read qmp reply: %w", ctx.Err())
 	}
-	return reply, nil
 }
 
 // Close ends the session.

@@ -81,8 +81,12 @@ func (s *Server) Commands(namespace, name string) int {
 	return s.vmis[namespace+"/"+name].cmds
 }
 
+// VMStopped is the close reason of a QMP session whose VM quit.
+const VMStopped = "the VM stopped"
+
 // qmpSession answers each text frame with the reply; a refused command gets a
-// {"error":{"class":"Forbidden",…}} reply and the session goes on.
+// {"error":{"class":"Forbidden",…}} reply and the session goes on; after quit the session is
+// closed with VMStopped.
 func (s *Server) qmpSession(w http.ResponseWriter, r *http.Request, v *VMI, u user) {
 	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -99,6 +103,14 @@ func (s *Server) qmpSession(w http.ResponseWriter, r *http.Request, v *VMI, u us
 			reply = errorReply("Forbidden", msg)
 		}
 		if c.WriteMessage(websocket.TextMessage, reply) != nil {
+			return
+		}
+		s.mu.Lock()
+		running := v.Running
+		s.mu.Unlock()
+		if !running { // quit: QEMU is gone, and the session with it
+			msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, VMStopped)
+			_ = c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
 			return
 		}
 	}

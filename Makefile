@@ -65,6 +65,13 @@ lint: ## Run golangci-lint (pinned in hack/tools.sh) incl. the import rule for h
 build: ## Build vmlet, vmlet-launcher and vmctl into bin/.
 	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/...
 
+# Where install-plugin puts kubectl-vmctl (a folder on PATH).
+PLUGIN_DIR ?= /usr/local/bin
+
+.PHONY: install-plugin
+install-plugin: ## Install vmctl as the kubectl plugin kubectl-vmctl in PLUGIN_DIR (kubectl vmctl ...).
+	CGO_ENABLED=0 go build -o $(PLUGIN_DIR)/kubectl-vmctl ./cmd/vmctl
+
 LOCAL_STATE ?= /var/lib/vmlet/local
 # Extra `vmlet local` flags, e.g. `make run LOCAL_ARGS=--keep-vms` (see `bin/vmlet local --help`).
 LOCAL_ARGS ?=

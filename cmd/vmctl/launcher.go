@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,51 +14,24 @@ import (
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 )
 
-// launcherCmds are the commands that talk to one launcher over --launcher.
+// launcherCmds are the commands that only talk to one launcher, over --launcher (console, qmp,
+// qmp-log, pause and unpause do too with --launcher: vmcmds.go).
 func launcherCmds(c *cli) []*cobra.Command {
 	var (
 		asJSON bool
 		grace  time.Duration
-		follow bool
-		last   int
 	)
 	status := &cobra.Command{
 		Use: "status [--json]", Short: "The domain's state, accelerator, QEMU version, devices", Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), asJSON) },
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print the Domain message as JSON")
-	pause := &cobra.Command{
-		Use: "pause", Short: "Stop the guest's vCPUs (the node agent's next pass restores spec.paused)", Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.pause(cmd.Context(), true) },
-	}
-	unpause := &cobra.Command{
-		Use: "unpause", Short: "Resume the guest's vCPUs", Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.pause(cmd.Context(), false) },
-	}
 	shutdown := &cobra.Command{
 		Use: "shutdown [--grace 30s]", Short: "ACPI power button, then quit after the grace period", Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.shutdown(cmd.Context(), grace) },
 	}
 	shutdown.Flags().DurationVar(&grace, "grace", 0, "how long the guest may take to power off (0: the launcher's default)")
-	qmp := &cobra.Command{
-		Use: "qmp JSON", Short: "One raw QMP command", Example: `  vmctl --launcher PATH qmp '{"execute":"query-status"}'`,
-		Args: exactArgs(1, `one JSON command, e.g. '{"execute":"query-status"}'`),
-		RunE: func(cmd *cobra.Command, args []string) error { return c.qmp(cmd.Context(), args[0]) },
-	}
-	qmpLog := &cobra.Command{
-		Use: "qmp-log [-f] [-n 50]", Short: "The QMP traffic log", Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.qmpLog(cmd.Context(), follow, last) },
-	}
-	qmpLog.Flags().BoolVarP(&follow, "follow", "f", false, "follow: keep printing new entries")
-	qmpLog.Flags().IntVarP(&last, "lines", "n", 50, "print the last n entries first")
-	console := &cobra.Command{
-		Use: "console", Short: "The serial console (Ctrl-] quits)", Args: noArgs,
-		Long: `Connects the terminal to the guest's serial console, <run dir>/sockets/console.sock next to
-the launcher socket (raw mode when stdin is a terminal; Ctrl-] quits; one client at a time).
-For a QMP session of your own use socat - UNIX-CONNECT:<run dir>/sockets/qmp-debug.sock.`,
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.console(cmd.Context()) },
-	}
-	cmds := []*cobra.Command{status, pause, unpause, shutdown, qmp, qmpLog, console}
+	cmds := []*cobra.Command{status, shutdown}
 	for _, cmd := range cmds {
 		cmd.PreRunE = func(*cobra.Command, []string) error {
 			if c.sock == "" {
@@ -120,7 +92,7 @@ func printDomain(w io.Writer, d *pb.Domain) {
 	}
 }
 
-func (c *cli) pause(ctx context.Context, pause bool) error {
+func (c *cli) launcherPause(ctx context.Context, pause bool) error {
 	cl, err := c.dial(ctx)
 	if err != nil {
 		return err
@@ -160,42 +132,4 @@ func (c *cli) shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	fmt.Fprintf(c.stdout, "%s (%s)\n", how, r.GetReason())
 	return nil
-}
-
-func (c *cli) qmp(ctx context.Context, command string) error {
-	cl, err := c.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	reply, err := cl.QMP(ctx, command)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(c.stdout, reply)
-	return nil
-}
-
-func (c *cli) qmpLog(ctx context.Context, follow bool, n int) error {
-	cl, err := c.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	if !follow {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	err = cl.QMPLog(ctx, n, follow, func(e *pb.QMPLogEntry) error {
-		t := time.Unix(0, e.GetTimeUnixNano()).UTC().Format("15:04:05.000000")
-		_, err := fmt.Fprintf(c.stdout, "%s %-5s %-6s %s\n", t, e.GetOrigin(), e.GetDirection(), e.GetText())
-		return err
-	})
-	if follow && errors.Is(err, context.Canceled) {
-		return nil // ^C
-	}
-	return err
 }

@@ -7,29 +7,22 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 )
-
-// Exit statuses (documented in the root command's help).
-const (
-	exitOK       = 0
-	exitError    = 1
-	exitUsage    = 2
-	exitNotFound = 3
-	exitBlocked  = 4
-)
-
-const exitCodesHelp = `Exit status: 0 done; 1 the call failed (for top: no agent answered, the API server
-could not be reached, no node advertises metrics); 2 usage; 3 top NAME: no such VMI in the
-metrics of the agents that answered; 4 drain: VMIs still on the node at --deadline.`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, newCLI(os.Stdin, os.Stdout, os.Stderr), os.Args[1:])
+	c := newCLI(os.Stdin, os.Stdout, os.Stderr)
+	c.plugin = strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe") == pluginName
+	code := run(ctx, c, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -47,10 +40,17 @@ type cli struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	// http scrapes the agents.
 	http *http.Client
+
+	// plugin: run as kubectl-vmctl (the help says "kubectl vmctl").
+	plugin bool
+	// kubeConfig, when set, replaces the kubeconfig rules (tests; an embedding program).
+	kubeConfig func(*kubeFlags) (*rest.Config, error)
+	// lookPath finds ssh.
+	lookPath func(string) (string, error)
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
-	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, now: time.Now, sleep: sleepCtx, http: &http.Client{}}
+	return &cli{stdin: stdin, stdout: stdout, stderr: stderr, now: time.Now, sleep: sleepCtx, http: &http.Client{}, lookPath: exec.LookPath}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -75,18 +75,15 @@ func run(ctx context.Context, c *cli, args []string) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(c.stderr, "vmctl: %v\n", err)
-	var ue usageError
-	switch {
-	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		return exitUsage
-	case errors.Is(err, errNotFound):
-		return exitNotFound
-	case errors.Is(err, errBlocked):
-		return exitBlocked
+	var se *exitStatusError
+	if !errors.As(err, &se) || !se.quiet {
+		fmt.Fprintf(c.stderr, "vmctl: %v\n", err)
 	}
-	return exitError
+	code := exitCode(err)
+	if code == exitUsage {
+		fmt.Fprintf(c.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
 }
 
 type usageError string
@@ -99,20 +96,41 @@ func newRootCmd(c *cli) *cobra.Command {
 		Short: "The vmlet CLI",
 		Long: `vmctl is the vmlet CLI.
 
-"vmctl drain" and "vmctl uncordon" drain a node of its VMIs through the Kubernetes API.
-"vmctl top" reads the node agents' metrics, found through the Kubernetes API (kubectl's
-kubeconfig rules) or given with --metrics. The other commands talk to one vmlet-launcher
-directly over its socket, the one the node agent uses: <run dir>/launcher.sock, where the run
-dir is <--run-root>/<vmi uid> (/run/vmlet/<uid> in local mode) or <--launcher-root>/<vmi uid>
-for launcher pods (/var/run/vmlet/launchers/<uid>); the uid is
-kubectl get vmi NAME -o jsonpath='{.metadata.uid}'.
+The VM commands address a VMI by NAME through the Kubernetes API, as kubectl does: kubectl's
+kubeconfig rules and flags (--kubeconfig, $KUBECONFIG, --context, -n/--namespace, else the
+context's namespace, else "default"), and the aggregated API subresources.vmlet.dev/v1alpha1
+for console, vnc, qmp, qmp-log, guest agent data and port-forward (RBAC on
+virtualmachineinstances/<subresource> in that group: the view, edit and admin ClusterRoles
+of config/rbac). pause/unpause set spec.paused and migrate creates a
+VirtualMachineInstanceMigration, with the ordinary vmlet.dev API.
+
+As a kubectl plugin: put the binary on PATH as kubectl-vmctl ("make install-plugin") and run
+"kubectl vmctl ...": the same commands and flags.
+
+"vmctl drain" and "vmctl uncordon" drain a node of its VMIs. "vmctl top" reads the node
+agents' metrics, found through the Kubernetes API or given with --metrics.
+
+Node-local work, as root on the node, skips the API: --launcher PATH talks to one
+vmlet-launcher over its socket, the one the node agent uses: <run dir>/launcher.sock, where
+the run dir is <--run-root>/<vmi uid> (/run/vmlet/<uid> in local mode) or
+<--launcher-root>/<vmi uid> for launcher pods (/var/run/vmlet/launchers/<uid>); the uid is
+kubectl get vmi NAME -o jsonpath='{.metadata.uid}'. status and shutdown need it; console,
+qmp, qmp-log, pause and unpause take it instead of NAME.
 
 ` + exitCodesHelp,
-		Example: `  vmctl top -A
-  vmctl top my-vm -n prod
-  vmctl --launcher /run/vmlet/<uid>/launcher.sock status
-  vmctl --launcher PATH qmp '{"execute":"query-status"}'
-  vmctl --launcher PATH console            (Ctrl-] quits)`,
+		Example: `  vmctl console my-vm -n prod             (Ctrl-] quits)
+  vmctl qmp my-vm query-status
+  vmctl qmp my-vm                          (the QMP shell: Tab completes, Ctrl-D leaves)
+  vmctl qmp-log my-vm -f
+  vmctl vnc screenshot my-vm -o my-vm.png
+  vmctl port-forward my-vm 8080:80
+  vmctl ssh debian@my-vm
+  vmctl pause my-vm
+  vmctl migrate my-vm --wait
+  kubectl vmctl guestosinfo my-vm -o table
+  vmctl top -A
+  vmctl drain node-1 --deadline 5m
+  vmctl --launcher /run/vmlet/<uid>/launcher.sock status`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// A root that runs makes cobra hand it unknown commands: refuse them as usage errors.
@@ -130,8 +148,12 @@ kubectl get vmi NAME -o jsonpath='{.metadata.uid}'.
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err.Error()) })
 	pf := root.PersistentFlags()
-	pf.StringVar(&c.sock, "launcher", "", "the launcher's socket, <run dir>/launcher.sock (launcher commands)")
-	pf.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of one call: a launcher call (not qmp-log -f, console), one scrape, one API request")
+	pf.StringVar(&c.sock, "launcher", "", "node-local: the launcher's socket, <run dir>/launcher.sock, instead of a VMI NAME")
+	pf.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of one call: an API request or launcher call (not qmp-log -f, console, vnc, port-forward, ssh, a QMP shell), one scrape")
+	root.AddGroup(&cobra.Group{ID: "vm", Title: "VM commands (a VMI by NAME through the Kubernetes API; some take --launcher PATH instead):"})
+	for _, sub := range vmCmds(c) {
+		root.AddCommand(sub)
+	}
 	root.AddGroup(&cobra.Group{ID: "cluster", Title: "Cluster commands (kubeconfig, or --metrics):"})
 	top := newTopCmd(c)
 	top.GroupID = "cluster"
@@ -140,12 +162,32 @@ kubectl get vmi NAME -o jsonpath='{.metadata.uid}'.
 		sub.GroupID = "cluster"
 		root.AddCommand(sub)
 	}
-	root.AddGroup(&cobra.Group{ID: "launcher", Title: "Launcher commands (need --launcher):"})
+	root.AddGroup(&cobra.Group{ID: "launcher", Title: "Node-local commands (need --launcher):"})
 	for _, sub := range launcherCmds(c) {
 		sub.GroupID = "launcher"
 		root.AddCommand(sub)
 	}
+	if c.plugin {
+		asPlugin(root)
+	}
 	return root
+}
+
+// pluginName is the binary's name as a kubectl plugin: kubectl runs kubectl-vmctl for
+// "kubectl vmctl ...".
+const pluginName = "kubectl-vmctl"
+
+// asPlugin makes the help say "kubectl vmctl" where it says "vmctl".
+func asPlugin(root *cobra.Command) {
+	root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl vmctl"}
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		cmd.Example = strings.ReplaceAll(strings.ReplaceAll(cmd.Example, "kubectl vmctl ", "vmctl "), "vmctl ", "kubectl vmctl ")
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // noArgs, exactArgs and maxArgs are cobra's argument checks, failing as usage errors.

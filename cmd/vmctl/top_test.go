@@ -161,9 +161,10 @@ func TestTopUsage(t *testing.T) {
 		{"top", "--no-such-flag"},
 		{"no-such-command"},
 		{"status"}, // no --launcher
-		{"--launcher", "/nonexistent/launcher.sock", "qmp"},
+		{"--launcher", "/nonexistent/launcher.sock", "qmp", "a", "b"},
+		{"--launcher", "/nonexistent/launcher.sock", "qmp-log", "extra"},
 		{"--launcher", "/nonexistent/launcher.sock", "status", "extra"},
-		{"--launcher", "/nonexistent/launcher.sock", "qmp-log", "-n", "many"},
+		{"--launcher", "/nonexistent/launcher.sock", "qmp-log", "--tail", "many"},
 	} {
 		r := vmctl(t, &fakeClock{}, args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "--help' for usage.") {
@@ -182,7 +183,7 @@ func TestHelp(t *testing.T) {
 		if r.code != exitOK {
 			t.Errorf("%q: exit %d", args, r.code)
 		}
-		for _, want := range []string{"Examples:", "vmctl top -A", "Exit status: 0 done; 1", "3 top NAME"} {
+		for _, want := range []string{"Examples:", "vmctl top -A", "Exit status (ssh: ssh's own, once ssh runs):\n  0  done\n  1  the call failed", "top NAME: no such VMI", "  4  gave up waiting: drain: VMIs still on the node at --deadline"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("%q: no %q in:\n%s", args, want, r.stdout)
 			}

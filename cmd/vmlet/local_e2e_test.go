@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/testguest"
@@ -107,13 +109,17 @@ func TestLocalNodeShutdown(t *testing.T) {
 
 // TestLocalKeepVMs: with --keep-vms Ctrl-C stops vmlet and the control plane and leaves the VM
 // running; the next start adopts it: same VMI, same launcher and QEMU, one launcher, still
-// Running; its Ctrl-C (without --keep-vms) then leaves nothing.
+// Running; its Ctrl-C (without --keep-vms) then leaves nothing. Before the stop, `vmctl pause
+// demo` (by name, through the API server: spec.paused) pauses the guest (the Paused condition,
+// and QEMU's own query-status) and `vmctl unpause demo` resumes it.
 func TestLocalKeepVMs(t *testing.T) {
 	s := newLocalSetup(t)
 	p := s.start(t, "--keep-vms")
 	p.waitOutput(t, runningMsg, 4*time.Minute)
 	c := s.client(t)
 	vm := s.running(t, c, "demo")
+	vmctlPause(t, s, c, vm, "pause", true)
+	vmctlPause(t, s, c, vm, "unpause", false)
 	stopped := time.Now().Truncate(time.Second)
 	p.interrupt(t)
 	if !poll.Alive(vm.launcherPid) || !poll.Alive(vm.qemuPid) {
@@ -130,6 +136,31 @@ func TestLocalKeepVMs(t *testing.T) {
 	assertReadyAgainSince(t, c, stopped)
 	p.interrupt(t)
 	s.assertGone(t, vm)
+}
+
+// vmctlPause runs `vmctl pause|unpause NAME` (through the API server) and waits for the
+// agent's Paused condition, then asks QEMU itself (vmctl --launcher qmp query-status).
+func vmctlPause(t *testing.T, s *localSetup, c client.Client, vm vmState, verb string, paused bool) {
+	t.Helper()
+	out, err := exec.Command(buildVmctl(t, s), verb, vm.key.Name, "-n", vm.key.Namespace, "--kubeconfig", filepath.Join(s.stateDir, "kubeconfig")).CombinedOutput()
+	want := fmt.Sprintf("vmi/%s %sd (spec.paused=%v)\n", vm.key.Name, verb, paused)
+	if err != nil || string(out) != want {
+		t.Fatalf("vmctl %s: %v %q, want %q", verb, err, out, want)
+	}
+	waitFor(t, c, vm.key, time.Minute, "Paused condition "+fmt.Sprint(paused), func(v *vmletv1.VirtualMachineInstance) bool {
+		return isTrue(v, vmletv1.VirtualMachineInstancePaused) == paused
+	})
+	assertQMPStatus(t, s, vm, map[bool]string{true: "paused", false: "running"}[paused])
+}
+
+// assertQMPStatus asks the VM's QEMU for its run state over the launcher socket.
+func assertQMPStatus(t *testing.T, s *localSetup, vm vmState, want string) {
+	t.Helper()
+	sock := filepath.Join(s.runRoot, vm.uid, process.ReadySocket)
+	out, err := exec.Command(buildVmctl(t, s), "--launcher", sock, "qmp", "query-status").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"status": "`+want+`"`) {
+		t.Errorf("vmctl --launcher qmp query-status: %v\n%s\nwant status %s", err, out, want)
+	}
 }
 
 // TestLocalKill9: a second `vmlet local` on the same state folder fails at once and disturbs

@@ -41,15 +41,15 @@ func vmctlCommands(t *testing.T, p *proc) {
 	if out := vmctl(t, p, "pause"); strings.TrimSpace(out) != "PAUSED" {
 		t.Errorf("vmctl pause: %q", out)
 	}
-	if out := vmctl(t, p, "qmp", `{"execute":"query-status"}`); !strings.Contains(out, `"status":"paused"`) {
+	if out := vmctl(t, p, "qmp", `{"execute":"query-status"}`); !strings.Contains(out, `"status": "paused"`) {
 		t.Errorf("vmctl qmp: %q", out)
 	}
 	if out := vmctl(t, p, "unpause"); strings.TrimSpace(out) != "RUNNING" {
 		t.Errorf("vmctl unpause: %q", out)
 	}
-	out := vmctl(t, p, "qmp-log", "-n", "30")
+	out := vmctl(t, p, "qmp-log", "--tail", "30")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 30 || !strings.Contains(out, `"execute":"cont"`) {
-		t.Errorf("vmctl qmp-log -n 30:\n%s", out)
+		t.Errorf("vmctl qmp-log --tail 30:\n%s", out)
 	}
 	cmd := exec.Command(vmctlBinary(t), "--launcher", p.paths.ReadySocket(), "nonsense")
 	if err := cmd.Run(); cmd.ProcessState.ExitCode() != 2 {

@@ -35,6 +35,9 @@ const (
 	// AnnotMetricsAddress is where the node's agent serves Prometheus metrics, host:port of
 	// http://host:port/metrics (absent: metrics off). vmctl top finds the agents by it.
 	AnnotMetricsAddress = "vmlet.dev/metrics-address"
+	// AnnotStreamsAddress is where the node's agent serves the VMI streams of the
+	// subresources API (package vmistream, mTLS), host:port; absent: it serves none.
+	AnnotStreamsAddress = "vmlet.dev/streams-address"
 	DefaultHeartbeat    = 30 * time.Second
 	// heartbeatTimeFmt keeps sub-second precision (short test intervals); time.RFC3339
 	// parses it, and the seconds-only stamps of older agents.
@@ -102,6 +105,9 @@ type Heartbeat struct {
 	// (":9250", "0.0.0.0:9250", "[::]:9250") is published as the Node's InternalIP (else its
 	// Hostname address, else its name) with that port: MetricsHostPort.
 	MetricsAddress string
+	// StreamsAddress is published as AnnotStreamsAddress ("" removes it), a wildcard host as
+	// MetricsAddress's.
+	StreamsAddress string
 	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
 	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
 	// node's only agent. Off (cluster mode), the Node's conditions are the kubelet's and the
@@ -176,6 +182,7 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 		AnnotDefaultCPUModel: h.Facts.DefaultCPUModel(),
 		AnnotAccelReason:     h.Facts.AccelReason,
 		AnnotMetricsAddress:  MetricsHostPort(h.MetricsAddress, node),
+		AnnotStreamsAddress:  MetricsHostPort(h.StreamsAddress, node),
 	} {
 		if v != "" {
 			node.Annotations[k] = v

@@ -37,12 +37,24 @@ func (s *Server) check(t *target, allow AllowList, cmd []byte) (string, error) {
 		return "", apierrors.NewBadRequest(err.Error())
 	}
 	if !allow.Allows(name) {
-		s.cfg.Recorder.Eventf(t.vmi, nil, "Warning", ReasonQMPRefused, "QMP", "user %q may not run %q (allowed: %q)", t.caller, name, allow.String())
+		s.cfg.Recorder.Eventf(t.vmi, nil, "Warning", ReasonQMPRefused, eventAction(name, t.caller), "user %q may not run %q (allowed: %q)", t.caller, name, allow.String())
 		return name, apierrors.NewForbidden(schema.GroupResource{Group: "subresources.vmlet.dev", Resource: "virtualmachineinstances/qmp"}, t.vmi.Name,
 			fmt.Errorf("qmp command %q is not in the caller's allow-list %q", name, allow.String()))
 	}
-	s.cfg.Recorder.Eventf(t.vmi, nil, "Normal", ReasonQMPCommand, "QMP", "user %q ran %q", t.caller, name)
+	s.cfg.Recorder.Eventf(t.vmi, nil, "Normal", ReasonQMPCommand, eventAction(name, t.caller), "user %q ran %q", t.caller, name)
 	return name, nil
+}
+
+// eventAction is an Event's action for command name by caller. events.k8s.io folds Events
+// that differ only in their note into one series (the first note kept): the command and the
+// caller go into the action so that each (command, caller) is an Event of its own, repeats
+// counted in its series.
+func eventAction(name, caller string) string {
+	a := "QMP " + name + " by " + caller
+	if len(a) > 128 { // the API's limit
+		a = a[:128]
+	}
+	return a
 }
 
 // run sends one allowed command on the caller's behalf.

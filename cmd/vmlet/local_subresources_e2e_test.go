@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -182,6 +183,47 @@ func TestLocalSubresources(t *testing.T) {
 	}
 	if code, _ := qmpUser.do(t, http.MethodGet, "qmplog", ""); code != http.StatusForbidden {
 		t.Errorf("qmplog as the qmp-only user: %d, want 403", code)
+	}
+	// The cluster's allow-list (vmlet-system/vmlet-config qmpAllowList) replaces the default;
+	// a namespace's annotation replaces the cluster's.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "vmlet-system", Name: "vmlet-config"},
+		Data: map[string]string{"qmpAllowList": "query-name"}}
+	if _, err := cs.CoreV1().ConfigMaps("vmlet-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allowed := func(cmd string) bool {
+		t.Helper()
+		code, body := qmpUser.do(t, http.MethodPost, "qmp", `{"execute":"`+cmd+`"}`)
+		if code != http.StatusOK && code != http.StatusForbidden {
+			t.Fatalf("%s as the qmp-only user: %d %s", cmd, code, body)
+		}
+		return code == http.StatusOK
+	}
+	if allowed("query-status") || !allowed("query-name") {
+		t.Errorf("cluster allow-list query-name: query-status allowed %v, query-name allowed %v", allowed("query-status"), allowed("query-name"))
+	}
+	kubectl("annotate", "namespace", "default", "vmlet.dev/qmp-allow-list=query-status,query-version")
+	if !allowed("query-status") || !allowed("query-version") || allowed("query-name") {
+		t.Errorf("namespace allow-list query-status,query-version: query-status %v, query-version %v, query-name %v",
+			allowed("query-status"), allowed("query-version"), allowed("query-name"))
+	}
+
+	// vnc and its screenshot: served once the launcher has a display (vnc.sock, Screenshot);
+	// until then a clear 409 / 501, never anything else.
+	if w, code := edit.ws(t, "vnc"); code == http.StatusSwitchingProtocols {
+		if got := readUntil(t, w, "RFB 00", 30*time.Second); !strings.HasPrefix(got, "RFB 00") {
+			t.Errorf("vnc: first bytes %q, want an RFB greeting", got)
+		}
+		w.Close()
+	} else if code != http.StatusConflict {
+		t.Errorf("vnc as edit without a display: %d, want 409", code)
+	}
+	if code, body := edit.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusNotImplemented && code != http.StatusConflict &&
+		(code != http.StatusOK || !strings.HasPrefix(body, "\x89PNG")) {
+		t.Errorf("vnc/screenshot as edit: %d %.80q, want a PNG, 409 (no display) or 501 (launcher without Screenshot)", code, body)
+	}
+	if code, _ := view.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusForbidden {
+		t.Errorf("vnc/screenshot as view: %d, want 403", code)
 	}
 
 	// admin: follow the QMP log, then a websocket session of several commands.

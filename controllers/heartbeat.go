@@ -38,7 +38,11 @@ const (
 	// AnnotStreamsAddress is where the node's agent serves the VMI streams of the
 	// subresources API (package vmistream, mTLS), host:port; absent: it serves none.
 	AnnotStreamsAddress = "vmlet.dev/streams-address"
-	DefaultHeartbeat    = 30 * time.Second
+	// AnnotStreamsCertSHA256 is the hex SHA-256 of the stream server's self-signed
+	// certificate (cluster mode), which the aggregated server pins; absent: the certificate
+	// is signed by the subresources CA (local mode).
+	AnnotStreamsCertSHA256 = "vmlet.dev/streams-cert-sha256"
+	DefaultHeartbeat       = 30 * time.Second
 	// heartbeatTimeFmt keeps sub-second precision (short test intervals); time.RFC3339
 	// parses it, and the seconds-only stamps of older agents.
 	heartbeatTimeFmt  = time.RFC3339Nano
@@ -108,6 +112,8 @@ type Heartbeat struct {
 	// StreamsAddress is published as AnnotStreamsAddress ("" removes it), a wildcard host as
 	// MetricsAddress's.
 	StreamsAddress string
+	// StreamsCertSHA256 is published as AnnotStreamsCertSHA256 ("" removes it).
+	StreamsCertSHA256 string
 	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
 	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
 	// node's only agent. Off (cluster mode), the Node's conditions are the kubelet's and the
@@ -177,12 +183,13 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 	node.Annotations[AnnotHeartbeat] = time.Now().UTC().Format(heartbeatTimeFmt)
 	node.Annotations[AnnotHeartbeatInterval] = h.interval().String()
 	for k, v := range map[string]string{
-		AnnotQEMUVersion:     h.Facts.QEMUVersion,
-		AnnotCPUModel:        h.Facts.CPUModel,
-		AnnotDefaultCPUModel: h.Facts.DefaultCPUModel(),
-		AnnotAccelReason:     h.Facts.AccelReason,
-		AnnotMetricsAddress:  MetricsHostPort(h.MetricsAddress, node),
-		AnnotStreamsAddress:  MetricsHostPort(h.StreamsAddress, node),
+		AnnotQEMUVersion:       h.Facts.QEMUVersion,
+		AnnotCPUModel:          h.Facts.CPUModel,
+		AnnotDefaultCPUModel:   h.Facts.DefaultCPUModel(),
+		AnnotAccelReason:       h.Facts.AccelReason,
+		AnnotMetricsAddress:    MetricsHostPort(h.MetricsAddress, node),
+		AnnotStreamsAddress:    MetricsHostPort(h.StreamsAddress, node),
+		AnnotStreamsCertSHA256: h.StreamsCertSHA256,
 	} {
 		if v != "" {
 			node.Annotations[k] = v

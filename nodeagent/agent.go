@@ -81,6 +81,9 @@ type StreamsConfig struct {
 	TLS      *tls.Config // vmistream.ServerTLS
 	// Address is published for the aggregated server (default: the listener's address).
 	Address string
+	// CertSHA256 is the pin of a self-signed server certificate (ClusterStreams), published
+	// as controllers.AnnotStreamsCertSHA256; "" when the certificate is CA-signed.
+	CertSHA256 string
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -115,7 +118,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	}
 	facts, machine := probeFacts(ctx, cfg.Log)
 	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady,
-		Interval: cfg.HeartbeatInterval, MetricsAddress: cfg.MetricsAddress, StreamsAddress: cfg.Streams.address()}
+		Interval: cfg.HeartbeatInterval, MetricsAddress: cfg.MetricsAddress, StreamsAddress: cfg.Streams.address(), StreamsCertSHA256: cfg.Streams.pin()}
 	if err := hb.Beat(ctx); err != nil {
 		return nil, err
 	}

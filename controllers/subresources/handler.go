@@ -132,17 +132,18 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, vmi *vmletv1.Virt
 	writeJSON(w, http.StatusOK, struct{}{})
 }
 
-// nodeAddress is where the node's agent serves VMI streams (its AnnotStreamsAddress).
-func (s *Server) nodeAddress(r *http.Request, name string) (string, error) {
+// nodeAddress is where the node's agent serves VMI streams (its AnnotStreamsAddress) and the
+// pin of its certificate (AnnotStreamsCertSHA256, "" when CA-signed).
+func (s *Server) nodeAddress(r *http.Request, name string) (addr, pin string, err error) {
 	n := &corev1.Node{}
 	if err := s.cfg.Client.Get(r.Context(), client.ObjectKey{Name: name}, n); err != nil {
-		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("node %s: %v", name, err))
+		return "", "", apierrors.NewServiceUnavailable(fmt.Sprintf("node %s: %v", name, err))
 	}
-	addr := n.Annotations[controllers.AnnotStreamsAddress]
+	addr = n.Annotations[controllers.AnnotStreamsAddress]
 	if addr == "" {
-		return "", apierrors.NewConflict(vmiResource, name, fmt.Errorf("node %s publishes no %s: its agent serves no VMI streams", name, controllers.AnnotStreamsAddress))
+		return "", "", apierrors.NewConflict(vmiResource, name, fmt.Errorf("node %s publishes no %s: its agent serves no VMI streams", name, controllers.AnnotStreamsAddress))
 	}
-	return addr, nil
+	return addr, n.Annotations[controllers.AnnotStreamsCertSHA256], nil
 }
 
 // writeStatus writes err as a metav1.Status JSON body with its code.

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/vmistream"
 )
 
@@ -30,24 +31,35 @@ func (t NodeTLS) config() (*tls.Config, error) {
 // nodeProxy forwards to one node agent's stream server.
 type nodeProxy struct {
 	addr string
+	pin  string // AnnotStreamsCertSHA256, "" for CA-signed
 	rp   *httputil.ReverseProxy
 }
 
 // nodeProxy returns the proxy to the node's agent (the node's certificate must name the node).
 func (s *Server) nodeProxy(r *http.Request, node string) (*nodeProxy, error) {
-	addr, err := s.nodeAddress(r, node)
+	addr, pin, err := s.nodeAddress(r, node)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.nodes[node]; p != nil && p.addr == addr {
+	if p := s.nodes[node]; p != nil && p.addr == addr && p.pin == pin {
 		return p, nil
 	}
 	tc := s.tls.Clone()
 	tc.ServerName = node
+	if pin != "" {
+		// A self-signed node certificate (cluster mode): exactly the one the node published.
+		tc.InsecureSkipVerify = true
+		tc.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || CertSHA256(cs.PeerCertificates[0]) != pin {
+				return fmt.Errorf("node %s stream certificate does not match its %s", node, controllers.AnnotStreamsCertSHA256)
+			}
+			return nil
+		}
+	}
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: false}
-	p := &nodeProxy{addr: addr, rp: &httputil.ReverseProxy{
+	p := &nodeProxy{addr: addr, pin: pin, rp: &httputil.ReverseProxy{
 		Transport:     tr,
 		Director:      func(*http.Request) {}, // serve rewrote the request already
 		FlushInterval: -1,                     // qmplog follows: every write goes out at once

@@ -123,3 +123,6 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Start implements manager.Runnable.
 func (s *Server) Start(ctx context.Context) error { return s.Run(ctx) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }

@@ -112,7 +112,9 @@ func TestAggregatedServer(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	const gv = "/apis/subresources.vmlet.dev/v1alpha1"
-	sub := func(name, s string) string { return gv + "/namespaces/default/virtualmachineinstances/" + name + "/" + s }
+	sub := func(name, s string) string {
+		return gv + "/namespaces/default/virtualmachineinstances/" + name + "/" + s
+	}
 	poll.Until(t, time.Minute, "APIService served", func() (bool, string) {
 		code, body := as("alice", http.MethodGet, gv)
 		return code == http.StatusOK, body

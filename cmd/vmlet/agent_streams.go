@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -26,10 +27,24 @@ func agentStreams(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Sche
 	if err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
-	sc, err := nodeagent.ClusterStreams(ctx, c, o.nodeName, ln, o.streamsAdvertise)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("streams: %w", err)
+	// The controller publishes the CA on its start, which may come after ours: wait a while.
+	wctx, cancel := context.WithTimeout(ctx, caWait)
+	defer cancel()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		sc, err := nodeagent.ClusterStreams(wctx, c, o.nodeName, ln, o.streamsAdvertise)
+		if err == nil {
+			return sc, nil
+		}
+		select {
+		case <-wctx.Done():
+			ln.Close()
+			return nil, fmt.Errorf("streams: %w", err)
+		case <-t.C:
+		}
 	}
-	return sc, nil
 }
+
+// caWait is how long the agent waits for the subresources CA at start.
+const caWait = 2 * time.Minute

@@ -10,7 +10,7 @@ import (
 	"github.com/vmlet/vmlet/network"
 )
 
-// ErrNoGuestEndpoint: the VMI has no wired network in this agent (none declared, not attached
+// ErrNoGuestEndpoint is returned when the VMI has no wired network in this agent (none declared, not attached
 // yet, or no IPv4 address planned for the guest).
 var ErrNoGuestEndpoint = errors.New("no guest network endpoint")
 

@@ -128,6 +128,9 @@ func (u *apiUser) ws(t *testing.T, sub string) (*websocket.Conn, int) {
 	d := websocket.Dialer{TLSClientConfig: tc, Subprotocols: []string{"plain.kubevirt.io"}, HandshakeTimeout: 30 * time.Second}
 	url := "wss://" + strings.TrimPrefix(strings.TrimSuffix(u.cfg.Host, "/"), "https://") + u.path(sub)
 	c, resp, err := d.Dial(url, http.Header{"Authorization": {"Bearer " + u.cfg.BearerToken}})
+	if resp != nil {
+		defer resp.Body.Close()
+	}
 	if err != nil {
 		if resp != nil {
 			return nil, resp.StatusCode

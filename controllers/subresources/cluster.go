@@ -56,7 +56,7 @@ func EnsureClusterCA(ctx context.Context, c client.Client) (*pki.CA, error) {
 	}
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ServiceNamespace, Name: CAName}, Data: map[string]string{CAConfigKey: string(ca.CertPEM)}}
-	if err := c.Patch(ctx, cm, client.Apply, client.FieldOwner("vmlet-controller"), client.ForceOwnership); err != nil {
+	if err := apply(ctx, c, cm, "vmlet-controller"); err != nil {
 		return nil, fmt.Errorf("publish subresources ca: %w", err)
 	}
 	return ca, nil

@@ -61,8 +61,8 @@ func (s *Server) nodeProxy(r *http.Request, node string) (*nodeProxy, error) {
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: false}
 	p := &nodeProxy{addr: addr, pin: pin, rp: &httputil.ReverseProxy{
 		Transport:     tr,
-		Director:      func(*http.Request) {}, // serve rewrote the request already
-		FlushInterval: -1,                     // qmplog follows: every write goes out at once
+		Rewrite:       func(*httputil.ProxyRequest) {}, // serve rewrote the request already
+		FlushInterval: -1,                              // qmplog follows: every write goes out at once
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s agent at %s: %v", node, addr, err)))
 		},

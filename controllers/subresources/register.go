@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -28,10 +29,19 @@ func RegisterLocal(ctx context.Context, c client.Client, caPEM []byte, port int3
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
 			Ports: []corev1.ServicePort{{Name: "https", Port: port, TargetPort: intstr.FromInt32(port)}}},
 	}
-	if err := c.Patch(ctx, svc, client.Apply, client.FieldOwner("vmlet"), client.ForceOwnership); err != nil {
+	if err := apply(ctx, c, svc, "vmlet"); err != nil {
 		return fmt.Errorf("register subresources api: service: %w", err)
 	}
 	return applyAPIService(ctx, c, caPEM, port)
+}
+
+// apply server-side applies obj (typed or unstructured) as field manager owner.
+func apply(ctx context.Context, c client.Client, obj any, owner string) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), client.FieldOwner(owner), client.ForceOwnership)
 }
 
 // applyAPIService writes the APIService v1alpha1.subresources.vmlet.dev.
@@ -46,7 +56,7 @@ func applyAPIService(ctx context.Context, c client.Client, caPEM []byte, port in
 			"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
 		},
 	}}
-	if err := c.Patch(ctx, as, client.Apply, client.FieldOwner("vmlet"), client.ForceOwnership); err != nil {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(as), client.FieldOwner("vmlet"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("register subresources api: apiservice: %w", err)
 	}
 	return nil

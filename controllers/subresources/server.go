@@ -69,7 +69,7 @@ func New(cfg Config) (*Server, error) {
 	gc.SkipOpenAPIInstallation = true
 	gc.LongRunningFunc = func(r *http.Request, ri *apirequest.RequestInfo) bool {
 		return ri != nil && ri.IsResourceRequest && ri.APIGroup == Group && streaming(ri.Subresource) &&
-			!(ri.Subresource == "qmp" && r.Method == http.MethodPost)
+			(ri.Subresource != "qmp" || r.Method != http.MethodPost) // one qmp command is not
 	}
 	serving := options.NewSecureServingOptions()
 	serving.Listener = cfg.Listener

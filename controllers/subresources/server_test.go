@@ -3,6 +3,7 @@ package subresources_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -66,7 +67,12 @@ func TestAggregatedServer(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("aggregated server: %v", err)
+		}
+	}()
 	if err := subresources.RegisterLocal(ctx, env.Client, ca.CertPEM, int32(ln.Addr().(*net.TCPAddr).Port)); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +165,7 @@ func applyRoles(t *testing.T, ctx context.Context, c client.Client) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		role := &rbacv1.ClusterRole{}
-		if err := dec.Decode(role); err == io.EOF {
+		if err := dec.Decode(role); errors.Is(err, io.EOF) {
 			return
 		} else if err != nil {
 			t.Fatal(err)

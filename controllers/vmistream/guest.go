@@ -57,11 +57,13 @@ type FilesystemInfo struct {
 	Filesystems []Filesystem `json:"disks"`
 }
 
-// UserList and FilesystemList are the userlist and filesystemlist answers.
+// UserList is the userlist answer.
 type UserList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GuestUser `json:"items"`
 }
+
+// FilesystemList is the filesystemlist answer.
 type FilesystemList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Filesystem `json:"items"`

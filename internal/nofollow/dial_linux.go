@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotSocket: the path names something other than a unix socket.
+// ErrNotSocket is returned when the path names something other than a unix socket.
 var ErrNotSocket = errors.New("not a unix socket")
 
 // DialUnix connects to the unix socket rel (a path relative to root, e.g.

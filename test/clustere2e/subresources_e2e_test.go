@@ -115,6 +115,9 @@ func TestClusterSubresources(t *testing.T) {
 		}
 		d := websocket.Dialer{TLSClientConfig: tc, Subprotocols: []string{"plain.kubevirt.io"}, HandshakeTimeout: 30 * time.Second}
 		conn, resp, err := d.Dial("wss://"+strings.TrimPrefix(strings.TrimSuffix(env.Config.Host, "/"), "https://")+subPath(sub), http.Header{"Impersonate-User": {user}})
+		if resp != nil {
+			defer resp.Body.Close()
+		}
 		if err != nil {
 			if resp != nil {
 				b, _ := io.ReadAll(resp.Body)

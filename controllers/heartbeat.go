@@ -41,7 +41,14 @@ const (
 	// AnnotMetricsAddress is where the node's agent serves Prometheus metrics, host:port of
 	// http://host:port/metrics (absent: metrics off). vmctl top finds the agents by it.
 	AnnotMetricsAddress = "vmlet.dev/metrics-address"
-	DefaultHeartbeat    = 30 * time.Second
+	// AnnotStreamsAddress is where the node's agent serves the VMI streams of the
+	// subresources API (package vmistream, mTLS), host:port; absent: it serves none.
+	AnnotStreamsAddress = "vmlet.dev/streams-address"
+	// AnnotStreamsCertSHA256 is the hex SHA-256 of the stream server's self-signed
+	// certificate (cluster mode), which the aggregated server pins; absent: the certificate
+	// is signed by the subresources CA (local mode).
+	AnnotStreamsCertSHA256 = "vmlet.dev/streams-cert-sha256"
+	DefaultHeartbeat       = 30 * time.Second
 	// heartbeatTimeFmt keeps sub-second precision (short test intervals); time.RFC3339
 	// parses it, and the seconds-only stamps of older agents.
 	heartbeatTimeFmt  = time.RFC3339Nano
@@ -119,6 +126,11 @@ type Heartbeat struct {
 	// (":9250", "0.0.0.0:9250", "[::]:9250") is published as the Node's InternalIP (else its
 	// Hostname address, else its name) with that port: MetricsHostPort.
 	MetricsAddress string
+	// StreamsAddress is published as AnnotStreamsAddress ("" removes it), a wildcard host as
+	// MetricsAddress's.
+	StreamsAddress string
+	// StreamsCertSHA256 is published as AnnotStreamsCertSHA256 ("" removes it).
+	StreamsCertSHA256 string
 	// OwnsReady makes the heartbeat the writer of the Node's Ready condition, as a kubelet is
 	// (reason VmletReady, lastHeartbeatTime on every beat): local mode, where vmlet is the
 	// node's only agent. Off (cluster mode), the Node's conditions are the kubelet's and the
@@ -188,12 +200,14 @@ func (h *Heartbeat) apply(node *corev1.Node) {
 	node.Annotations[AnnotHeartbeat] = time.Now().UTC().Format(heartbeatTimeFmt)
 	node.Annotations[AnnotHeartbeatInterval] = h.interval().String()
 	for k, v := range map[string]string{
-		AnnotQEMUVersion:     h.Facts.QEMUVersion,
-		AnnotCPUModel:        h.Facts.CPUModel,
-		AnnotDefaultCPUModel: h.Facts.DefaultCPUModel(),
-		AnnotAccelReason:     h.Facts.AccelReason,
-		AnnotSELinuxPolicy:   h.Facts.SELinux.PolicyType,
-		AnnotMetricsAddress:  MetricsHostPort(h.MetricsAddress, node),
+		AnnotQEMUVersion:       h.Facts.QEMUVersion,
+		AnnotCPUModel:          h.Facts.CPUModel,
+		AnnotDefaultCPUModel:   h.Facts.DefaultCPUModel(),
+		AnnotAccelReason:       h.Facts.AccelReason,
+		AnnotSELinuxPolicy:     h.Facts.SELinux.PolicyType,
+		AnnotMetricsAddress:    MetricsHostPort(h.MetricsAddress, node),
+		AnnotStreamsAddress:    MetricsHostPort(h.StreamsAddress, node),
+		AnnotStreamsCertSHA256: h.StreamsCertSHA256,
 	} {
 		if v != "" {
 			node.Annotations[k] = v

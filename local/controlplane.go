@@ -29,6 +29,9 @@ type Options struct {
 	AddToScheme []func(*k8sruntime.Scheme) error
 	// Log receives the processes' output; nil discards it.
 	Log io.Writer
+	// APIServerFlags are kube-apiserver flags beyond envtest's (name without "--": value),
+	// e.g. the aggregation layer's (subresources.FrontProxyFlags).
+	APIServerFlags map[string]string
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair with the CRDs installed.
@@ -118,6 +121,9 @@ func startControlPlane(ctx context.Context, o Options, dataDir string) (*Control
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, DataDir: dataDir, Out: out, Err: out}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiPath, Out: out, Err: out}
+	for k, v := range o.APIServerFlags {
+		env.ControlPlane.APIServer.Configure().Set(k, v)
+	}
 	cp := &ControlPlane{Scheme: scheme, env: env, stateDir: o.StateDir, Reclaimed: reclaimed,
 		stop: make(chan struct{}), stopped: make(chan error, 1)}
 	cfg, err := cp.run()

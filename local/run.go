@@ -121,12 +121,17 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.Nodes = append(s.Nodes, n)
 	}
 	s.Runtime = s.Nodes[0].Runtime
+	apiFlags, err := frontProxyFlags(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("start local mode: %w", err)
+	}
 	cp, err := StartControlPlane(ctx, Options{
-		StateDir:    cfg.StateDir,
-		AssetsDir:   cfg.AssetsDir,
-		CRDDirs:     []string{cfg.CRDDir},
-		AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme},
-		Log:         logFile(cfg.StateDir),
+		APIServerFlags: apiFlags,
+		StateDir:       cfg.StateDir,
+		AssetsDir:      cfg.AssetsDir,
+		CRDDirs:        []string{cfg.CRDDir},
+		AddToScheme:    []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme},
+		Log:            logFile(cfg.StateDir),
 	})
 	if err != nil {
 		return nil, err
@@ -145,6 +150,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 func (s *Stack) startManagers(ctx context.Context) error {
 	cfg := s.cfg
 	mgrs := make([]manager.Manager, len(s.Nodes))
+	sub, err := subresourceCreds(cfg.StateDir)
+	if err != nil {
+		return err
+	}
 	var ca *pki.CA
 	if cfg.multi() {
 		// The nodes' migrations go over QEMU's TLS with certificates of this stack's CA, kept
@@ -175,7 +184,12 @@ func (s *Stack) startManagers(ctx context.Context) error {
 			return fmt.Errorf("new manager for node %s: %w", n.Name, err)
 		}
 		netCfg := n.spec.network
+		streams, err := nodeStreams(sub, n.Name)
+		if err != nil {
+			return err
+		}
 		agent, err := nodeagent.Setup(ctx, mgr, nodeagent.Config{
+			Streams:     streams,
 			NodeName:    n.Name,
 			Runtime:     n.Runtime,
 			Storage:     n.spec.storage,
@@ -224,6 +238,9 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	}
 	if err := ec.SetupWithManager(mgrs[0]); err != nil {
 		return fmt.Errorf("setup evacuation controller: %w", err)
+	}
+	if err := s.addSubresources(ctx, mgrs[0], sub); err != nil {
+		return err
 	}
 	if err := s.serve(mgrs); err != nil {
 		return err

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,7 +68,22 @@ type Config struct {
 	// MetricsAddress is where this node's metrics are served (host:port; a wildcard host is
 	// published as the Node's address), published for vmctl top; "" when metrics are off.
 	MetricsAddress string
-	Log            logr.Logger
+	// Streams, when set, serves the node's VMI streams of the subresources API (package
+	// vmistream) on Streams.Listener with Streams.TLS, published as the Node's
+	// controllers.AnnotStreamsAddress.
+	Streams *StreamsConfig
+	Log     logr.Logger
+}
+
+// StreamsConfig is where and how the agent serves VMI streams.
+type StreamsConfig struct {
+	Listener net.Listener
+	TLS      *tls.Config // vmistream.ServerTLS
+	// Address is published for the aggregated server (default: the listener's address).
+	Address string
+	// CertSHA256 is the pin of a self-signed server certificate (ClusterStreams), published
+	// as controllers.AnnotStreamsCertSHA256; "" when the certificate is CA-signed.
+	CertSHA256 string
 }
 
 // ExitNotifier is a launcher runtime that reports launcher exits (process.Runtime does).
@@ -102,7 +118,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	}
 	facts, machine := probeFacts(ctx, cfg.Log)
 	hb := &controllers.Heartbeat{Client: direct, NodeName: cfg.NodeName, Facts: facts, Register: cfg.Register, OwnsReady: cfg.OwnsNodeReady,
-		Interval: cfg.HeartbeatInterval, MetricsAddress: cfg.MetricsAddress}
+		Interval: cfg.HeartbeatInterval, MetricsAddress: cfg.MetricsAddress, StreamsAddress: cfg.Streams.address(), StreamsCertSHA256: cfg.Streams.pin()}
 	if err := hb.Beat(ctx); err != nil {
 		return nil, err
 	}
@@ -152,6 +168,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 	}
 	if en, ok := cfg.Runtime.(ExitNotifier); ok {
 		en.SetOnExit(r.WakeByID)
+	}
+	if err := addStreams(mgr, cfg, nn); err != nil {
+		return nil, err
 	}
 	// The node's VMIs on the process's /metrics: one collector for all the agents of a process
 	// (local mode's nodes), each VMI labelled with its node.

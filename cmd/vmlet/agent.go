@@ -46,6 +46,9 @@ type agentOptions struct {
 	// advertise is the metrics address published on the Node (vmctl top scrapes it).
 	advertise string
 	heartbeat time.Duration
+	// streamsAddr is where the VMI streams of the subresources API are served ("" off);
+	// streamsAdvertise what is published instead of it.
+	streamsAddr, streamsAdvertise string
 }
 
 func agentCmd() *cobra.Command {
@@ -99,6 +102,8 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 		", what vmctl top scrapes); empty: --"+flagMetricsAddr+" with the bound port, a wildcard host published as the Node's InternalIP")
 	f.DurationVar(&o.heartbeat, "heartbeat-interval", controllers.DefaultHeartbeat, "how often the agent writes the Node's "+controllers.AnnotHeartbeat+
 		"; vmlet controller marks the node unschedulable after three intervals without one")
+	f.StringVar(&o.streamsAddr, "streams-bind-address", "", fmt.Sprintf("where the VMI streams of the subresources API (console, VNC, QMP, port-forward) are served, mTLS (config/agent: :%d); empty: off", nodeagent.DefaultStreamsPort))
+	f.StringVar(&o.streamsAdvertise, "streams-advertise-address", "", "streams address published on the Node ("+controllers.AnnotStreamsAddress+"); empty: the bound one, a wildcard host published as the Node's InternalIP")
 	nf = addNodeFlags(f, true)
 	return c
 }
@@ -172,6 +177,9 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 			return err
 		}
 		acfg.Runtime, acfg.Network = rt, &nc
+	}
+	if acfg.Streams, err = agentStreams(ctx, cfg, scheme, o); err != nil {
+		log.Error(err, "VMI streams off: the subresources API cannot reach this node's VMIs")
 	}
 	a, err := nodeagent.Setup(ctx, mgr, acfg)
 	if err != nil {

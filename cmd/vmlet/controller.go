@@ -27,14 +27,16 @@ import (
 
 // controllerFlags are `vmlet controller`'s settings.
 type controllerFlags struct {
-	pods           launcherpod.Options
-	serve          *serveFlags
-	heartbeat      time.Duration
-	leaderElect    bool
-	leaderElectNS  string
-	leaderElectID  string
-	developmentLog bool
-	agentGrace     time.Duration
+	pods  launcherpod.Options
+	serve *serveFlags
+	// subresourcesAddr is where the aggregated subresources API is served ("" off).
+	subresourcesAddr string
+	heartbeat        time.Duration
+	leaderElect      bool
+	leaderElectNS    string
+	leaderElectID    string
+	developmentLog   bool
+	agentGrace       time.Duration
 }
 
 func controllerCmd() *cobra.Command {
@@ -73,6 +75,7 @@ VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
 	fs.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own namespace)")
 	fs.StringVar(&f.leaderElectID, "leader-election-id", "vmlet-controller.vmlet.dev", "name of the leader Lease")
 	fs.BoolVar(&f.developmentLog, "dev-log", false, "human-readable development logs instead of JSON")
+	fs.StringVar(&f.subresourcesAddr, "subresources-bind-address", "", "where the aggregated subresources.vmlet.dev API is served (config/controller: :8443, which the Service vmlet-system/vmlet-subresources targets); empty: off")
 	fs.DurationVar(&f.agentGrace, "agent-grace", cluster.DefaultAgentGrace, "how long a VMI whose launcher pod ended is left to its node agent (which knows why) before this controller fails it")
 	return c
 }
@@ -141,6 +144,9 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Recorder: mgr.GetEventRecorder("vmlet-node-controller"), Interval: f.heartbeat}
 	if err := nc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the node controller: %w", err)
+	}
+	if err := addSubresources(ctx, mgr, f.subresourcesAddr); err != nil {
+		return err
 	}
 	ready, err := managerChecks(mgr)
 	if err != nil {

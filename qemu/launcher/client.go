@@ -249,6 +249,13 @@ func (c *Client) QMP(ctx context.Context, command string) (string, error) {
 	return r.GetReply(), wrap("qmp", err)
 }
 
+// QMPAs is QMP on behalf of caller (an API user), whose name the QMP log records with the
+// command and its reply.
+func (c *Client) QMPAs(ctx context.Context, caller, command string) (string, error) {
+	r, err := c.api.QMP(ctx, &pb.QMPRequest{Command: command, Caller: caller})
+	return r.GetReply(), wrap("qmp", err)
+}
+
 // QMPLog calls fn for the newest tail entries of the QMP log, then, with follow, for new ones
 // until ctx ends or fn fails.
 func (c *Client) QMPLog(ctx context.Context, tail int, follow bool, fn func(*pb.QMPLogEntry) error) error {

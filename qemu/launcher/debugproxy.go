@@ -191,7 +191,7 @@ func (p *debugProxy) session(c net.Conn) {
 
 // execute proxies one command and returns the reply with the client's id.
 func (p *debugProxy) execute(raw json.RawMessage, id json.RawMessage) (json.RawMessage, error) {
-	p.d.l.qlog.add(time.Now(), "cmd", originDebug, string(raw))
+	p.d.l.qlog.add(time.Now(), "cmd", originDebug, string(raw), "")
 	ctx, cancel := context.WithTimeout(context.Background(), debugCommandTimeout)
 	defer cancel()
 	reply, err := p.d.vm.Monitor().ExecuteRaw(ctx, raw)

@@ -252,6 +252,10 @@ func qmpRPCs(t *testing.T, p *proc) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) { // fcancel ends the follow
 		t.Errorf("QMPLog follow = %v, want nil or context.Canceled", err)
 	}
+	// A command on behalf of an API user is logged with the user's name, command and reply.
+	if reply, err := p.client.QMPAs(ctx, "alice", `{"execute":"query-name"}`); err != nil || !strings.Contains(reply, "return") {
+		t.Errorf("QMPAs: %s %v", reply, err)
+	}
 	var tail []*pb.QMPLogEntry
 	if err := p.client.QMPLog(ctx, 20, false, func(e *pb.QMPLogEntry) error { tail = append(tail, e); return nil }); err != nil {
 		t.Fatal(err)
@@ -267,5 +271,17 @@ func qmpRPCs(t *testing.T, p *proc) {
 	}
 	if !sawReply {
 		t.Errorf("QMPLog tail lacks the error reply")
+	}
+	byAlice := map[string]bool{}
+	for _, e := range tail {
+		if e.GetCaller() == "alice" && e.GetOrigin() == "api" {
+			byAlice[e.GetDirection()] = true
+		}
+		if e.GetCaller() != "" && e.GetCaller() != "alice" {
+			t.Errorf("QMPLog entry %v names caller %q", e, e.GetCaller())
+		}
+	}
+	if !byAlice["cmd"] || !byAlice["reply"] {
+		t.Errorf("QMPLog tail: entries by alice %v, want her command and its reply", byAlice)
 	}
 }

@@ -17,6 +17,7 @@ import (
 const (
 	originWire  = "wire"  // a line on the launcher's own QMP connection (every command, reply, event)
 	originDebug = "debug" // a command a qmp-debug.sock client typed (its wire line follows)
+	originAPI   = "api"   // a QMP RPC with a caller (the qmp subresource): command and reply, with the caller's name
 )
 
 // qmpLogRetention is how many entries QMPLog can replay from memory.
@@ -75,18 +76,21 @@ func (l *qmpLog) tap(r qmp.Record) {
 	case qmp.KindUnknown:
 		dir = r.Dir.String() + "-unknown"
 	}
-	l.add(r.Time, dir, originWire, string(r.Raw))
+	l.add(r.Time, dir, originWire, string(r.Raw), "")
 }
 
-// add records one entry.
-func (l *qmpLog) add(t time.Time, direction, origin, text string) {
+// add records one entry; caller is who asked ("" for the launcher's own traffic).
+func (l *qmpLog) add(t time.Time, direction, origin, text, caller string) {
 	l.feed.add(func(uint64) *pb.QMPLogEntry {
-		return &pb.QMPLogEntry{TimeUnixNano: t.UnixNano(), Direction: direction, Text: text, Origin: origin}
+		return &pb.QMPLogEntry{TimeUnixNano: t.UnixNano(), Direction: direction, Text: text, Origin: origin, Caller: caller}
 	})
 	line := make([]byte, 0, len(text)+64)
 	line = t.UTC().AppendFormat(line, "2006-01-02T15:04:05.000000Z07:00")
 	line = append(line, ' ')
 	line = append(line, origin...)
+	if caller != "" {
+		line = strconv.AppendQuote(append(line, " caller="...), caller)
+	}
 	line = append(line, ' ')
 	line = append(line, direction...)
 	line = append(line, ' ')

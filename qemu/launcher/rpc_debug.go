@@ -33,12 +33,19 @@ func (l *api) QMP(ctx context.Context, req *pb.QMPRequest) (*pb.QMPResponse, err
 	if err != nil {
 		return nil, fmt.Errorf("qmp: %w: %w", ErrInvalidRequest, err)
 	}
+	caller := req.GetCaller()
+	if caller != "" { // the API's user: logged by name before its wire line, as debug commands are
+		l.qlog.add(time.Now(), "cmd", originAPI, string(cmd), caller)
+	}
 	reply, err := d.vm.Monitor().ExecuteRaw(ctx, cmd)
 	if err := rawError(err); err != nil {
 		return nil, fmt.Errorf("qmp: %w", err)
 	}
 	if reply, err = withID(reply, id); err != nil {
 		return nil, fmt.Errorf("qmp: %w", err)
+	}
+	if caller != "" {
+		l.qlog.add(time.Now(), "reply", originAPI, string(reply), caller)
 	}
 	return &pb.QMPResponse{Reply: string(reply)}, nil
 }

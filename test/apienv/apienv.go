@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/vmlet/vmlet/controllers/subresources"
 )
 
 // Env is a running API server with vmlet's CRDs installed.
@@ -31,8 +33,9 @@ type Env struct {
 	// KubectlPath is the kubectl built with the control plane.
 	KubectlPath string
 
-	env *envtest.Environment
-	dir string
+	env    *envtest.Environment
+	dir    string
+	pkiDir string
 }
 
 // Options tune Start.
@@ -41,6 +44,10 @@ type Options struct {
 	AddToScheme []func(*k8sruntime.Scheme) error
 	// CRDPaths overrides the CRD directories (default: config/crd/bases of this repo).
 	CRDPaths []string
+	// Aggregation starts kube-apiserver with the aggregation layer on (front-proxy CA and
+	// proxy client certificate, subresources.FrontProxyFlags), so that an APIService can be
+	// served by a test's in-process server.
+	Aggregation bool
 }
 
 // RepoRoot returns the repository root (the folder holding the main go.mod).
@@ -122,11 +129,25 @@ func Start(opts Options) (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
+	var pkiDir string
+	if opts.Aggregation {
+		if pkiDir, err = os.MkdirTemp("", "vmlet-apienv-pki-"); err != nil {
+			return nil, fmt.Errorf("make front proxy dir: %w", err)
+		}
+		flags, err := subresources.FrontProxyFlags(pkiDir)
+		if err != nil {
+			return nil, err
+		}
+		te.ControlPlane.APIServer = &envtest.APIServer{}
+		for k, v := range flags {
+			te.ControlPlane.APIServer.Configure().Set(k, v)
+		}
+	}
 	cfg, err := te.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start envtest: %w", err)
 	}
-	e := &Env{Config: cfg, Scheme: scheme, env: te, KubectlPath: filepath.Join(dir, "kubectl")}
+	e := &Env{Config: cfg, Scheme: scheme, env: te, KubectlPath: filepath.Join(dir, "kubectl"), pkiDir: pkiDir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		_ = te.Stop()
 		return nil, fmt.Errorf("new client: %w", err)
@@ -169,8 +190,11 @@ func (e *Env) Stop() error {
 	if err := e.env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop envtest: %w", err))
 	}
-	if e.dir != "" {
-		if err := os.RemoveAll(e.dir); err != nil {
+	for _, d := range []string{e.dir, e.pkiDir} {
+		if d == "" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -58,7 +58,7 @@ func run(m *testing.M) int {
 		return m.Run() // the tests' prereq guards say why they cannot run (and fail under CI)
 	}
 	var err error
-	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
+	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}, Aggregation: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start api server:", err)
 		return 1
@@ -111,6 +111,9 @@ type proc struct {
 type clusterOptions struct {
 	// heartbeat is the agent's --heartbeat-interval (0: its default).
 	heartbeat time.Duration
+	// subresources is the controller's --subresources-bind-address ("": off); with it the
+	// agent serves VMI streams on a loopback port.
+	subresources string
 }
 
 func startCluster(t *testing.T) *cluster { return startClusterWith(t, clusterOptions{}) }
@@ -154,15 +157,22 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 
 	// Ports of their own: other packages' vmlet processes may hold the defaults.
 	c.controllerHealth, c.agentHealth = freeAddr(t), freeAddr(t)
-	c.run(t, "controller", vmlet, "controller", "--kubeconfig", env.Kubeconfig, "--launcher-root", c.launcherRoot,
+	ctlArgs := []string{vmlet, "controller", "--kubeconfig", env.Kubeconfig, "--launcher-root", c.launcherRoot,
 		"--volume-root", c.volumeRoot, "--image-cache", c.imageCache, "--allow-emulation",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.controllerHealth)
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.controllerHealth}
+	if o.subresources != "" {
+		ctlArgs = append(ctlArgs, "--subresources-bind-address", o.subresources)
+	}
+	c.run(t, "controller", ctlArgs...)
 	c.agentArgs = []string{vmlet, "agent", "--runtime", "pod", "--kubeconfig", env.Kubeconfig, "--node-name", nodeName,
 		"--register-node", "--launcher-root", c.launcherRoot, "--volume-root", c.volumeRoot, "--image-cache", c.imageCache,
 		"--state-dir", filepath.Join(tmp, "state"), "--image", guestImage + "=" + guest,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.agentHealth}
 	if o.heartbeat > 0 {
 		c.agentArgs = append(c.agentArgs, "--heartbeat-interval", o.heartbeat.String())
+	}
+	if o.subresources != "" {
+		c.agentArgs = append(c.agentArgs, "--streams-bind-address", "127.0.0.1:0")
 	}
 	c.startAgent(t)
 

@@ -32,7 +32,9 @@ import (
 // qmp; admin runs a websocket QMP session (stop/cont included: no allow-list) and follows the
 // QMP log, which names the caller; the qmp-only user runs query-status but its quit is refused
 // (and the VM keeps running); every command is an Event on the VMI. A second console client
-// takes over and the first is closed with vmistream.CloseTakenOver.
+// takes over and the first is closed with vmistream.CloseTakenOver. The default display answers
+// vnc (an RFB greeting) and vnc/screenshot (a PNG). Then the vmctl binary does the same by name
+// (vmctlThroughTheAPI).
 func TestLocalSubresources(t *testing.T) {
 	s := newLocalSetup(t)
 	p := s.run(t, append(s.commonArgs(), "--demo", "", "--node-subnet", "198.19.203.0/24")...)
@@ -208,19 +210,17 @@ func TestLocalSubresources(t *testing.T) {
 			allowed("query-status"), allowed("query-version"), allowed("query-name"))
 	}
 
-	// vnc and its screenshot: served once the launcher has a display (vnc.sock, Screenshot);
-	// until then a clear 409 / 501, never anything else.
-	if w, code := edit.ws(t, "vnc"); code == http.StatusSwitchingProtocols {
-		if got := readUntil(t, w, "RFB 00", 30*time.Second); !strings.HasPrefix(got, "RFB 00") {
-			t.Errorf("vnc: first bytes %q, want an RFB greeting", got)
-		}
-		w.Close()
-	} else if code != http.StatusConflict {
-		t.Errorf("vnc as edit without a display: %d, want 409", code)
+	// vnc and its screenshot: the VMI has the default display.
+	w, code := edit.ws(t, "vnc")
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("vnc as edit: %d, want a websocket", code)
 	}
-	if code, body := edit.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusNotImplemented && code != http.StatusConflict &&
-		(code != http.StatusOK || !strings.HasPrefix(body, "\x89PNG")) {
-		t.Errorf("vnc/screenshot as edit: %d %.80q, want a PNG, 409 (no display) or 501 (launcher without Screenshot)", code, body)
+	if got := readUntil(t, w, "RFB 00", 30*time.Second); !strings.HasPrefix(got, "RFB 00") {
+		t.Errorf("vnc: first bytes %q, want an RFB greeting", got)
+	}
+	w.Close()
+	if code, body := edit.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusOK || !strings.HasPrefix(body, "\x89PNG") {
+		t.Errorf("vnc/screenshot as edit: %d %.80q, want a PNG", code, body)
 	}
 	if code, _ := view.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusForbidden {
 		t.Errorf("vnc/screenshot as view: %d, want 403", code)
@@ -268,6 +268,8 @@ func TestLocalSubresources(t *testing.T) {
 		t.Errorf("qmplog follow: saw %v of stop, cont, query-name with caller %s (err %v)", seen, adm.name, logLines.Err())
 	}
 	cancel()
+
+	vmctlThroughTheAPI(t, s, view, edit, adm, uname)
 
 	// Every command through the API is an Event on the VMI, with the caller's name.
 	poll.Until(t, time.Minute, "QMP events on the VMI", func() (bool, string) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,6 +90,9 @@ type Stack struct {
 // process runtime; the first node's manager also runs the local scheduler for all of them.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	ctrl.SetLogger(cfg.Log)
+	// client-go and the embedded subresources server (k8s.io/apiserver) log through klog:
+	// into the same log, not onto the terminal of `make run`.
+	klog.SetLogger(cfg.Log.WithName("klog"))
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "vmlet"
 	}

@@ -29,5 +29,5 @@ func (n *NodeNetwork) GuestEndpoint(uid types.UID) (netns string, addr netip.Add
 			return a.netns, p.Addr(), nil
 		}
 	}
-	return "", netip.Addr{}, fmt.Errorf("guest endpoint of %s: %w", uid, ErrNoGuestEndpoint)
+	return "", netip.Addr{}, fmt.Errorf("%w: port-forward reaches the guest through a masquerade interface, and vmi %s has none (a bridge binding gives the guest the pod's address, leaving the pod no route to it)", ErrNoGuestEndpoint, uid)
 }

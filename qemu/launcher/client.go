@@ -224,9 +224,14 @@ func (c *Client) GuestInfo(ctx context.Context) (*pb.GuestInfoResponse, error) {
 // Screenshot returns the display as a PNG with its size (QMP screendump). ErrNoDisplay
 // (FailedPrecondition) when the domain has no graphics.
 func (c *Client) Screenshot(ctx context.Context) (*pb.ScreenshotResponse, error) {
-	r, err := c.api.Screenshot(ctx, &pb.ScreenshotRequest{})
+	// A PNG of a large graphical screen can pass gRPC's default 4 MiB receive limit (a text
+	// screen is a few KiB); QEMU's largest VGA mode, uncompressed, is under 64 MiB.
+	r, err := c.api.Screenshot(ctx, &pb.ScreenshotRequest{}, grpc.MaxCallRecvMsgSize(maxScreenshotBytes))
 	return r, wrap("screenshot", err)
 }
+
+// maxScreenshotBytes bounds a Screenshot reply.
+const maxScreenshotBytes = 64 << 20
 
 // GuestExec runs path with args in the guest and waits for it (timeout 0: 30 s). A process
 // still running at the timeout is ErrExecTimeout (RemoteError.Metadata["pid"]: its guest pid)

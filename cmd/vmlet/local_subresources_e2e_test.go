@@ -123,17 +123,7 @@ func TestLocalSubresources(t *testing.T) {
 	if code != http.StatusSwitchingProtocols {
 		t.Fatalf("second console as edit: %d", code)
 	}
-	_ = con.SetReadDeadline(time.Now().Add(30 * time.Second))
-	for {
-		_, _, err := con.ReadMessage()
-		if err == nil {
-			continue
-		}
-		if !websocket.IsCloseError(err, vmistream.CloseTakenOver) {
-			t.Errorf("first console after a takeover: %v, want close %d", err, vmistream.CloseTakenOver)
-		}
-		break
-	}
+	wantTakenOver(t, con, "console")
 	if err := con2.WriteMessage(websocket.BinaryMessage, []byte("echo second-$((1+1))\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +208,16 @@ func TestLocalSubresources(t *testing.T) {
 	if got := readUntil(t, w, "RFB 00", 30*time.Second); !strings.HasPrefix(got, "RFB 00") {
 		t.Errorf("vnc: first bytes %q, want an RFB greeting", got)
 	}
-	w.Close()
+	// A second VNC client takes the display over; the first is told, as on the console.
+	w2, code := edit.ws(t, "vnc")
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("second vnc as edit: %d", code)
+	}
+	if got := readUntil(t, w2, "RFB 00", 30*time.Second); !strings.HasPrefix(got, "RFB 00") {
+		t.Errorf("second vnc: first bytes %q, want an RFB greeting", got)
+	}
+	wantTakenOver(t, w, "vnc")
+	w2.Close()
 	if code, body := edit.do(t, http.MethodGet, "vnc/screenshot", ""); code != http.StatusOK || !strings.HasPrefix(body, "\x89PNG") {
 		t.Errorf("vnc/screenshot as edit: %d %.80q, want a PNG", code, body)
 	}
@@ -291,6 +290,23 @@ func TestLocalSubresources(t *testing.T) {
 	})
 	if v := waitFor(t, c, vm.key, 10*time.Second, "Running", func(v *vmletv1.VirtualMachineInstance) bool { return v.Status.Phase == vmletv1.Running }); !poll.Alive(int(v.Status.Launcher.PID)) {
 		t.Error("QEMU is gone after the refused quit")
+	}
+}
+
+// wantTakenOver reads c until it closes and fails unless it was closed with
+// vmistream.CloseTakenOver (another client took the stream over).
+func wantTakenOver(t *testing.T, c *websocket.Conn, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		_, _, err := c.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !websocket.IsCloseError(err, vmistream.CloseTakenOver) {
+			t.Errorf("first %s after a takeover: %v, want close %d", what, err, vmistream.CloseTakenOver)
+		}
+		return
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -77,50 +78,44 @@ func vmctlThroughTheAPI(t *testing.T, s *localSetup, view, edit, adm *apiUser, u
 		t.Errorf("vmctl qmp as edit: exit %d (%s), want 6 (forbidden)", code, stderr)
 	}
 
-	// The console: the guest's shell answers a command typed through vmctl; Ctrl-] quits (0).
+	// The console on a terminal (a pty): the guest's shell answers a command typed through
+	// vmctl; Ctrl-] quits (exit 0).
 	cmd := exec.Command(vmctl, "console", "sub")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+editKC)
-	in, err := cmd.StdinPipe()
+	term, err := pty.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, pw := io.Pipe()
-	cmd.Stdout = pw
-	var conErr bytes.Buffer
-	cmd.Stderr = &conErr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	defer term.Close()
 	found := make(chan bool, 1)
 	go func() {
-		sc := bufio.NewScanner(pr)
+		sc := bufio.NewScanner(term)
 		for sc.Scan() {
 			if strings.Contains(sc.Text(), "vmctl-42-ok") {
 				found <- true
-				_, _ = io.Copy(io.Discard, pr)
+				_, _ = io.Copy(io.Discard, term)
 				return
 			}
 		}
 		found <- false
 	}()
-	if _, err := io.WriteString(in, "echo vmctl-$((6*7))-ok\n"); err != nil {
+	if _, err := io.WriteString(term, "echo vmctl-$((6*7))-ok\r"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case ok := <-found:
 		if !ok {
-			t.Errorf("vmctl console: output ended without the command's answer (%s)", conErr.String())
+			t.Errorf("vmctl console: the terminal closed without the command's answer")
 		}
 	case <-time.After(time.Minute):
-		t.Errorf("vmctl console: no answer from the guest's shell within a minute (%s)", conErr.String())
+		t.Errorf("vmctl console: no answer from the guest's shell within a minute")
 	}
-	if _, err := in.Write([]byte{0x1d}); err != nil {
+	if _, err := term.Write([]byte{0x1d}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("vmctl console after Ctrl-]: %v (%s)", err, conErr.String())
+		t.Errorf("vmctl console after Ctrl-]: %v", err)
 	}
-	pw.Close()
 
 	// A screenshot of the display: a PNG that is not one colour.
 	shot := filepath.Join(t.TempDir(), "shot.png")

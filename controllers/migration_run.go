@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -62,8 +63,12 @@ type migrationRun struct {
 	migration types.UID // the VirtualMachineInstanceMigration's
 	source    bool
 	received  bool // target: disks are copied in, so the guest waits for ResumeTarget
-	cancel    context.CancelFunc
-	stop      func() // closes the relay
+	// listen is what a target run tells the source in the migration state (its address, the
+	// relays' ports, its launcher): set again on every pass while the run lasts, since the
+	// write of the pass that started the run may have been refused (a conflict).
+	listen *targetListen
+	cancel context.CancelFunc
+	stop   func() // closes the relay
 
 	mu       sync.Mutex
 	started  time.Time // source: QEMU accepted the migration
@@ -78,6 +83,21 @@ type migrationRun struct {
 	// postCopy: the run switched the migration to post-copy (allowPostCopy): the guest runs on
 	// the target and the migration can no longer be undone.
 	postCopy bool
+}
+
+// targetListen is where a migration target listens (see migrationRun.listen).
+type targetListen struct {
+	addr  string
+	ports map[string]int
+	pod   string
+}
+
+// apply records l in ms.
+func (l *targetListen) apply(ms *vmletv1.VirtualMachineInstanceMigrationState) {
+	ms.TargetNodeAddress = l.addr
+	ms.TargetDirectMigrationNodePorts = maps.Clone(l.ports)
+	ms.TargetNodeDomainDetected = true
+	ms.TargetPod = l.pod
 }
 
 // runView is what a run has seen, read at once.

@@ -32,6 +32,9 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		run = nil
 	}
 	if m := run; m != nil {
+		if m.listen != nil {
+			m.listen.apply(ms) // again: the pass that started the run may not have written it
+		}
 		v := run.snapshot()
 		st, ended, err := v.status, v.ended, v.err
 		if !ended {
@@ -181,7 +184,8 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	}
 	completion, progress := timeouts(vmi, spec, copied) // the source's limits: it computes the same
 	keepPaused := vmi.Spec.Paused
-	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0}
+	listen := &targetListen{addr: r.Migration.Addr.String(), ports: ports, pod: "launcher/" + r.NodeName}
+	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0, listen: listen}
 	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
 		// With disks the target stays paused after the stream: ResumeTarget, once the
 		// source ended its mirrors (it says so with completed). The bound outlasts the
@@ -189,10 +193,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		// post-copy may go on after the completion timeout), so the source says how it ended.
 		return ml.FinalizeMigration(ctx, completion+3*progress, keepPaused)
 	})
-	ms.TargetNodeAddress = r.Migration.Addr.String()
-	ms.TargetDirectMigrationNodePorts = ports
-	ms.TargetNodeDomainDetected = true
-	ms.TargetPod = "launcher/" + r.NodeName
+	listen.apply(ms)
 	return ctrl.Result{}, nil
 }
 

@@ -1,7 +1,6 @@
 package subresources
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,18 +8,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/vmistream"
 )
 
 var vmiResource = schema.GroupResource{Group: vmletv1.GroupVersion.Group, Resource: Resource}
 
-func discovery(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, resourceList()) }
+func discovery(w http.ResponseWriter, _ *http.Request) {
+	vmistream.WriteJSON(w, http.StatusOK, resourceList())
+}
 
 // request is one parsed subresource request.
 type request struct {
@@ -50,46 +51,46 @@ func parse(path string) (request, bool) {
 func (s *Server) serveSub(w http.ResponseWriter, r *http.Request) {
 	req, ok := parse(r.URL.Path)
 	if !ok || !streamingOrKnown(req.sub) {
-		writeStatus(w, apierrors.NewNotFound(schema.GroupResource{Group: Group, Resource: Resource}, r.URL.Path))
+		vmistream.WriteStatus(w, apierrors.NewNotFound(schema.GroupResource{Group: Group, Resource: Resource}, r.URL.Path))
 		return
 	}
 	u, ok := apirequest.UserFrom(r.Context())
 	if !ok {
-		writeStatus(w, apierrors.NewUnauthorized("no user"))
+		vmistream.WriteStatus(w, apierrors.NewUnauthorized("no user"))
 		return
 	}
 	vmi := &vmletv1.VirtualMachineInstance{}
 	if err := s.cfg.Client.Get(r.Context(), client.ObjectKey{Namespace: req.ns, Name: req.name}, vmi); err != nil {
 		if apierrors.IsNotFound(err) {
-			writeStatus(w, apierrors.NewNotFound(vmiResource, req.name))
+			vmistream.WriteStatus(w, apierrors.NewNotFound(vmiResource, req.name))
 		} else {
-			writeStatus(w, apierrors.NewInternalError(err))
+			vmistream.WriteStatus(w, apierrors.NewInternalError(err))
 		}
 		return
 	}
 	switch req.sub {
 	case "pause", "unpause":
 		if r.Method != http.MethodPut {
-			writeStatus(w, apierrors.NewMethodNotSupported(vmiResource, r.Method))
+			vmistream.WriteStatus(w, apierrors.NewMethodNotSupported(vmiResource, r.Method))
 			return
 		}
 		s.pause(w, r, vmi, req.sub == "pause", u.GetName())
 		return
 	}
 	if vmi.Status.Phase != vmletv1.Running || vmi.Status.NodeName == "" {
-		writeStatus(w, apierrors.NewConflict(vmiResource, req.name, fmt.Errorf("the VMI is not running (phase %q)", vmi.Status.Phase)))
+		vmistream.WriteStatus(w, apierrors.NewConflict(vmiResource, req.name, fmt.Errorf("the VMI is not running (phase %q)", vmi.Status.Phase)))
 		return
 	}
 	np, err := s.nodeProxy(r, vmi.Status.NodeName)
 	if err != nil {
-		writeStatus(w, err)
+		vmistream.WriteStatus(w, err)
 		return
 	}
 	allow := ""
 	if req.sub == "qmp" {
 		a, err := AllowListFor(r.Context(), s.cfg.Client, s.authz, u, req.ns, req.name)
 		if err != nil {
-			writeStatus(w, apierrors.NewInternalError(err))
+			vmistream.WriteStatus(w, apierrors.NewInternalError(err))
 			return
 		}
 		allow = a.String()
@@ -109,7 +110,7 @@ func streamingOrKnown(sub string) bool {
 // pause sets spec.paused (the node agent pauses or unpauses and keeps it so).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, vmi *vmletv1.VirtualMachineInstance, paused bool, caller string) {
 	if vmi.Status.Phase != vmletv1.Running {
-		writeStatus(w, apierrors.NewConflict(vmiResource, vmi.Name, fmt.Errorf("the VMI is not running (phase %q)", vmi.Status.Phase)))
+		vmistream.WriteStatus(w, apierrors.NewConflict(vmiResource, vmi.Name, fmt.Errorf("the VMI is not running (phase %q)", vmi.Status.Phase)))
 		return
 	}
 	if vmi.Spec.Paused == paused {
@@ -117,19 +118,19 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, vmi *vmletv1.Virt
 		if !paused {
 			state = "not paused"
 		}
-		writeStatus(w, apierrors.NewConflict(vmiResource, vmi.Name, errors.New("the VMI is already "+state)))
+		vmistream.WriteStatus(w, apierrors.NewConflict(vmiResource, vmi.Name, errors.New("the VMI is already "+state)))
 		return
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"paused":%t}}`, paused)
 	if err := s.cfg.Client.Patch(r.Context(), vmi, client.RawPatch("application/merge-patch+json", patch)); err != nil {
-		writeStatus(w, err)
+		vmistream.WriteStatus(w, err)
 		return
 	}
 	if s.cfg.Recorder != nil {
 		verb := map[bool]string{true: "paused", false: "unpaused"}[paused]
 		s.cfg.Recorder.Eventf(vmi, nil, "Normal", "SubresourcePause", "Pause", "%s by user %q (spec.paused=%t)", verb, caller, paused)
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	vmistream.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 // nodeAddress is where the node's agent serves VMI streams (its AnnotStreamsAddress) and the
@@ -144,24 +145,4 @@ func (s *Server) nodeAddress(r *http.Request, name string) (addr, pin string, er
 		return "", "", apierrors.NewConflict(vmiResource, name, fmt.Errorf("node %s publishes no %s: its agent serves no VMI streams", name, controllers.AnnotStreamsAddress))
 	}
 	return addr, n.Annotations[controllers.AnnotStreamsCertSHA256], nil
-}
-
-// writeStatus writes err as a metav1.Status JSON body with its code.
-func writeStatus(w http.ResponseWriter, err error) {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		st = apierrors.NewInternalError(err)
-	}
-	s := st.Status()
-	s.Kind, s.APIVersion = "Status", "v1"
-	if s.Status == "" {
-		s.Status = metav1.StatusFailure
-	}
-	writeJSON(w, int(s.Code), &s)
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -64,7 +64,7 @@ func (s *Server) nodeProxy(r *http.Request, node string) (*nodeProxy, error) {
 		Rewrite:       func(*httputil.ProxyRequest) {}, // serve rewrote the request already
 		FlushInterval: -1,                              // qmplog follows: every write goes out at once
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s agent at %s: %v", node, addr, err)))
+			vmistream.WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s agent at %s: %v", node, addr, err)))
 		},
 	}}
 	s.nodes[node] = p

@@ -96,13 +96,13 @@ func (s *Server) agentInfo(w http.ResponseWriter, r *http.Request, t *target) (G
 	defer cancel()
 	c, err := t.dialLauncher(ctx)
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return GuestAgentInfo{}, false
 	}
 	defer c.Close()
 	g, err := c.GuestInfo(ctx)
 	if err != nil {
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, err))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, err))
 		return GuestAgentInfo{}, false
 	}
 	return AgentInfo(g), true
@@ -110,18 +110,18 @@ func (s *Server) agentInfo(w http.ResponseWriter, r *http.Request, t *target) (G
 
 func (s *Server) guestOSInfo(w http.ResponseWriter, r *http.Request, t *target) {
 	if info, ok := s.agentInfo(w, r, t); ok {
-		writeJSON(w, http.StatusOK, info)
+		WriteJSON(w, http.StatusOK, info)
 	}
 }
 
 func (s *Server) userList(w http.ResponseWriter, r *http.Request, t *target) {
 	if info, ok := s.agentInfo(w, r, t); ok {
-		writeJSON(w, http.StatusOK, UserList{Items: append([]GuestUser{}, info.UserList...)})
+		WriteJSON(w, http.StatusOK, UserList{Items: append([]GuestUser{}, info.UserList...)})
 	}
 }
 
 func (s *Server) filesystemList(w http.ResponseWriter, r *http.Request, t *target) {
 	if info, ok := s.agentInfo(w, r, t); ok {
-		writeJSON(w, http.StatusOK, FilesystemList{Items: info.FSInfo.Filesystems})
+		WriteJSON(w, http.StatusOK, FilesystemList{Items: info.FSInfo.Filesystems})
 	}
 }

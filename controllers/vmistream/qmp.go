@@ -73,22 +73,22 @@ func allowOf(r *http.Request) AllowList {
 func (s *Server) qmpOne(w http.ResponseWriter, r *http.Request, t *target) {
 	cmd, err := io.ReadAll(io.LimitReader(r.Body, maxQMPCommand))
 	if err != nil {
-		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		WriteStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
 	if _, err := s.check(t, allowOf(r), cmd); err != nil {
-		writeStatus(w, err)
+		WriteStatus(w, err)
 		return
 	}
 	c, err := t.dialLauncher(r.Context())
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	defer c.Close()
 	reply, err := t.run(r.Context(), c, cmd)
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -100,7 +100,7 @@ func (s *Server) qmpOne(w http.ResponseWriter, r *http.Request, t *target) {
 func (s *Server) qmpSession(w http.ResponseWriter, r *http.Request, t *target) {
 	c, err := t.dialLauncher(r.Context())
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	defer c.Close()
@@ -155,7 +155,7 @@ func (s *Server) qmpLog(w http.ResponseWriter, r *http.Request, t *target) {
 	if v := q.Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("tail %q: want a count >= 0", v)))
+			WriteStatus(w, apierrors.NewBadRequest(fmt.Sprintf("tail %q: want a count >= 0", v)))
 			return
 		}
 		tail = n
@@ -163,14 +163,14 @@ func (s *Server) qmpLog(w http.ResponseWriter, r *http.Request, t *target) {
 	if v := q.Get("follow"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("follow %q: want true or false", v)))
+			WriteStatus(w, apierrors.NewBadRequest(fmt.Sprintf("follow %q: want true or false", v)))
 			return
 		}
 		follow = b
 	}
 	c, err := t.dialLauncher(r.Context())
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	defer c.Close()

@@ -111,14 +111,14 @@ func (s *Server) withVMI(h func(http.ResponseWriter, *http.Request, *target)) ht
 		vmi := &vmletv1.VirtualMachineInstance{}
 		if err := s.cfg.Client.Get(r.Context(), key, vmi); err != nil {
 			if apierrors.IsNotFound(err) {
-				writeStatus(w, apierrors.NewNotFound(vmiResource, key.Name))
+				WriteStatus(w, apierrors.NewNotFound(vmiResource, key.Name))
 				return
 			}
-			writeStatus(w, apierrors.NewInternalError(err))
+			WriteStatus(w, apierrors.NewInternalError(err))
 			return
 		}
 		if vmi.Status.NodeName != s.cfg.NodeName || vmi.Status.Phase != vmletv1.Running {
-			writeStatus(w, apierrors.NewConflict(vmiResource, key.Name,
+			WriteStatus(w, apierrors.NewConflict(vmiResource, key.Name,
 				fmt.Errorf("not running on node %s (phase %q, node %q)", s.cfg.NodeName, vmi.Status.Phase, vmi.Status.NodeName)))
 			return
 		}
@@ -134,8 +134,9 @@ func (t *target) dialLauncher(ctx context.Context) (*launcher.Client, error) {
 	}))
 }
 
-// writeStatus writes err as a metav1.Status JSON body with its code.
-func writeStatus(w http.ResponseWriter, err error) {
+// WriteStatus writes err as a metav1.Status JSON body with its code (an internal error unless
+// err carries an API status); the aggregated server answers with it too.
+func WriteStatus(w http.ResponseWriter, err error) {
 	st := apierrors.APIStatus(nil)
 	if !errors.As(err, &st) {
 		st = apierrors.NewInternalError(err)
@@ -145,10 +146,11 @@ func writeStatus(w http.ResponseWriter, err error) {
 	if s.Status == "" {
 		s.Status = metav1.StatusFailure
 	}
-	writeJSON(w, int(s.Code), &s)
+	WriteJSON(w, int(s.Code), &s)
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// WriteJSON writes v as a JSON body with code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)

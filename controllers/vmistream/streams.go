@@ -30,7 +30,7 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request, t *target) {
 // vnc relays the display's RFB stream (sockets/vnc.sock); 409 when the VMI has no display.
 func (s *Server) vnc(w http.ResponseWriter, r *http.Request, t *target) {
 	if c, err := dialUnix(r.Context(), t.runDir, vncSocket); errors.Is(err, fs.ErrNotExist) {
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, errors.New("no display: the VMI has no VNC server (autoattachGraphicsDevice: false?)")))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, errors.New("no display: the VMI has no VNC server (autoattachGraphicsDevice: false?)")))
 		return
 	} else if err == nil {
 		c.Close()
@@ -48,7 +48,7 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request, t *target) {
 	defer cancel()
 	c, err := t.dialLauncher(ctx)
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	defer c.Close()
@@ -59,12 +59,12 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request, t *target) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(resp.GetPng())))
 		_, _ = w.Write(resp.GetPng())
 	case codes.Unimplemented:
-		writeStatus(w, &apierrors.StatusError{ErrStatus: statusOf(http.StatusNotImplemented, "NotImplemented",
+		WriteStatus(w, &apierrors.StatusError{ErrStatus: statusOf(http.StatusNotImplemented, "NotImplemented",
 			"this VMI's launcher cannot take screenshots (an older vmlet-launcher)")})
 	case codes.FailedPrecondition:
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, fmt.Errorf("screenshot: %s", status.Convert(err).Message())))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, fmt.Errorf("screenshot: %s", status.Convert(err).Message())))
 	default:
-		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("screenshot: %w", err)))
+		WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("screenshot: %w", err)))
 	}
 }
 
@@ -76,23 +76,23 @@ const dialGuest = 10 * time.Second
 func (s *Server) portForward(w http.ResponseWriter, r *http.Request, t *target) {
 	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)
 	if err != nil || port == 0 {
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("port %q: want 1-65535", r.PathValue("port"))))
+		WriteStatus(w, apierrors.NewBadRequest(fmt.Sprintf("port %q: want 1-65535", r.PathValue("port"))))
 		return
 	}
 	if s.cfg.Guest == nil {
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, errors.New("this node has no pod network to reach the guest")))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, errors.New("this node has no pod network to reach the guest")))
 		return
 	}
 	netns, addr, err := s.cfg.Guest(t.vmi.UID)
 	if err != nil {
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, err))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dialGuest)
 	conn, err := network.DialTCP(ctx, netns, netip.AddrPortFrom(addr, uint16(port)).String())
 	cancel()
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("connect to guest port %d: %v", port, err)))
+		WriteStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("connect to guest port %d: %v", port, err)))
 		return
 	}
 	defer conn.Close()

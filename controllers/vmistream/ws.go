@@ -70,13 +70,13 @@ func (s *Server) exclusive(w http.ResponseWriter, r *http.Request, t *target, wh
 	key := string(t.vmi.UID) + "/" + what
 	n, err := s.takeOver(r.Context(), key)
 	if err != nil {
-		writeStatus(w, apierrors.NewServiceUnavailable(err.Error()))
+		WriteStatus(w, apierrors.NewServiceUnavailable(err.Error()))
 		return
 	}
 	defer s.release(key, n)
 	conn, err := dialUnix(r.Context(), t.runDir, rel)
 	if err != nil {
-		writeStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, fmt.Errorf("%s: %w", what, err)))
+		WriteStatus(w, apierrors.NewConflict(vmiResource, t.vmi.Name, fmt.Errorf("%s: %w", what, err)))
 		return
 	}
 	defer conn.Close()

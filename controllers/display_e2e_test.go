@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -25,17 +24,7 @@ func displayDevice(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) (a
 		t.Fatal(err)
 	}
 	defer c.Close()
-	reply, err := c.QMP(ctx, `{"execute": "query-pci"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Return json.RawMessage `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(reply), &r); err != nil {
-		t.Fatal(err)
-	}
-	devs, err := qemu.ParseQueryPCI(r.Return)
+	devs, err := c.PCIDevices(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -161,17 +160,7 @@ func stopDisplay(t *testing.T, ctx context.Context, p *proc) {
 // pciVGA finds the display device (id video_0) in query-pci.
 func pciVGA(t *testing.T, ctx context.Context, p *proc) (qemu.PCIAddr, bool) {
 	t.Helper()
-	reply, err := p.client.QMP(ctx, `{"execute": "query-pci"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Return json.RawMessage `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(reply), &r); err != nil {
-		t.Fatal(err)
-	}
-	devs, err := qemu.ParseQueryPCI(r.Return)
+	devs, err := p.client.PCIDevices(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/testguest"
+	"github.com/vmlet/vmlet/test/wsread"
 )
 
 // TestLocalSubresources: `vmlet local`'s embedded kube-apiserver serves the aggregated
@@ -154,15 +155,8 @@ func TestLocalSubresources(t *testing.T) {
 			return false, http.StatusText(code)
 		}
 		defer pf.Close()
-		_ = pf.SetReadDeadline(time.Now().Add(10 * time.Second))
-		var got strings.Builder
-		for {
-			_, b, err := pf.ReadMessage()
-			got.Write(b)
-			if err != nil || strings.Contains(got.String(), "forwarded-hello") {
-				return strings.Contains(got.String(), "forwarded-hello"), got.String()
-			}
-		}
+		got, err := wsread.Until(pf, "forwarded-hello", 10*time.Second)
+		return err == nil, got
 	})
 
 	// qmp-only: the allow-list (default query-*).

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/wsread"
 )
 
 // apiUser is a ServiceAccount of the test, talking to kube-apiserver with its bearer token
@@ -144,17 +145,11 @@ func (u *apiUser) ws(t *testing.T, sub string) (*websocket.Conn, int) {
 // readUntil reads binary messages from c until their bytes contain want.
 func readUntil(t *testing.T, c *websocket.Conn, want string, d time.Duration) string {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(d))
-	var got strings.Builder
-	for !strings.Contains(got.String(), want) {
-		_, b, err := c.ReadMessage()
-		if err != nil {
-			t.Fatalf("read %q: %v; got %q", want, err, poll.Tail(got.String(), 2000))
-		}
-		got.Write(b)
+	got, err := wsread.Until(c, want, d)
+	if err != nil {
+		t.Fatalf("%v; got %q", err, poll.Tail(got, 2000))
 	}
-	_ = c.SetReadDeadline(time.Time{})
-	return got.String()
+	return got
 }
 
 // qmpReply decodes a QMP reply; class is the error class ("" on success).

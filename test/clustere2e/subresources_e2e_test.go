@@ -30,6 +30,7 @@ import (
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/testguest"
+	"github.com/vmlet/vmlet/test/wsread"
 )
 
 // TestClusterSubresources: in cluster mode `vmlet controller` serves subresources.vmlet.dev
@@ -164,15 +165,8 @@ func TestClusterSubresources(t *testing.T) {
 			return false, http.StatusText(code)
 		}
 		defer pf.Close()
-		_ = pf.SetReadDeadline(time.Now().Add(10 * time.Second))
-		var got strings.Builder
-		for {
-			_, b, err := pf.ReadMessage()
-			got.Write(b)
-			if err != nil || strings.Contains(got.String(), "cluster-forward") {
-				return strings.Contains(got.String(), "cluster-forward"), got.String()
-			}
-		}
+		got, err := wsread.Until(pf, "cluster-forward", 10*time.Second)
+		return err == nil, got
 	})
 	if code, body := do("cl-admin", http.MethodGet, "qmplog?tail=200", ""); code != http.StatusOK || !strings.Contains(body, `"caller":"cl-admin"`) {
 		t.Errorf("qmplog as admin: %d %s, want entries with caller cl-admin", code, poll.Tail(body, 2000))
@@ -185,14 +179,8 @@ func subPath(sub string) string {
 
 func wsReadUntil(t *testing.T, c *websocket.Conn, want string) {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-	var got strings.Builder
-	for !strings.Contains(got.String(), want) {
-		_, b, err := c.ReadMessage()
-		if err != nil {
-			t.Fatalf("read %q: %v; got %q", want, err, poll.Tail(got.String(), 2000))
-		}
-		got.Write(b)
+	if got, err := wsread.Until(c, want, time.Minute); err != nil {
+		t.Fatalf("%v; got %q", err, poll.Tail(got, 2000))
 	}
 }
 

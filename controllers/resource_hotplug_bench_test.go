@@ -67,13 +67,11 @@ func BenchmarkCPUMemoryHotplug(b *testing.B) {
 				continue
 			}
 			if err != nil {
-				// Say how the domain ended if it did (the status follows the launcher's exit).
-				var v *vmletv1.VirtualMachineInstance
-				for range 100 {
-					if v, _ = getVMI(b, key); v.Status.Phase != vmletv1.Running {
-						break
-					}
-					time.Sleep(100 * time.Millisecond) // diagnostics of a failed run only
+				// Say how the domain ended if it did: the launcher's log and the console say it
+				// whether or not the status has caught up yet.
+				v, gerr := getVMI(b, key)
+				if gerr != nil {
+					b.Fatalf("%s: guest exec: %v; read the vmi: %v", what, err, gerr)
 				}
 				log, _ := os.ReadFile(consoleLog(v))
 				llog, _ := os.ReadFile(filepath.Join(a.runtime.Dir(string(v.UID)), "launcher.log"))

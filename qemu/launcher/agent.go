@@ -129,6 +129,10 @@ func (a *agentPoller) run() {
 		switch v := pingVerdict(err); {
 		case v == agentAnswers && !up:
 			log.Info("guest agent connected")
+			// Whatever the agent was before (a use may have found it lost), this one starts
+			// afresh: no abandoned processes, its version read again.
+			a.forgetAbandoned()
+			a.forgetVersion()
 			a.markUp(true) // for use: the first info round runs before the agent is reported
 			a.infoRound()
 			a.setUp(true)
@@ -243,7 +247,7 @@ func (a *agentPoller) shutdown() {
 // ErrAgentNotConnected when the agent does not answer (a command sent got no answer in time,
 // or the socket closed; the poller then re-checks at once); ErrAgentBusy when a command could
 // not even be sent in time because others held the channel; ErrAgentCommand when the agent
-// answered with an error.
+// answered with an error. An unanswered command reports the agent lost at once.
 func (a *agentPoller) use(ctx context.Context, f func(context.Context, *qga.Agent) error) error {
 	a.mu.Lock()
 	c, up := a.conn, a.up
@@ -259,6 +263,12 @@ func (a *agentPoller) use(ctx context.Context, f func(context.Context, *qga.Agen
 	case errors.Is(err, qga.ErrBusy):
 		return fmt.Errorf("%w: %w", ErrAgentBusy, err)
 	case errors.Is(err, qga.ErrTimeout), errors.Is(err, qga.ErrDisconnected):
+		// A command sent went unanswered: the agent is lost now (it may be a new one by the
+		// next ping: a guest reset or reboot must still show as lost, then connected).
+		if a.isUp() {
+			a.log.Info("guest agent lost", "err", err)
+			a.setUp(false)
+		}
 		select {
 		case a.kick <- struct{}{}:
 		default:

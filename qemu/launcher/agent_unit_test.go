@@ -119,7 +119,9 @@ func (f *fakeGuest) poller(t *testing.T, tap func(qmp.Record)) *agentPoller {
 	opts.Tap = tap
 	c := qga.New(f.Pipe(), opts)
 	t.Cleanup(func() { _ = c.Close() })
-	return &agentPoller{conn: c, up: true, log: slog.New(slog.DiscardHandler), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	l := &Launcher{log: slog.New(slog.DiscardHandler), events: newEventLog()}
+	d := &domain{l: l, agentUp: true}
+	return &agentPoller{d: d, conn: c, up: true, log: slog.New(slog.DiscardHandler), kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 func kicked(a *agentPoller) bool {
@@ -286,7 +288,8 @@ func TestReapAbandoned(t *testing.T) {
 
 // TestBusyIsNotAgentLoss: a call that cannot be sent because a slow synchronous command holds
 // the channel fails with ErrAgentBusy after agentQueueTimeout, without a re-check of the agent;
-// a command that was sent and got no answer is ErrAgentNotConnected and triggers one.
+// a command that was sent and got no answer is ErrAgentNotConnected, reports the agent lost and
+// triggers a re-check.
 func TestBusyIsNotAgentLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeGuest(t)
@@ -315,6 +318,9 @@ func TestBusyIsNotAgentLoss(t *testing.T) {
 		err = a.use(t.Context(), ping)
 		if !errors.Is(err, ErrAgentNotConnected) || !errors.Is(err, qga.ErrTimeout) || !kicked(a) {
 			t.Errorf("unanswered ping = %v (kicked %v), want ErrAgentNotConnected (ErrTimeout) and a re-check", err, kicked(a))
+		}
+		if a.isUp() || a.d.agentUp {
+			t.Errorf("after an unanswered command the agent is still reported up (poller %v, domain %v)", a.isUp(), a.d.agentUp)
 		}
 		if !strings.Contains(fmt.Sprint(err), "after 2s") {
 			t.Errorf("unanswered ping = %v, want its 2s deadline", err)

@@ -12,7 +12,8 @@
 // Lifecycle:
 //   - One instance per state folder: it is flock'ed for the control plane's lifetime; a second
 //     `vmlet local` fails at once with ErrStateDirInUse.
-//   - etcd and kube-apiserver run through a `setpriv --pdeathsig TERM` wrapper, forked from an
+//   - etcd and kube-apiserver run through a `setpriv --pdeathsig` wrapper (TERM for etcd, KILL
+//     for the stateless kube-apiserver), forked from an
 //     OS thread that lives as long as the control plane, so they die with the vmlet that
 //     started them (kill -9 included). They are also recorded (pid, start time, executable) in
 //     StateDir/controlplane.json; a start finds processes a previous instance recorded and left

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,6 +129,9 @@ func Start(opts Options) (*Env, error) {
 		CRDDirectoryPaths:     crds,
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+		// envtest's 20 s was too short for kube-apiserver on a loaded 2-core machine (CI saw
+		// five timed-out tries in a row while TCG guests ran beside it).
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	var pkiDir string
 	if opts.Aggregation {

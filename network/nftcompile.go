@@ -53,7 +53,7 @@ func compileChain(t *nftables.Table, c Chain) (*nftables.Chain, error) {
 // compileRule turns r into expressions for a table of family fam.
 func compileRule(fam Family, r Rule) ([]expr.Any, error) {
 	if err := r.check(fam); err != nil {
-		return nil, fmt.Errorf("compile rule %q: %w: %s", r, ErrInvalidSpec, err)
+		return nil, fmt.Errorf("compile rule %q: %w: %w", r, ErrInvalidSpec, err)
 	}
 	var e []expr.Any
 	l3 := r.l3()

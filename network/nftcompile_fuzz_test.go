@@ -91,7 +91,8 @@ func decodeRule(fam Family, e []expr.Any) (Rule, error) {
 			}
 			mask = x.Mask
 		case *expr.Cmp:
-			if x.Op != expr.CmpOpEq && !(x.Op == expr.CmpOpNeq && load&payload != 0) {
+			negatedPayload := x.Op == expr.CmpOpNeq && load&payload != 0 // daddr !=
+			if x.Op != expr.CmpOpEq && !negatedPayload {
 				return r, fmt.Errorf("compare op %v on load %x", x.Op, load)
 			}
 			if err := decodeMatch(fam, &r, load, mask, x); err != nil {

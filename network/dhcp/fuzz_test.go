@@ -128,7 +128,9 @@ func FuzzDHCPv4(f *testing.F) {
 		if r.event == eventAcked && (r.lease.Addr != testDHCP.ClientAddr || !bytes.Equal(r.lease.MAC, mac) || !r.lease.Expires.Equal(now.Add(time.Hour))) {
 			t.Fatalf("lease %+v", r.lease)
 		}
-		if dst := r.dst.(*net.UDPAddr); !(dst == peer && unicast) && !(dst.IP.Equal(net.IPv4bcast) && dst.Port == 68) {
+		dst := r.dst.(*net.UDPAddr)
+		toPeer, broadcast := dst == peer && unicast, dst.IP.Equal(net.IPv4bcast) && dst.Port == 68
+		if !toPeer && !broadcast {
 			t.Fatalf("reply to %v", dst)
 		}
 	})

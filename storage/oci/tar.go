@@ -166,8 +166,8 @@ func (st *unpackState) remove(name string) error {
 // wrote (and the folders leading to it) stays.
 func (st *unpackState) opaque(dir string) error {
 	ents, err := os.ReadDir(st.host(dir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // no folder there (a file, as for "file/.wh..wh..opq"): nothing to empty
 	}
 	if err != nil {
 		return fmt.Errorf("unpack %s: %w", dir, err)

@@ -92,6 +92,10 @@ run: deps assets build ## Bring up the local single-node stack and boot a demo V
 unit: ## Fast tests, no QEMU/API server/root: go test -short; guarded tests skip saying what they need (hack/unit.sh).
 	@hack/unit.sh
 
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each (default 30s; FUZZ=regexp picks targets): executions, new corpus entries, crashers; fails on a crasher (hack/fuzz.sh).
+	@hack/fuzz.sh
+
 .PHONY: test
 test: deps assets ## Run the whole test suite against real QEMU, kernel and API server (root).
 	@echo "test: go test $(PKGS) (progress: one line per finished test)" >&2

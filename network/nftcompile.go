@@ -2,8 +2,10 @@ package network
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -50,6 +52,9 @@ func compileChain(t *nftables.Table, c Chain) (*nftables.Chain, error) {
 
 // compileRule turns r into expressions for a table of family fam.
 func compileRule(fam Family, r Rule) ([]expr.Any, error) {
+	if err := r.check(fam); err != nil {
+		return nil, fmt.Errorf("compile rule %q: %w: %w", r, ErrInvalidSpec, err)
+	}
 	var e []expr.Any
 	l3 := r.l3()
 	if l3 != L3Any {
@@ -104,6 +109,35 @@ func compileRule(fam Family, r Rule) ([]expr.Any, error) {
 		return nil, fmt.Errorf("compile rule %q: %w: unknown action %q", r, ErrInvalidSpec, r.Action)
 	}
 	return e, nil
+}
+
+// check refuses a rule whose fields the expressions could not say exactly: every field must
+// end up as a match, or the rule would match more than it asks for.
+func (r Rule) check(fam Family) error {
+	l3 := r.l3()
+	switch {
+	case l3 != L3Any && l3 != L3IPv4 && l3 != L3IPv6:
+		return fmt.Errorf("unknown network protocol %q", l3)
+	case r.Proto != "" && r.Proto != ProtocolTCP && r.Proto != ProtocolUDP:
+		return fmt.Errorf("unknown protocol %q (want TCP or UDP)", r.Proto)
+	case r.Dport != 0 && r.Proto == "":
+		return errors.New("a destination port needs a protocol")
+	case r.Proto != "" && fam == FamilyBridge && l3 == L3Any:
+		return errors.New("a protocol match in a bridge table needs ip or ip6")
+	case r.NotDaddr && !r.Daddr.IsValid():
+		return errors.New("daddr != needs an address")
+	}
+	for _, a := range []netip.Addr{r.Saddr.Addr(), r.Daddr.Addr()} {
+		if a.IsValid() && (a.Is4() != (l3 == L3IPv4)) {
+			return fmt.Errorf("address %s in an %s rule", a, l3)
+		}
+	}
+	for _, n := range []string{r.IIf, r.OIf} {
+		if len(n) >= unix.IFNAMSIZ || strings.IndexByte(n, 0) >= 0 {
+			return fmt.Errorf("interface name %q is not a Linux interface name", n)
+		}
+	}
+	return nil
 }
 
 // l3Match restricts a rule to IPv4 or IPv6: `meta nfproto` in inet tables, the ethertype

@@ -28,10 +28,11 @@ type DHCPv6Config struct {
 // means stay silent. Pure.
 func dhcp6Reply(cfg *DHCPv6Config, msg *dhcpv6.Message) (*dhcpv6.Message, dhcpEvent) {
 	serverID := &dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: cfg.ServerMAC}
-	if sid := msg.Options.ServerID(); sid != nil && !bytes.Equal(sid.ToBytes(), serverID.ToBytes()) {
+	sid := msg.Options.ServerID()
+	if sid != nil && !bytes.Equal(sid.ToBytes(), serverID.ToBytes()) {
 		return nil, eventNone // addressed to another server
 	}
-	if msg.Options.ClientID() == nil {
+	if msg.Options.ClientID() == nil || !serverIDAsRequired(msg.Type(), sid != nil) {
 		return nil, eventNone
 	}
 	mods := []dhcpv6.Modifier{dhcpv6.WithServerID(serverID)}
@@ -81,6 +82,19 @@ func dhcp6Reply(cfg *DHCPv6Config, msg *dhcpv6.Message) (*dhcpv6.Message, dhcpEv
 		return nil, eventNone
 	}
 	return reply, ev
+}
+
+// serverIDAsRequired applies RFC 8415's rules for the Server Identifier option (sections 16.2
+// to 16.12): Solicit, Confirm and Rebind are discarded with one, Request, Renew, Release and
+// Decline without one; Information-request may carry it.
+func serverIDAsRequired(t dhcpv6.MessageType, has bool) bool {
+	switch t {
+	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeConfirm, dhcpv6.MessageTypeRebind:
+		return !has
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
+		return has
+	}
+	return true
 }
 
 func dns6(servers []netip.Addr) []net.IP {

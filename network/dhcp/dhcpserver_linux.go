@@ -34,14 +34,6 @@ type DHCPServer struct {
 	closed  bool
 }
 
-// dhcpResult is what a handler decided for one request.
-type dhcpResult struct {
-	reply []byte
-	dst   net.Addr
-	event dhcpEvent
-	lease Lease // with eventAcked
-}
-
 // ServerOptions configure ServeDHCP and ServeDHCPv6.
 type ServerOptions struct {
 	// Name is the interface's logical name, reported in leases.
@@ -75,26 +67,7 @@ func listenDHCP(iface string) (*net.UDPConn, error) {
 
 // serveDHCPConn serves cfg on conn, a socket bound by listenDHCP; the server owns it.
 func serveDHCPConn(conn *net.UDPConn, cfg DHCPConfig, opts ServerOptions) *DHCPServer {
-	handle := func(b []byte, peer net.Addr) dhcpResult {
-		req, err := dhcpv4.FromBytes(b)
-		if err != nil {
-			return dhcpResult{}
-		}
-		reply, ev := dhcpReply(&cfg, req)
-		r := dhcpResult{event: ev}
-		if reply != nil {
-			r.reply = reply.ToBytes()
-			r.dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
-			if up, ok := peer.(*net.UDPAddr); ok && !up.IP.IsUnspecified() && up.IP.To4() != nil {
-				r.dst = up // a bound client renewing by unicast
-			}
-		}
-		if ev == eventAcked {
-			now := time.Now()
-			r.lease = Lease{Interface: opts.Name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Hostname: req.HostName(), Acked: now, Expires: now.Add(cfg.LeaseTime)}
-		}
-		return r
-	}
+	handle := func(b []byte, peer net.Addr) dhcpResult { return handleDHCPv4(&cfg, opts.Name, b, peer, time.Now()) }
 	return startServer(cfg.Interface, conn, handle, opts)
 }
 
@@ -136,38 +109,8 @@ func listenDHCPv6(iface string) (*net.UDPConn, error) {
 
 // serveDHCPv6Conn serves cfg on conn, a socket bound by listenDHCPv6; the server owns it.
 func serveDHCPv6Conn(conn *net.UDPConn, cfg DHCPv6Config, opts ServerOptions) *DHCPServer {
-	handle := func(b []byte, peer net.Addr) dhcpResult {
-		d, err := dhcpv6.FromBytes(b)
-		if err != nil {
-			return dhcpResult{}
-		}
-		msg, ok := d.(*dhcpv6.Message)
-		if !ok {
-			return dhcpResult{} // relayed: not on a pod bridge
-		}
-		reply, ev := dhcp6Reply(&cfg, msg)
-		r := dhcpResult{event: ev, dst: unzoned(peer)}
-		if reply != nil {
-			r.reply = reply.ToBytes()
-		}
-		if ev == eventAcked {
-			now := time.Now()
-			r.lease = Lease{Interface: opts.Name, MAC: cfg.ClientMAC, Addr: cfg.ClientAddr, Acked: now, Expires: now.Add(cfg.LeaseTime)}
-		}
-		return r
-	}
+	handle := func(b []byte, peer net.Addr) dhcpResult { return handleDHCPv6(&cfg, opts.Name, b, peer, time.Now()) }
 	return startServer(cfg.Interface, conn, handle, opts)
-}
-
-// unzoned is a reply's destination without its zone: the socket is bound to the bridge, which
-// scopes the client's link-local address. Go names zones through a process-wide cache of one
-// namespace's interfaces, and this process serves bridges in many namespaces: a zone name
-// from it may stand for another interface's index.
-func unzoned(peer net.Addr) net.Addr {
-	if ua, ok := peer.(*net.UDPAddr); ok {
-		return &net.UDPAddr{IP: ua.IP, Port: ua.Port}
-	}
-	return peer
 }
 
 func startServer(iface string, conn *net.UDPConn, handle func([]byte, net.Addr) dhcpResult, opts ServerOptions) *DHCPServer {

@@ -60,3 +60,20 @@ func raMessage(cfg *RAConfig) []byte {
 	}
 	return b
 }
+
+// isSolicitation reports whether b (an ICMPv6 message as a raw socket delivers it, checksum
+// verified by the kernel) is a valid router solicitation (RFC 4861 6.1.1): type 133, code 0,
+// at least 8 bytes, and options that each have a non-zero length and fit in the message.
+// Anything else is ignored. Pure.
+func isSolicitation(b []byte) bool {
+	if len(b) < 8 || b[0] != icmpRouterSolicitation || b[1] != 0 {
+		return false
+	}
+	for opts := b[8:]; len(opts) > 0; {
+		if len(opts) < 2 || opts[1] == 0 || int(opts[1])*8 > len(opts) {
+			return false
+		}
+		opts = opts[int(opts[1])*8:]
+	}
+	return true
+}

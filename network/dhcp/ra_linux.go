@@ -139,7 +139,7 @@ func (s *RAServer) run() {
 			if err != nil {
 				return // closed
 			}
-			if n > 0 && buf[0] == icmpRouterSolicitation {
+			if isSolicitation(buf[:n]) {
 				select {
 				case solicited <- struct{}{}:
 				default:

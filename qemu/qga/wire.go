@@ -33,9 +33,12 @@ func (a *Agent) sync(cmd string) error {
 		if err := a.skipToDelimiter(); err != nil {
 			return fmt.Errorf("read guest-sync-delimited reply: %w", err)
 		}
-		line, err := a.readLine()
+		line, err := a.readDelimited()
 		if err != nil {
 			return fmt.Errorf("read guest-sync-delimited reply: %w", err)
+		}
+		if line == nil {
+			continue // too long for a sync reply: skip to the next delimiter
 		}
 		var rep struct {
 			Return *int64 `json:"return"`
@@ -61,6 +64,36 @@ func (a *Agent) skipToDelimiter() error {
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return err
+		}
+	}
+}
+
+// maxSyncLine bounds the line read after a delimiter: a guest-sync-delimited reply is
+// {"return": N} with N below 2^53, far shorter.
+const maxSyncLine = 256
+
+// readDelimited reads what follows a delimiter up to the end of the line, starting over after
+// every further delimiter in it: the agent writes its 0xFF right before its reply, so stale
+// input between two delimiters (a partial line, a reply to an abandoned request) is never part
+// of the candidate. It returns nil, not an error, for a line longer than maxSyncLine (not a
+// sync reply), having buffered at most that much of it.
+func (a *Agent) readDelimited() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := a.r.ReadSlice('\n')
+		if i := bytes.LastIndexByte(chunk, delimiter); i >= 0 {
+			line, chunk = line[:0], chunk[i+1:]
+		}
+		if len(line)+len(chunk) > maxSyncLine {
+			a.tap(qmp.Received, qmp.KindUnknown, bytes.TrimSpace(append(line, chunk...)))
+			return nil, nil
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return bytes.TrimSpace(line), nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, err
 		}
 	}
 }

@@ -72,7 +72,9 @@ func decodeMessage(line []byte) (message, error) {
 		if len(w.Data) > 0 && !bytes.Equal(w.Data, []byte("null")) {
 			ev.Data = w.Data
 		}
-		if ts := w.Timestamp; ts != nil && ts.Seconds >= 0 && ts.Microseconds >= 0 {
+		// Microseconds within the second (QEMU writes 0..999999): others overflowed the
+		// nanoseconds into a made-up time; such a timestamp is unknown, as a negative one.
+		if ts := w.Timestamp; ts != nil && ts.Seconds >= 0 && ts.Microseconds >= 0 && ts.Microseconds < 1e6 {
 			ev.Timestamp = time.Unix(ts.Seconds, ts.Microseconds*int64(time.Microsecond/time.Nanosecond))
 		}
 		return message{kind: KindEvent, event: ev}, nil

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 const (
@@ -61,12 +62,21 @@ func (st *unpackState) entry(ctx context.Context, tr *tar.Reader, hdr *tar.Heade
 	if base == whiteoutOpaque {
 		return st.opaque(dir)
 	}
+	if strings.HasPrefix(base, whiteoutPrefix+whiteoutPrefix) {
+		return nil // other aufs metadata (.wh..wh.plnk, .wh..wh.aufs): not part of the tree
+	}
 	if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+		if hidden == "" || hidden == "." || hidden == ".." {
+			// ".wh..." would name the folder above dir: outside the tree for dir "".
+			return fmt.Errorf("whiteout %s names no entry: %w", name, ErrInvalidImage)
+		}
 		target := path.Join(dir, hidden)
 		st.forget(target)
 		return st.remove(target)
 	}
-	st.layer[name] = true
+	for p := name; p != "." && !st.layer[p]; p = path.Dir(p) {
+		st.layer[p] = true // and its parents: an opaque folder keeps this layer's whole tree
+	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return st.mkdirs(name)
@@ -143,32 +153,41 @@ func (st *unpackState) replace(name string) error {
 	return st.remove(name)
 }
 
+// remove removes name and what is below it; nothing there (also: a file where a parent folder
+// would be, as for a whiteout of "file/x") is no error.
 func (st *unpackState) remove(name string) error {
-	if err := os.RemoveAll(st.host(name)); err != nil {
+	if err := os.RemoveAll(st.host(name)); err != nil && !errors.Is(err, syscall.ENOTDIR) {
 		return fmt.Errorf("unpack %s: %w", name, err)
 	}
 	return nil
 }
 
-// opaque empties dir of everything lower layers put there.
+// opaque empties dir, at every depth, of everything lower layers put there: what this layer
+// wrote (and the folders leading to it) stays.
 func (st *unpackState) opaque(dir string) error {
 	ents, err := os.ReadDir(st.host(dir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // no folder there (a file, as for "file/.wh..wh..opq"): nothing to empty
 	}
 	if err != nil {
 		return fmt.Errorf("unpack %s: %w", dir, err)
 	}
 	for _, e := range ents {
 		p := path.Join(dir, e.Name())
-		if !st.layer[p] {
+		switch {
+		case !st.layer[p]:
 			if err := st.remove(p); err != nil {
+				return err
+			}
+		case e.IsDir():
+			if err := st.opaque(p); err != nil {
 				return err
 			}
 		}
 	}
 	for p := range st.meta.Skipped {
-		if rel := strings.TrimPrefix(p, "/"); path.Dir(rel) == dir && !st.layer[rel] {
+		rel := strings.TrimPrefix(p, "/")
+		if (dir == "" || strings.HasPrefix(rel, dir+"/")) && !st.layer[rel] {
 			delete(st.meta.Skipped, p)
 		}
 	}
@@ -178,6 +197,11 @@ func (st *unpackState) opaque(dir string) error {
 // writeFile writes size bytes from r to a new file, leaving holes where whole chunks are zero
 // (raw disk images are mostly zeros).
 func (st *unpackState) writeFile(ctx context.Context, name string, r io.Reader, size int64) error {
+	// Charged apart from the stream: a hard link copies its target and a sparse entry expands
+	// its holes, so the files can be far larger than the stream that describes them.
+	if st.files -= size; size < 0 || st.files < 0 {
+		return fmt.Errorf("unpack %s: files larger than the limit: %w", name, ErrTooLarge)
+	}
 	f, err := os.OpenFile(st.host(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("unpack %s: %w", name, err)

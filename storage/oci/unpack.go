@@ -57,7 +57,7 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 	undo := revert.New()
 	defer undo.Fail()
 	undo.Add(func() { _ = forceRemoveAll(tmp) })
-	st := &unpackState{root: filepath.Join(tmp, rootfsDir), limit: c.o.MaxImageBytes,
+	st := &unpackState{root: filepath.Join(tmp, rootfsDir), limit: c.o.MaxImageBytes, files: c.o.MaxImageBytes,
 		entries: maxEntries, meta: imageMeta{Digest: r.digest.String(), Skipped: map[string]string{}}}
 	if err := os.Mkdir(st.root, 0o755); err != nil {
 		return fmt.Errorf("unpack: %w", err)
@@ -88,6 +88,7 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 type unpackState struct {
 	root    string
 	limit   int64 // uncompressed bytes left
+	files   int64 // bytes of files left (hard links and sparse holes count in full)
 	entries int
 	meta    imageMeta
 	layer   map[string]bool // paths written by the current layer (for opaque whiteouts)

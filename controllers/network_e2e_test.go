@@ -424,7 +424,7 @@ func waitRequest(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) {
 }
 
 // assertNoPodNetwork checks the VMI's pod network is gone from the node: no netns, no veth.
-func assertNoPodNetwork(t *testing.T, uid string) {
+func assertNoPodNetwork(t testing.TB, uid string) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(testNet.cfg.NetnsDir, "vmlet-"+uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pod netns of %s left behind: %v", uid, err)

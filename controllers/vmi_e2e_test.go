@@ -105,7 +105,7 @@ func setPaused(t *testing.T, key client.ObjectKey, paused bool) {
 func alive(pid int) bool { return pid > 0 && unix.Kill(pid, 0) == nil }
 
 // assertNothingLeft checks the node-local state of a deleted VMI is gone.
-func assertNothingLeft(t *testing.T, uid string, pids ...int) {
+func assertNothingLeft(t testing.TB, uid string, pids ...int) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(runRoot, uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("run dir left behind: %v", err)

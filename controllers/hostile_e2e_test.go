@@ -268,7 +268,7 @@ type countingTB struct {
 
 func (c *countingTB) Errorf(format string, args ...any) {
 	c.n++
-	c.TB.Helper()
+	c.Helper()
 	c.TB.Errorf(format, args...)
 }
 

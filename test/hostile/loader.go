@@ -193,8 +193,11 @@ func (c *Case) parseHeader(data []byte) error {
 			c.Images[ref] = fixture
 		case "patch":
 			var p map[string]any
-			if err := yaml.Unmarshal([]byte(value), &p); err != nil || p == nil {
-				return fmt.Errorf("patch %q: not a JSON object: %v", value, err)
+			if err := yaml.Unmarshal([]byte(value), &p); err != nil {
+				return fmt.Errorf("patch %q: not a JSON object: %w", value, err)
+			}
+			if p == nil {
+				return fmt.Errorf("patch %q: not a JSON object", value)
 			}
 			c.Patch = []byte(value)
 		case "deadline":

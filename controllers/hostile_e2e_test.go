@@ -222,17 +222,7 @@ func hostileAdmitted(t *testing.T, a *agent, c *hostile.Case, tally *hostileTall
 		if err := env.Client.Delete(ctx, v); err != nil {
 			t.Errorf("delete %s: %v", k.Name, err)
 		}
-		gone, seen := pollUntil(90*time.Second, func() (bool, string) {
-			v, err := getVMI(t, k)
-			if apierrors.IsNotFound(err) {
-				return true, ""
-			}
-			if err != nil {
-				return false, err.Error()
-			}
-			return false, summary(v)
-		})
-		if !gone {
+		if gone, seen := pollUntil(90*time.Second, vmiGone(t, k)); !gone {
 			tally.add(func(h *hostileTally) { h.stuck++ })
 			t.Errorf("%s: deletion did not complete in 90s: %s", k.Name, seen)
 			continue
@@ -348,7 +338,7 @@ func failureReasons(v *vmletv1.VirtualMachineInstance) (reasons, messages []stri
 // saw last.
 func pollUntil(d time.Duration, cond func() (bool, string)) (bool, string) {
 	deadline := time.Now().Add(d)
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		ok, seen := cond()

@@ -46,15 +46,7 @@ func hostileImage(t *testing.T, name string) v1.Image {
 		}
 		files = disk(images.File{Path: "/disk/disk.qcow2", FromFile: q})
 	case "sparse10g":
-		l, err := images.SparseLayer("/disk/disk.img", 10<<30, []byte("sparse"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := images.Image(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return img
+		files = nil // SparseLayer below
 	case "nokernel", "kernelonly":
 		g := testguest.Assets(t)
 		files = []images.File{{Path: guestvmi.InitrdPath, FromFile: g.Initrd}}
@@ -64,7 +56,13 @@ func hostileImage(t *testing.T, name string) v1.Image {
 	default:
 		t.Fatalf("no builder for hostile fixture %q (%s)", name, hostile.Fixtures[name])
 	}
-	l, err := images.Layer(files...)
+	var l v1.Layer
+	var err error
+	if name == "sparse10g" {
+		l, err = images.SparseLayer("/disk/disk.img", 10<<30, []byte("sparse"))
+	} else {
+		l, err = images.Layer(files...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

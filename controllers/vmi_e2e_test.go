@@ -27,20 +27,8 @@ func newVMI(name string) *vmletv1.VirtualMachineInstance {
 // eventually polls cond until it holds or the deadline passes; cond explains what it saw.
 func eventually(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	last := ""
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, last)
-		}
-		<-tick.C
+	if ok, last := pollUntil(d, cond); !ok {
+		t.Fatalf("%s: not reached within %s; last seen: %s", what, d, last)
 	}
 }
 

@@ -265,7 +265,12 @@ func mustGetVMI(t testing.TB, v *vmletv1.VirtualMachineInstance) *vmletv1.Virtua
 
 func waitDeleted(t testing.TB, key client.ObjectKey) {
 	t.Helper()
-	eventually(t, 90*time.Second, key.Name+" deleted", func() (bool, string) {
+	eventually(t, 90*time.Second, key.Name+" deleted", vmiGone(t, key))
+}
+
+// vmiGone is a condition for eventually and pollUntil: the VMI is gone from the API.
+func vmiGone(t testing.TB, key client.ObjectKey) func() (bool, string) {
+	return func() (bool, string) {
 		v, err := getVMI(t, key)
 		if apierrors.IsNotFound(err) {
 			return true, ""
@@ -274,7 +279,7 @@ func waitDeleted(t testing.TB, key client.ObjectKey) {
 			return false, err.Error()
 		}
 		return false, summary(v)
-	})
+	}
 }
 
 func consoleLog(v *vmletv1.VirtualMachineInstance) string {
@@ -424,7 +429,7 @@ func waitRequest(t *testing.T, a *agent, v *vmletv1.VirtualMachineInstance) {
 }
 
 // assertNoPodNetwork checks the VMI's pod network is gone from the node: no netns, no veth.
-func assertNoPodNetwork(t *testing.T, uid string) {
+func assertNoPodNetwork(t testing.TB, uid string) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(testNet.cfg.NetnsDir, "vmlet-"+uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pod netns of %s left behind: %v", uid, err)

@@ -86,12 +86,14 @@ type VMIReconciler struct {
 
 	gate drainGate // closed by Drain (node shutdown)
 
-	mu     sync.Mutex
-	conns  map[types.UID]*launcherConn
-	keys   map[types.UID]types.NamespacedName // for wake-ups by launcher id
-	wakeup chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
-	ready  *readyWatch // nil: poll starting launchers
-	pulls  *backoff.Backoff[pullKey]
+	mu    sync.Mutex
+	conns map[types.UID]*launcherConn
+	keys  map[types.UID]types.NamespacedName // for wake-ups by launcher id
+	// refused counts the starts QEMU refused, by VMI (start_refused.go).
+	refused map[types.UID]int
+	wakeup  chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
+	ready   *readyWatch // nil: poll starting launchers
+	pulls   *backoff.Backoff[pullKey]
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]
@@ -427,6 +429,7 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 	}
 	r.mu.Lock()
 	delete(r.keys, vmi.UID)
+	delete(r.refused, vmi.UID)
 	r.mu.Unlock()
 	if err := patchFinalizer(ctx, r.Client, vmi, false); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err

@@ -27,20 +27,8 @@ func newVMI(name string) *vmletv1.VirtualMachineInstance {
 // eventually polls cond until it holds or the deadline passes; cond explains what it saw.
 func eventually(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	last := ""
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s; last seen: %s", what, d, last)
-		}
-		<-tick.C
+	if ok, last := pollUntil(d, cond); !ok {
+		t.Fatalf("%s: not reached within %s; last seen: %s", what, d, last)
 	}
 }
 
@@ -105,7 +93,7 @@ func setPaused(t *testing.T, key client.ObjectKey, paused bool) {
 func alive(pid int) bool { return pid > 0 && unix.Kill(pid, 0) == nil }
 
 // assertNothingLeft checks the node-local state of a deleted VMI is gone.
-func assertNothingLeft(t *testing.T, uid string, pids ...int) {
+func assertNothingLeft(t testing.TB, uid string, pids ...int) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(runRoot, uid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("run dir left behind: %v", err)

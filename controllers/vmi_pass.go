@@ -186,10 +186,15 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	t0 = time.Now()
 	if err := l.Sync(ctx, spec, netns); err != nil {
+		if starting && r.startRefused(vmi.UID, err) {
+			r.fail(vmi, vmistatus.ReasonStartRefused, fmt.Sprintf("QEMU refused to start the domain %d times: %v", maxStartAttempts, err))
+			return ctrl.Result{}, nil
+		}
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("sync domain: %w", err)
 	}
 	if starting {
+		r.forgetStarts(vmi.UID)
 		r.trace(vmi.UID, TraceQEMUStart, t0)
 	}
 	if dom.State == DomainNone {

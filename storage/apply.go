@@ -67,6 +67,12 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 			return nil, ve
 		}
 		if real != "" {
+			// QEMU would open the file twice and fail on its own image lock, on every retry.
+			for other, p := range resolvedPaths {
+				if p == real && other != act.Volume {
+					return nil, volErr(act.Volume, ErrInvalidVolume, "%s is volume %s's file too (%s): one file can back one volume", act.Path, other, real)
+				}
+			}
 			resolvedPaths[act.Volume] = real
 		}
 	}

@@ -121,3 +121,33 @@ func TestClaimConfinement(t *testing.T) {
 		t.Errorf("Block claim on a folder: %v, want ErrNotDiskFile", err)
 	}
 }
+
+// TestHostDiskTwoVolumes: one host file behind two volumes (the same path, or a symlink to it)
+// fails Apply with a reason and leaves nothing made; QEMU would fail on its image lock on
+// every retry instead.
+func TestHostDiskTwoVolumes(t *testing.T) {
+	e := newEnv(t)
+	r := e.hdRoot
+	writeFile(t, filepath.Join(r, "disk.img"), "disk")
+	if err := os.Symlink("disk.img", filepath.Join(r, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	for name, second := range map[string]string{"same path": "disk.img", "symlink": "alias"} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Plan([]Volume{
+				{Name: "one", HostDisk: &HostDisk{Path: filepath.Join(r, "disk.img"), Type: HostDiskExisting}},
+				{Name: "two", HostDisk: &HostDisk{Path: filepath.Join(r, second), Type: HostDiskExisting}},
+			}, nil, e.opts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.host.Apply(ctxT(t), p)
+			if ve, ok := errors.AsType[*VolumeError](err); !ok || ve.Volume != "two" || !errors.Is(err, ErrInvalidVolume) || Reason(err) != ReasonInvalidVolume {
+				t.Fatalf("Apply = %v, want an InvalidVolume error about volume two", err)
+			}
+			if exists(e.vmDir) {
+				t.Errorf("the failed Apply left %s", e.vmDir)
+			}
+		})
+	}
+}

@@ -111,14 +111,14 @@ type CPU struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || has(self.guest)",message="spec.domain.memory.maxGuest needs spec.domain.memory.guest",fieldPath=".maxGuest"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || !has(self.guest) || !isQuantity(string(self.guest)) || !isQuantity(string(self.maxGuest)) || quantity(string(self.guest)).compareTo(quantity(string(self.maxGuest))) <= 0",message="spec.domain.memory.guest must not exceed spec.domain.memory.maxGuest",fieldPath=".guest"
-// +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || !isQuantity(string(self.maxGuest)) || quantity(string(self.maxGuest)).compareTo(quantity('16Ti')) <= 0",message="spec.domain.memory.maxGuest must be at most 16Ti",fieldPath=".maxGuest"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxGuest) || !isQuantity(string(self.maxGuest)) || quantity(string(self.maxGuest)).compareTo(quantity('4Ti')) <= 0",message="spec.domain.memory.maxGuest must be at most 4Ti (QEMU's limit in vmlet)",fieldPath=".maxGuest"
 type Memory struct {
 	// Guest allows to specifying the amount of memory which is visible inside the Guest OS.
 	// The Guest must lie between Requests and Limits from the resources section.
 	// Defaults to the requested memory in the resources section if not specified.
-	// Must be at least 64Mi and at most 16Ti.
+	// Must be at least 64Mi and at most 4Ti (the most vmlet gives QEMU).
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('16Ti')) <= 0)",message="guest memory must be between 64Mi and 16Ti"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('4Ti')) <= 0)",message="guest memory must be between 64Mi and 4Ti"
 	Guest *resource.Quantity `json:"guest,omitempty"`
 	// MaxGuest allows to specify the maximum amount of memory which is visible inside the
 	// Guest OS: guest may change on the running vmi within [the guest memory at boot,
@@ -193,9 +193,10 @@ type EFI struct {
 // KernelBoot represents the firmware blob used to assist in the kernel boot process.
 // Used for setting the kernel, initrd and command line arguments.
 type KernelBoot struct {
-	// Arguments to be passed to the kernel at boot time.
+	// Arguments to be passed to the kernel at boot time. At most 2047 bytes: x86's
+	// COMMAND_LINE_SIZE (2048) holds the terminating NUL too, and QEMU refuses a longer one.
 	// +optional
-	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:MaxLength=2047
 	// +kubebuilder:validation:Pattern=`^[^\x00\r\n]*$`
 	KernelArgs string `json:"kernelArgs,omitempty"`
 	// Container defines the container that contains kernel artifacts.

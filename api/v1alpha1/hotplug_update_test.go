@@ -74,7 +74,7 @@ func TestHotplugResourceCreate(t *testing.T) {
 			delete(m, "guest")
 			at(t, o, "spec.domain")["resources"] = map[string]any{"requests": map[string]any{"memory": "128Mi"}}
 		}, "spec.domain.memory.maxGuest"},
-		{"maxGuest past 16Ti", set("spec.domain.memory", "maxGuest", "17Ti"), "spec.domain.memory.maxGuest"},
+		{"maxGuest past 4Ti", set("spec.domain.memory", "maxGuest", "5Ti"), "spec.domain.memory.maxGuest"},
 	}
 	env := apiServer(t)
 	ctx := testContext(t)

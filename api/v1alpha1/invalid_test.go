@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,6 +109,7 @@ var invalidCases = []invalidCase{
 	{"bad MAC address", set("spec.domain.devices.interfaces[0]", "macAddress", "zz:00:00:00:00:01"), false, invalid, badValue, "spec.domain.devices.interfaces[0].macAddress"},
 	{"port 0", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(0)), false, invalid, anyCause, "spec.domain.devices.interfaces[0].ports[0].port"},
 	{"port 70000", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(70000)), false, invalid, anyCause, "spec.domain.devices.interfaces[0].ports[0].port"},
+	{"memory over 4Ti", set("spec.domain.memory", "guest", "5Ti"), false, invalid, badValue, "spec.domain.memory.guest"},
 	{"SCTP port", set("spec.domain.devices.interfaces[0].ports[0]", "protocol", "SCTP"), false, invalid, notSupp, "spec.domain.devices.interfaces[0].ports[0].protocol"},
 	{"duplicate boot order", func(t *testing.T, o *unstructured.Unstructured) {
 		at(t, o, "spec.domain.devices.disks[0]")["bootOrder"] = int64(1)
@@ -130,6 +132,10 @@ var invalidCases = []invalidCase{
 	{"toleration Exists with a value", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "Exists", "value": "v"}}), false, invalid, badValue, "spec.tolerations"},
 	{"toleration of an empty key with Equal", set("spec", "tolerations", []any{map[string]any{"value": "v"}}), false, invalid, badValue, "spec.tolerations"},
 	{"tolerationSeconds without NoExecute", set("spec", "tolerations", []any{map[string]any{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": int64(30)}}), false, invalid, badValue, "spec.tolerations"},
+	// x86's COMMAND_LINE_SIZE is 2048 with the NUL: QEMU refuses 2048 bytes of arguments.
+	{"kernelArgs of 2048 bytes", set("spec.domain", "firmware", map[string]any{"kernelBoot": map[string]any{
+		"kernelArgs": strings.Repeat("a", 2048), "container": map[string]any{"image": "vmlet.dev/k:1", "kernelPath": "/vmlinuz"}}}),
+		false, invalid, anyCause, "spec.domain.firmware.kernelBoot.kernelArgs"},
 	{"unknown field with strict validation", set("spec.domain", "bogus", true), true, badReq, "", ""},
 }
 

@@ -40,6 +40,10 @@ const (
 	// ReasonNodeUnresponsive: the VMI's node agent stopped beating (KubeVirt's
 	// NodeUnresponsiveReason): Ready=False while its launcher pod lives, Failed once it is gone.
 	ReasonNodeUnresponsive Reason = "NodeUnresponsive"
+	// ReasonStartRefused: QEMU refused the domain at every start attempt (it exited during
+	// start, or a QMP command of the start failed): e.g. a machine type or CPU model the node's
+	// QEMU does not have.
+	ReasonStartRefused Reason = "QEMUStartRefused"
 	// ReasonInvalidSpec: the spec does not translate into a domain.
 	ReasonInvalidSpec Reason = "InvalidSpec"
 	// ReasonUnsupported: the spec asks for something vmlet does not do yet.

@@ -9,8 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -217,14 +220,41 @@ func (e *Env) Stop() error {
 	return errors.Join(errs...)
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM, as a node's kubelet would stop its static pod)
-// and waits until it has exited; etcd keeps running and the data stays. Clients then get
-// "connection refused" until StartAPIServer.
+// StopAPIServer kills kube-apiserver (SIGKILL: a crash; with clients watching, its graceful
+// shutdown on SIGTERM can take minutes) and waits until it has exited; etcd keeps running
+// and the data stays. Clients then get "connection refused" until StartAPIServer.
 func (e *Env) StopAPIServer() error {
-	if err := e.env.ControlPlane.APIServer.Stop(); err != nil {
+	as := e.env.ControlPlane.APIServer
+	pid, err := pidWithArg("--cert-dir=" + as.CertDir)
+	if err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("stop kube-apiserver: kill %d: %w", pid, err)
+	}
+	if err := as.Stop(); err != nil { // reaps it
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	return nil
+}
+
+// pidWithArg is the process that has arg among its arguments.
+func pidWithArg(arg string) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process with argument %s", arg)
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, on the same address with the

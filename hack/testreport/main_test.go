@@ -40,7 +40,7 @@ const (
 {"Action":"fail","Package":"p","Test":"TestF","Elapsed":1}
 {"Action":"fail","Package":"p","Elapsed":1}
 `
-	figure    = `{"Action":"output","Package":"p","Test":"TestA","Output":"figure: fault matrix: 3 faults injected\n"}
+	figure = `{"Action":"output","Package":"p","Test":"TestA","Output":"figure: fault matrix: 3 faults injected\n"}
 `
 	buildFail = `{"ImportPath":"q","Action":"build-output","Output":"q/x.go:1:1: undefined: y\n"}
 {"ImportPath":"q","Action":"build-fail"}

@@ -145,16 +145,19 @@ func Start(opts Options) (*Env, error) {
 	te.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(stateDir, "apiserver")}
 	for _, d := range []string{te.ControlPlane.Etcd.DataDir, te.ControlPlane.APIServer.CertDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
+			_ = os.RemoveAll(stateDir)
 			return nil, fmt.Errorf("make state dir: %w", err)
 		}
 	}
 	var pkiDir string
 	if opts.Aggregation {
 		if pkiDir, err = os.MkdirTemp("", "vmlet-apienv-pki-"); err != nil {
+			_ = os.RemoveAll(stateDir)
 			return nil, fmt.Errorf("make front proxy dir: %w", err)
 		}
 		flags, err := subresources.FrontProxyFlags(pkiDir)
 		if err != nil {
+			_ = os.RemoveAll(stateDir)
 			return nil, err
 		}
 		for k, v := range flags {
@@ -169,10 +172,12 @@ func Start(opts Options) (*Env, error) {
 	e := &Env{Config: cfg, Scheme: scheme, env: te, KubectlPath: filepath.Join(dir, "kubectl"), pkiDir: pkiDir, stateDir: stateDir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(stateDir)
 		return nil, fmt.Errorf("new client: %w", err)
 	}
 	if err := e.writeKubeconfig(); err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(stateDir)
 		return nil, err
 	}
 	return e, nil

@@ -159,6 +159,9 @@ func newSetupOn(t *testing.T, env *apienv.Env, node, binDir string) *agentSetup 
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	s.cg = "vmlet-agent-e2e-" + suffix
+	if root, err := devices.FindCgroup2Mount(); err == nil { // last, after the launchers' jails
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(root, s.cg)) })
+	}
 	s.cpu = cpuGroups(t, s.cg)
 	// The node bridge lives in a namespace of the test's own: guests reach nothing else.
 	nsName := "vmlet-agt-" + suffix

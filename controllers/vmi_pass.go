@@ -203,6 +203,9 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		}
 	}
 	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
+		// Say so on the VMI, not only in an Event: a hung QEMU (its QMP unanswered) leaves
+		// the domain short of the spec until it answers again.
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	var synced *metav1.Condition // as found: set True below

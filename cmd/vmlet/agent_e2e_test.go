@@ -47,6 +47,7 @@ type agentProc struct {
 // agentSetup is what the agent processes of one test share: binaries, API server, folders.
 type agentSetup struct {
 	env                     *apienv.Env
+	node                    string
 	vmlet, launcher         string
 	runRoot, stateDir, cg   string
 	cpu                     *cpuweight.Hierarchy
@@ -57,7 +58,7 @@ type agentSetup struct {
 func (s *agentSetup) start(t *testing.T) *agentProc {
 	t.Helper()
 	cmd := exec.Command(s.vmlet, "agent",
-		"--kubeconfig", s.env.Kubeconfig, "--node-name", agentNode, "--register-node",
+		"--kubeconfig", s.env.Kubeconfig, "--node-name", s.node, "--register-node",
 		"--launcher", s.launcher, "--run-root", s.runRoot, "--state-dir", s.stateDir, "--cgroup-parent", s.cg,
 		"--node-netns", s.nodeNetns, "--pod-netns-dir", s.podNetnsDir, "--resolv-conf", s.resolvConf,
 		"--image", guestImage+"="+s.guestSource,
@@ -116,15 +117,29 @@ func buildBinaries(t *testing.T, dir string) (vmlet, launcher string) {
 	return vmlet, launcher
 }
 
+// newSetup is an agent setup on an API server of its own, as node agentNode.
 func newSetup(t *testing.T) *agentSetup {
 	t.Helper()
 	prereq.Root(t)
 	prereq.QEMU(t)
+	return newSetupOn(t, startEnv(t), agentNode, "")
+}
+
+// startEnv starts an API server with vmlet's CRDs for the test.
+func startEnv(t *testing.T) *apienv.Env {
+	t.Helper()
 	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
+	return env
+}
+
+// newSetupOn is the folders, cgroup and node namespace of one agent (node) on env; binDir
+// holds built binaries to share ("": build them for this setup).
+func newSetupOn(t *testing.T, env *apienv.Env, node, binDir string) *agentSetup {
+	t.Helper()
 	tmp, err := os.MkdirTemp("", "vmlet-agent-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -133,13 +148,20 @@ func newSetup(t *testing.T) *agentSetup {
 	if err := os.Chmod(tmp, 0o711); err != nil { // like /run: the launchers' user (107) passes
 		t.Fatal(err)
 	}
-	s := &agentSetup{env: env, runRoot: filepath.Join(tmp, "run"), stateDir: filepath.Join(tmp, "state"),
+	s := &agentSetup{env: env, node: node, runRoot: filepath.Join(tmp, "run"), stateDir: filepath.Join(tmp, "state"),
 		podNetnsDir: filepath.Join(tmp, "pods"), resolvConf: filepath.Join(tmp, "resolv.conf")}
-	s.vmlet, s.launcher = buildBinaries(t, tmp)
+	if binDir == "" {
+		s.vmlet, s.launcher = buildBinaries(t, tmp)
+	} else {
+		s.vmlet, s.launcher = filepath.Join(binDir, "vmlet"), filepath.Join(binDir, "vmlet-launcher")
+	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	suffix := hex.EncodeToString(b)
 	s.cg = "vmlet-agent-e2e-" + suffix
+	if root, err := devices.FindCgroup2Mount(); err == nil { // last, after the launchers' jails
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(root, s.cg)) })
+	}
 	s.cpu = cpuGroups(t, s.cg)
 	// The node bridge lives in a namespace of the test's own: guests reach nothing else.
 	nsName := "vmlet-agt-" + suffix
@@ -235,28 +257,59 @@ func TestAgentKill9(t *testing.T) {
 		err := c.Get(ctx, key, &vmletv1.VirtualMachineInstance{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	for _, p := range []int{launcherPid, qemuPid} {
+	s.assertNothingLeft(t, uid, launcherPid, qemuPid)
+}
+
+// assertNothingLeft is the leak audit of a deleted VMI: its processes, run folder, volume
+// folder, pod network namespace, cgroup jail (and with it the device program attached to it)
+// and CPU cgroup are gone, and no mount names its folders.
+func (s *agentSetup) assertNothingLeft(t *testing.T, uid string, pids ...int) (leaks int) {
+	t.Helper()
+	leak := func(format string, args ...any) {
+		t.Helper()
+		leaks++
+		t.Errorf(format, args...)
+	}
+	for _, p := range pids {
 		if poll.Alive(p) {
-			t.Errorf("process %d left after delete", p)
+			leak("process %d left after delete", p)
 		}
 	}
-	for _, path := range []string{runDir, filepath.Join(s.stateDir, "volumes", uid), filepath.Join(s.podNetnsDir, "vmlet-"+uid)} {
+	runDir, volDir := filepath.Join(s.runRoot, uid), filepath.Join(s.stateDir, "volumes", uid)
+	if n := launchersFor(t, runDir); n != 0 {
+		leak("%d launcher processes for %s left after delete", n, runDir)
+	}
+	for _, path := range []string{runDir, volDir, filepath.Join(s.podNetnsDir, "vmlet-"+uid)} {
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left after delete: %v", path, err)
+			leak("%s left after delete: %v", path, err)
+		}
+	}
+	// The host end of the VMI's veth lives in the node namespace (one VMI per setup here).
+	if out, err := exec.Command("ip", "-n", filepath.Base(s.nodeNetns), "-o", "link", "show", "type", "veth").CombinedOutput(); err != nil {
+		leak("list veths of the node namespace: %v: %s", err, out)
+	} else if strings.TrimSpace(string(out)) != "" {
+		leak("veth left in the node namespace after delete: %s", out)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(mi), "\n") {
+			if strings.Contains(l, uid) {
+				leak("mount left after delete: %s", l)
+			}
 		}
 	}
 	if cg, err := devices.FindCgroup2Mount(); err == nil {
 		jail := filepath.Join(cg, s.cg, "vmlet-"+uid)
 		if _, err := os.Stat(jail); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("launcher cgroup %s left: %v", jail, err)
+			leak("launcher cgroup %s left: %v", jail, err)
 		}
 		t.Cleanup(func() { _ = os.Remove(filepath.Join(cg, s.cg)) })
 	}
 	if s.cpu != nil {
 		if vm := s.cpu.VM("vmlet-" + uid).Path; exists(vm) {
-			t.Errorf("cpu cgroup %s left", vm)
+			leak("cpu cgroup %s left", vm)
 		}
 	}
+	return leaks
 }
 
 func waitFor(t *testing.T, c client.Client, key client.ObjectKey, d time.Duration, what string, ok func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
@@ -312,15 +365,19 @@ func readPid(t *testing.T, path string) int {
 }
 
 // launchersFor counts vmlet-launcher processes serving runDir.
-func launchersFor(t *testing.T, runDir string) int {
+func launchersFor(t *testing.T, runDir string) int { return len(launcherPids(t, runDir)) }
+
+// launcherPids are the vmlet-launcher processes serving runDir.
+func launcherPids(t *testing.T, runDir string) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var pids []int
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -332,12 +389,12 @@ func launchersFor(t *testing.T, runDir string) int {
 			continue
 		}
 		for i, a := range args {
-			if a == "--run-dir" && i+1 < len(args) && args[i+1] == runDir {
-				n++
+			if a == "--run-dir" && i+1 < len(args) && args[i+1] == runDir && poll.Alive(pid) {
+				pids = append(pids, pid)
 			}
 		}
 	}
-	return n
+	return pids
 }
 
 func tailOf(s string) string { return poll.Tail(s, 4000) }

@@ -28,6 +28,11 @@ type key struct{ pkg, test string }
 // keeps them equal).
 const shortSkip = "not run with -short (make unit)"
 
+// figurePrefix starts an output line a test prints (fmt.Println, not t.Log) for the summary:
+// a figure of the run, e.g. "figure: fault matrix: 9 faults injected, ...". Such lines are
+// listed under "figures:" whether the test passed or not.
+const figurePrefix = "figure: "
+
 type report struct {
 	out              io.Writer
 	output           map[key]*strings.Builder
@@ -41,6 +46,7 @@ type report struct {
 	short            bool           // the run used -short: shortSkip skips are expected
 	shortNeeds       map[string]int // what the tests that -short skipped need → how many
 	shortSkipped     int
+	figures          []string
 }
 
 func main() {
@@ -101,6 +107,9 @@ func (r *report) handle(ev event) {
 	case "build-fail":
 		r.failedPkgs = append(r.failedPkgs, ev.ImportPath+" (build failed)")
 	case "output":
+		if f, ok := strings.CutPrefix(ev.Output, figurePrefix); ok {
+			r.figures = append(r.figures, strings.TrimSpace(f))
+		}
 		r.buf(k).WriteString(ev.Output)
 	case "pass", "fail", "skip":
 		if ev.Test == "" {
@@ -156,6 +165,9 @@ func (r *report) finish(d time.Duration) int {
 	if len(r.skipped) > 0 {
 		sort.Strings(r.skipped)
 		fmt.Fprintf(r.out, "skipped:\n  %s\n", strings.Join(r.skipped, "\n  "))
+	}
+	if len(r.figures) > 0 {
+		fmt.Fprintf(r.out, "figures:\n  %s\n", strings.Join(r.figures, "\n  "))
 	}
 	if r.shortSkipped > 0 {
 		var needs []string

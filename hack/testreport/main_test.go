@@ -40,6 +40,8 @@ const (
 {"Action":"fail","Package":"p","Test":"TestF","Elapsed":1}
 {"Action":"fail","Package":"p","Elapsed":1}
 `
+	figure = `{"Action":"output","Package":"p","Test":"TestA","Output":"figure: fault matrix: 3 faults injected\n"}
+`
 	buildFail = `{"ImportPath":"q","Action":"build-output","Output":"q/x.go:1:1: undefined: y\n"}
 {"ImportPath":"q","Action":"build-fail"}
 {"Action":"fail","Package":"q","Elapsed":0}
@@ -61,6 +63,7 @@ func TestReport(t *testing.T) {
 		{"other skip ok outside CI", false, false, pass + otherSkip, 0, []string{"1 passed, 0 failed, 1 skipped"}},
 		{"failure shows output", true, false, pass + fail, 1, []string{"FAIL p.TestF (1.00s)", "f_test.go:3: boom", "1 passed, 1 failed"}},
 		{"build failure shows compiler output", true, false, pass + buildFail, 1, []string{"undefined: y", "q (build failed)"}},
+		{"figure listed in the summary", true, false, figure + pass, 0, []string{"figures:\n  fault matrix: 3 faults injected\n", "1 passed"}},
 		{"nothing ran", true, false, "", 1, []string{"no test ran"}},
 		{"-short skips allowed in CI with -short", true, true, pass + shortSkips, 0, []string{"SKIP p.TestS",
 			"not run with -short: 2 tests (they need root: 1, the API server: 1)", "1 passed, 0 failed, 2 skipped"}},

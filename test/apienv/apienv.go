@@ -9,8 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +40,8 @@ type Env struct {
 	env    *envtest.Environment
 	dir    string
 	pkiDir string
+	// stateDir holds etcd's data and the API server's certificates, kept across restarts.
+	stateDir string
 }
 
 // Options tune Start.
@@ -133,31 +138,50 @@ func Start(opts Options) (*Env, error) {
 		// five timed-out tries in a row while TCG guests ran beside it).
 		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
+	// etcd's data and the API server's certificates live in folders of our own, so that
+	// StopAPIServer/StartAPIServer and RestartEtcd keep the objects, the serving certificate
+	// and the client CA (envtest removes folders it made itself on every stop).
+	stateDir, err := os.MkdirTemp("", "vmlet-apienv-state-")
+	if err != nil {
+		return nil, fmt.Errorf("make state dir: %w", err)
+	}
+	te.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(stateDir, "etcd")}
+	te.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(stateDir, "apiserver")}
+	for _, d := range []string{te.ControlPlane.Etcd.DataDir, te.ControlPlane.APIServer.CertDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			_ = os.RemoveAll(stateDir)
+			return nil, fmt.Errorf("make state dir: %w", err)
+		}
+	}
 	var pkiDir string
 	if opts.Aggregation {
 		if pkiDir, err = os.MkdirTemp("", "vmlet-apienv-pki-"); err != nil {
+			_ = os.RemoveAll(stateDir)
 			return nil, fmt.Errorf("make front proxy dir: %w", err)
 		}
 		flags, err := subresources.FrontProxyFlags(pkiDir)
 		if err != nil {
+			_ = os.RemoveAll(stateDir)
 			return nil, err
 		}
-		te.ControlPlane.APIServer = &envtest.APIServer{}
 		for k, v := range flags {
 			te.ControlPlane.APIServer.Configure().Set(k, v)
 		}
 	}
 	cfg, err := te.Start()
 	if err != nil {
+		_ = os.RemoveAll(stateDir)
 		return nil, fmt.Errorf("start envtest: %w", err)
 	}
-	e := &Env{Config: cfg, Scheme: scheme, env: te, KubectlPath: filepath.Join(dir, "kubectl"), pkiDir: pkiDir}
+	e := &Env{Config: cfg, Scheme: scheme, env: te, KubectlPath: filepath.Join(dir, "kubectl"), pkiDir: pkiDir, stateDir: stateDir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(stateDir)
 		return nil, fmt.Errorf("new client: %w", err)
 	}
 	if err := e.writeKubeconfig(); err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(stateDir)
 		return nil, err
 	}
 	return e, nil
@@ -194,7 +218,7 @@ func (e *Env) Stop() error {
 	if err := e.env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop envtest: %w", err))
 	}
-	for _, d := range []string{e.dir, e.pkiDir} {
+	for _, d := range []string{e.dir, e.pkiDir, e.stateDir} {
 		if d == "" {
 			continue
 		}
@@ -203,6 +227,66 @@ func (e *Env) Stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// StopAPIServer kills kube-apiserver (SIGKILL: a crash; with clients watching, its graceful
+// shutdown on SIGTERM can take minutes) and waits until it has exited; etcd keeps running
+// and the data stays. Clients then get "connection refused" until StartAPIServer.
+func (e *Env) StopAPIServer() error {
+	as := e.env.ControlPlane.APIServer
+	pid, err := pidWithArg("--cert-dir=" + as.CertDir)
+	if err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("stop kube-apiserver: kill %d: %w", pid, err)
+	}
+	if err := as.Stop(); err != nil { // reaps it
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// pidWithArg is the process that has arg among its arguments.
+func pidWithArg(arg string) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process with argument %s", arg)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the same address with the
+// same serving certificate and client CA (Config and Kubeconfig stay valid), and waits until it
+// is healthy.
+func (e *Env) StartAPIServer() error {
+	if err := e.env.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// RestartEtcd stops etcd (SIGTERM) and starts it again on the same address and data folder;
+// kube-apiserver keeps running and reconnects.
+func (e *Env) RestartEtcd() error {
+	et := e.env.ControlPlane.Etcd
+	if err := et.Stop(); err != nil {
+		return fmt.Errorf("stop etcd: %w", err)
+	}
+	if err := et.Start(); err != nil {
+		return fmt.Errorf("start etcd: %w", err)
+	}
+	return nil
 }
 
 // GVK is a small helper for tests building unstructured objects.

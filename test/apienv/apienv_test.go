@@ -2,16 +2,20 @@ package apienv_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -77,4 +81,58 @@ func TestRealAPIServerRoundTrip(t *testing.T) {
 	if err := env.Client.Create(ctx, bad); !apierrors.IsInvalid(err) {
 		t.Fatalf("create with size 0: got %v, want Invalid", err)
 	}
+}
+
+// TestRestarts: StopAPIServer refuses clients until StartAPIServer, after which the same
+// Config works again and the objects are still there; RestartEtcd keeps them too.
+func TestRestarts(t *testing.T) {
+	prereq.APIServer(t)
+	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
+	if err != nil {
+		t.Fatalf("start api server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept"}, Data: map[string]string{"k": "v"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	get := func() error {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		got := &corev1.ConfigMap{}
+		if err := env.Client.Get(c, client.ObjectKeyFromObject(cm), got); err != nil {
+			return err
+		}
+		if got.Data["k"] != "v" {
+			return fmt.Errorf("data %v", got.Data)
+		}
+		return nil
+	}
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); err == nil {
+		t.Fatal("get succeeded with the API server stopped")
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); err != nil {
+		t.Fatalf("after API server restart: %v", err)
+	}
+	if out, err := env.Kubectl("get", "configmap", "kept", "-o", "name"); err != nil || strings.TrimSpace(string(out)) != "configmap/kept" {
+		t.Fatalf("kubectl after restart: %v %q", err, out)
+	}
+	if err := env.RestartEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, time.Minute, "object readable after etcd restart", func() (bool, string) {
+		err := get()
+		return err == nil, fmt.Sprint(err)
+	})
 }

@@ -121,3 +121,30 @@ func TestApplyOwner(t *testing.T) {
 		t.Error("the refused Apply left files behind")
 	}
 }
+
+// TestApplyPrivateWithoutOwner: with root launchers (no Owner, --launcher-uid 0) nothing is
+// handed over, so the VM folder must be private from its mkdir on: no other local user lists
+// it or reads a disk or cloud-init ISO in it (qemu-img makes images 0644, ISOs are 0444). The
+// same holds during an Apply with an Owner, until the grants run.
+func TestApplyPrivateWithoutOwner(t *testing.T) {
+	e := newEnv(t)
+	p, err := Plan([]Volume{
+		{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}},
+		{Name: "ci", CloudInitNoCloud: &cloudinit.Source{UserData: "#cloud-config\npassword: secret\n"}},
+	}, nil, e.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Apply(ctxT(t), p); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{e.vmDir, filepath.Join(e.vmDir, disksDir), filepath.Join(e.vmDir, bootDir), filepath.Join(e.vmDir, stateFile)} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: %v, want no group or other access", path, fi.Mode())
+		}
+	}
+}

@@ -74,7 +74,7 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 		return nil, &VolumeError{Err: err}
 	}
 	if p.Owner != nil {
-		if err := applyGrants(Grants(p, resolvedPaths, *p.Owner)); err != nil {
+		if err := applyGrants(p.VMDir, Grants(p, resolvedPaths, *p.Owner)); err != nil {
 			return nil, err // a *VolumeError
 		}
 	}
@@ -132,8 +132,16 @@ func (a *applier) prepareDir() error {
 		a.st.Images = map[string]string{}
 	}
 	for _, sub := range []string{disksDir, bootDir} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		p := filepath.Join(dir, sub)
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create vm folder: %w", err)
+		}
+		// The VM's user owns dir and may have put a symlink here: Apply would make its files
+		// wherever it points, and hand that folder over.
+		if fi, err := os.Lstat(p); err != nil {
+			return fmt.Errorf("create vm folder: %w", err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("vm folder %s: %w (%v, not a folder)", p, ErrOutsideRoot, fi.Mode().Type())
 		}
 	}
 	return nil

@@ -130,16 +130,7 @@ func checkRunFolder(c *secChecks, vm *secVM, u process.User) {
 	c.t.Helper()
 	agentFiles := []string{"launcher.pid", "launcher.exit", "launcher.log"}
 	sockets := map[string]bool{}
-	err := filepath.WalkDir(vm.paths.Root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		rel, _ := filepath.Rel(vm.paths.Root, p)
+	err := walkLstat(vm.paths.Root, func(p, rel string, fi fs.FileInfo, st *syscall.Stat_t) {
 		switch {
 		case fi.Mode()&fs.ModeSymlink != 0:
 			c.check(false, "%s: a symlink in the run folder", p)
@@ -154,7 +145,6 @@ func checkRunFolder(c *secChecks, vm *secVM, u process.User) {
 		default:
 			c.check(fi.Mode().Perm()&0o077 == 0 && st.Uid == u.UID, "%s: %v owner %d, want no group/other access, %d's", rel, fi.Mode(), st.Uid, u.UID)
 		}
-		return nil
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -169,16 +159,7 @@ func checkRunFolder(c *secChecks, vm *secVM, u process.User) {
 // given 0600; the boot files (hard links into the shared cache) are root's, not writable.
 func checkVolumeFolder(c *secChecks, vm *secVM, u process.User) {
 	c.t.Helper()
-	err := filepath.WalkDir(vm.volume, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		rel, _ := filepath.Rel(vm.volume, p)
+	err := walkLstat(vm.volume, func(p, rel string, fi fs.FileInfo, st *syscall.Stat_t) {
 		switch {
 		case fi.Mode()&fs.ModeSymlink != 0:
 			c.check(false, "%s: a symlink in the volume folder", p)
@@ -193,7 +174,6 @@ func checkVolumeFolder(c *secChecks, vm *secVM, u process.User) {
 			c.check(fi.Mode().Perm() == 0o600 && st.Uid == u.UID && st.Gid == u.GID,
 				"disk %s: %v %d:%d, want -rw------- %s", rel, fi.Mode(), st.Uid, st.Gid, u)
 		}
-		return nil
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -303,6 +283,22 @@ func checkIsolation(c *secChecks, vmA, vmB *secVM, u process.User, kvm bool) []s
 		exposures = []string{"none"}
 	}
 	return exposures
+}
+
+// walkLstat calls f for root and everything below it, with each entry's own (lstat) info.
+func walkLstat(root string, f func(path, rel string, fi fs.FileInfo, st *syscall.Stat_t)) error {
+	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		f(p, rel, fi, fi.Sys().(*syscall.Stat_t))
+		return nil
+	})
 }
 
 func orOK(errno string) string {

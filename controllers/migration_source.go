@@ -20,6 +20,7 @@ import (
 	"github.com/vmlet/vmlet/network/relay"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // The source's socket the launcher's QEMU migrates to, in its run folder; the agent relays it to
@@ -360,13 +361,11 @@ func (r *VMIReconciler) listenForQEMU(vmi *vmletv1.VirtualMachineInstance, path 
 	if err != nil {
 		return nil, fmt.Errorf("listen for the migration stream: %w", err)
 	}
+	owner := storage.Owner{} // root's, for root launchers
 	if env := r.Env(r.Runtime.Dir(string(vmi.UID))); env.Storage.Owner != nil {
-		if err := os.Chown(path, env.Storage.Owner.UID, env.Storage.Owner.GID); err != nil {
-			_ = ln.Close()
-			return nil, fmt.Errorf("listen for the migration stream: %w", err)
-		}
+		owner = *env.Storage.Owner
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := handSocket(path, owner); err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("listen for the migration stream: %w", err)
 	}

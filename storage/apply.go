@@ -80,7 +80,7 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 		return nil, &VolumeError{Err: err}
 	}
 	if p.Owner != nil {
-		if err := applyGrants(Grants(p, resolvedPaths, *p.Owner)); err != nil {
+		if err := applyGrants(p.VMDir, Grants(p, resolvedPaths, *p.Owner)); err != nil {
 			return nil, err // a *VolumeError
 		}
 	}
@@ -119,7 +119,9 @@ func (a *applier) prepareDir() error {
 			return fmt.Errorf("read %s: %w", stateFile, err)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		if err := os.Mkdir(dir, 0o755); err == nil {
+		// 0700 from the start: nobody but root (and, once Grants run, the VM's user) lists
+		// it or reads what is made in it (images are 0644, ISOs 0444 until handed over).
+		if err := os.Mkdir(dir, 0o700); err == nil {
 			a.created(dir)
 		} else if !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create vm folder: %w", err)
@@ -136,8 +138,16 @@ func (a *applier) prepareDir() error {
 		a.st.Images = map[string]string{}
 	}
 	for _, sub := range []string{disksDir, bootDir} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		p := filepath.Join(dir, sub)
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create vm folder: %w", err)
+		}
+		// The VM's user owns dir and may have put a symlink here: Apply would make its files
+		// wherever it points, and hand that folder over.
+		if fi, err := os.Lstat(p); err != nil {
+			return fmt.Errorf("create vm folder: %w", err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("vm folder %s: %w (%v, not a folder)", p, ErrOutsideRoot, fi.Mode().Type())
 		}
 	}
 	return nil
@@ -149,7 +159,7 @@ func (a *applier) saveState() error {
 		return fmt.Errorf("write %s: %w", stateFile, err)
 	}
 	tmp := filepath.Join(a.p.VMDir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", stateFile, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(a.p.VMDir, stateFile)); err != nil {

@@ -110,3 +110,37 @@ func fdPath(fd int) (string, error) {
 	}
 	return p, nil
 }
+
+// grantInside carries out a grant for a path inside the VM folder vmDir, resolved without
+// following any symlink (openat2 RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH) and changed through the
+// file it opened, so that nothing the VM's user renamed or planted there redirects the chown.
+// Equivalent to: chown -h UID:GID PATH && chmod MODE PATH, refusing symlinks on the way.
+func grantInside(vmDir string, gr Grant) error {
+	rel, err := filepath.Rel(vmDir, gr.Path)
+	if err != nil || !filepath.IsLocal(rel) {
+		return fmt.Errorf("hand %s over: %w %s", gr.Path, ErrOutsideRoot, vmDir)
+	}
+	rootFD, err := unix.Open(vmDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("hand %s over: %w", gr.Path, err)
+	}
+	defer unix.Close(rootFD)
+	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("hand %s over: %w %s (through a symlink)", gr.Path, ErrOutsideRoot, vmDir)
+	case err != nil:
+		return fmt.Errorf("hand %s over: %w", gr.Path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, gr.UID, gr.GID); err != nil {
+		return fmt.Errorf("hand %s to %d:%d: %w", gr.Path, gr.UID, gr.GID, err)
+	}
+	if gr.Mode != 0 {
+		if err := unix.Fchmod(fd, uint32(gr.Mode.Perm())); err != nil {
+			return fmt.Errorf("hand %s to %d:%d: %w", gr.Path, gr.UID, gr.GID, err)
+		}
+	}
+	return nil
+}

@@ -67,15 +67,21 @@ func Grants(p *VMPlan, resolved map[string]string, o Owner) []Grant {
 	return out
 }
 
-// applyGrants carries grants out (following symlinks: paths are resolved already).
+// applyGrants carries grants out. Volumes (host paths, resolved already) are followed; the
+// VM folder's own entries are reached without following any symlink (grantInside): the VM's
+// user owns that folder and could have planted one.
 // Equivalent to: chown UID:GID PATH && chmod MODE PATH, per grant.
-func applyGrants(grants []Grant) error {
+func applyGrants(vmDir string, grants []Grant) error {
 	for _, gr := range grants {
-		if gr.Volume != "" {
-			u := User{UID: uint32(gr.UID), GID: uint32(gr.GID)}
-			if err := CheckSearchable(filepath.Dir(gr.Path), u, os.Stat); err != nil {
-				return &VolumeError{Volume: gr.Volume, Err: err}
+		if gr.Volume == "" {
+			if err := grantInside(vmDir, gr); err != nil {
+				return &VolumeError{Err: err}
 			}
+			continue
+		}
+		u := User{UID: uint32(gr.UID), GID: uint32(gr.GID)}
+		if err := CheckSearchable(filepath.Dir(gr.Path), u, os.Stat); err != nil {
+			return &VolumeError{Volume: gr.Volume, Err: err}
 		}
 		if err := os.Chown(gr.Path, gr.UID, gr.GID); err != nil {
 			return &VolumeError{Volume: gr.Volume, Err: fmt.Errorf("hand %s to %d:%d: %w", gr.Path, gr.UID, gr.GID, err)}

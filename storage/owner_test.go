@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vmlet/vmlet/storage/cloudinit"
+	"github.com/vmlet/vmlet/storage/qemuimg"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -119,5 +120,104 @@ func TestApplyOwner(t *testing.T) {
 	}
 	if exists(opts.VMDir) || exists(filepath.Join(locked, "d.img")) {
 		t.Error("the refused Apply left files behind")
+	}
+}
+
+// TestApplyPrivateWithoutOwner: with root launchers (no Owner, --launcher-uid 0) nothing is
+// handed over, so the VM folder must be private from its mkdir on: no other local user lists
+// it or reads a disk or cloud-init ISO in it (qemu-img makes images 0644, ISOs are 0444). The
+// same holds during an Apply with an Owner, until the grants run.
+func TestApplyPrivateWithoutOwner(t *testing.T) {
+	e := newEnv(t)
+	p, err := Plan([]Volume{
+		{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}},
+		{Name: "ci", CloudInitNoCloud: &cloudinit.Source{UserData: "#cloud-config\npassword: secret\n"}},
+	}, nil, e.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.host.Apply(ctxT(t), p); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{e.vmDir, filepath.Join(e.vmDir, disksDir), filepath.Join(e.vmDir, bootDir), filepath.Join(e.vmDir, stateFile)} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: %v, want no group or other access", path, fi.Mode())
+		}
+	}
+}
+
+// TestApplyRefusesPlantedSymlinks: the VM's user owns its VM folder, so it can rename what is
+// in it. A symlink it planted is never followed by the next Apply (an agent restart, a
+// hotplug): disks/ pointing at a root folder is refused before anything is made in it, and a
+// disk replaced by a symlink to a root-owned image of the same shape is not handed over.
+// Before, both targets were chowned to the VM's user (disks/ → /etc: the user owns /etc).
+func TestApplyRefusesPlantedSymlinks(t *testing.T) {
+	prereq.Root(t) // to chown
+	for _, c := range []struct {
+		name  string
+		plant func(t *testing.T, e *env) string // returns the target that must stay root's
+	}{
+		{"disks folder", func(t *testing.T, e *env) string {
+			victim := filepath.Join(e.dir, "victim")
+			mkdirAll(t, victim)
+			disks := filepath.Join(e.vmDir, disksDir)
+			if err := os.Rename(disks, disks+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, disks); err != nil {
+				t.Fatal(err)
+			}
+			return victim
+		}},
+		{"disk file", func(t *testing.T, e *env) string {
+			victim := filepath.Join(e.dir, "victim.qcow2")
+			if err := e.host.QemuImg.CreateQCOW2(ctxT(t), victim, qemuimg.CreateOptions{SizeBytes: 1 << 20}); err != nil {
+				t.Fatal(err)
+			}
+			disk := filepath.Join(e.vmDir, disksDir, "scratch.qcow2")
+			if err := os.Remove(disk); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, disk); err != nil {
+				t.Fatal(err)
+			}
+			return victim
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			for _, d := range []string{e.dir, filepath.Dir(e.dir)} {
+				if err := os.Chmod(d, 0o711); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts := e.opts()
+			opts.Owner = &Owner{UID: 107, GID: 107}
+			p, err := Plan([]Volume{{Name: "scratch", EmptyDisk: &EmptyDisk{CapacityBytes: 1 << 20}}}, nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.host.Apply(ctxT(t), p); err != nil {
+				t.Fatal(err)
+			}
+			victim := c.plant(t, e)
+			if _, err := e.host.Apply(ctxT(t), p); !errors.Is(err, ErrOutsideRoot) {
+				t.Errorf("Apply after the plant: %v, want ErrOutsideRoot", err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(victim, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != 0 || st.Gid != 0 {
+				t.Errorf("%s handed to %d:%d through the planted symlink", victim, st.Uid, st.Gid)
+			}
+			if ents, _ := os.ReadDir(victim); len(ents) > 0 {
+				t.Errorf("Apply made %v in %s through the planted symlink", ents, victim)
+			}
+		})
 	}
 }

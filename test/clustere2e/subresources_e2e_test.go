@@ -29,6 +29,7 @@ import (
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 	"github.com/vmlet/vmlet/test/wsread"
 )
@@ -42,6 +43,8 @@ import (
 // port-forwards to a guest port from the launcher pod's network; admin runs QMP and its QMP log
 // names the caller.
 func TestClusterSubresources(t *testing.T) {
+	prereq.Root(t) // before env is used: it is nil where TestMain started no API server (-short)
+	prereq.QEMU(t)
 	ctx := context.Background()
 	cl := env.Client
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: subresources.ServiceNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {

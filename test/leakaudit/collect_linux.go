@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,8 +29,16 @@ func collect(s Scope) (map[string]map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit processes: %w", err)
 	}
-	if err := cgroups(s, out[Cgroups], out[BPFPrograms]); err != nil {
+	members, err := cgroups(s, out[Cgroups], out[BPFPrograms])
+	if err != nil {
 		return nil, fmt.Errorf("audit cgroups: %w", err)
+	}
+	for _, pid := range members {
+		if !slices.Contains(pids, pid) {
+			comm, start := procStat(pid)
+			out[Processes][fmt.Sprintf("%s (%s) start %s", pid, comm, start)] = true
+			pids = append(pids, pid)
+		}
 	}
 	for _, pid := range append([]string{"self"}, pids...) {
 		heldPrograms(pid, out[BPFPrograms])
@@ -120,8 +129,10 @@ func procStat(pid string) (comm, start string) {
 }
 
 // cgroups adds every folder below s.Cgroups, and the device programs attached to each of
-// them and to the roots. Equivalent to: find ROOT -mindepth 1 -type d; bpftool cgroup show.
-func cgroups(s Scope, into, progs map[string]bool) error {
+// them and to the roots, and returns the processes in those folders (cgroup.procs).
+// Equivalent to: find ROOT -mindepth 1 -type d; bpftool cgroup show; cat cgroup.procs.
+func cgroups(s Scope, into, progs map[string]bool) ([]string, error) {
+	var members []string
 	for _, root := range s.Cgroups {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -135,15 +146,18 @@ func cgroups(s Scope, into, progs map[string]bool) error {
 			}
 			if p != root {
 				into[p] = true
+				if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
+					members = append(members, strings.Fields(string(b))...)
+				}
 			}
 			attachedPrograms(p, progs)
 			return nil
 		})
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return members, nil
 }
 
 func attachedPrograms(cgroup string, into map[string]bool) {

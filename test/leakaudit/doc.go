@@ -2,7 +2,8 @@
 // objects in a scope before the test and, after it, lists per kind what is there now and was
 // not before. The kinds are
 //
-//	processes     processes whose command line names one of Scope.Processes
+//	processes     processes whose command line names one of Scope.Processes, and every
+//	              process in a cgroup below Scope.Cgroups
 //	cgroups       folders below Scope.Cgroups
 //	netns         namespace mounts in Scope.NetnsDirs
 //	links         links in Scope.Netns other than taps (Scope.IgnoreLink aside)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
 	"github.com/vmlet/vmlet/test/leakaudit"
@@ -50,6 +52,7 @@ func TestNodeFaults(t *testing.T) {
 		{"state folder full during VMI start", faultFullAtStart},
 		{"state folder full during disk hotplug", faultFullAtHotplug},
 		{"truncated image cache entry", faultCorruptCache},
+		{"launcher socket replaced", faultSocketReplaced},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -373,5 +376,101 @@ func faultCorruptCache(t *testing.T, tally *faultTally) {
 		t.Errorf("the cached kernel after the start: %v (%v), want %d bytes", fi2, err, fi.Size())
 	}
 	deleteAndWait(t, running)
+	settleAudit(t, tally, before)
+}
+
+// faultSocketReplaced: while the agent is down, VMI a's launcher socket in its run folder is
+// replaced by something else: a regular file, a socket another process listens on, a symlink
+// to VMI b's launcher socket. The restarted agent refuses each (Synchronized=False
+// LauncherSocketRefused, a Warning event) and does not drive b through a's record; both VMs
+// keep running (same QEMU pids), and with the socket back a is Synchronized again.
+func faultSocketReplaced(t *testing.T, tally *faultTally) {
+	before := auditNode(t)
+	start := func() *agent { return startAgent(t, agentOptions{}) }
+	a := start()
+	var vmis [2]*vmletv1.VirtualMachineInstance
+	for i, name := range []string{"socket-a", "socket-b"} {
+		v := newVMI(name)
+		v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+		v.Spec.Domain.Devices.AutoattachPodInterface = ptr.To(false)
+		if err := env.Client.Create(context.Background(), v); err != nil {
+			t.Fatal(err)
+		}
+		vmis[i] = v
+	}
+	var pids [2]int64
+	for i, v := range vmis {
+		r := waitCondition(t, client.ObjectKeyFromObject(v), vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
+		pids[i] = r.Status.Launcher.PID
+	}
+	if rep, err := before.Diff(); err != nil || rep.Count(leakaudit.Processes) < 4 || rep.Count(leakaudit.Cgroups) < 2 || rep.Count(leakaudit.Files) == 0 {
+		t.Fatalf("the audit does not see the running VMs: %s (%v)", rep, err)
+	}
+	sockA, sockB := a.runtime.Socket(string(vmis[0].UID)), a.runtime.Socket(string(vmis[1].UID))
+	aside := sockA + ".real"
+	variants := []struct {
+		name  string
+		plant func(t *testing.T) (undo func())
+	}{
+		{"regular file", func(t *testing.T) func() {
+			if err := os.WriteFile(sockA, []byte("not a socket"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return func() {}
+		}},
+		{"another listener", func(t *testing.T) func() {
+			l, err := net.Listen("unix", sockA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() { l.Close() }
+		}},
+		{"symlink to another VM's socket", func(t *testing.T) func() {
+			if err := os.Symlink(sockB, sockA); err != nil {
+				t.Fatal(err)
+			}
+			return func() {}
+		}},
+	}
+	for _, v := range variants {
+		a.stop(t)
+		if err := os.Rename(sockA, aside); err != nil {
+			t.Fatal(err)
+		}
+		undo := v.plant(t)
+		a = start()
+		got := waitNotSynchronized(t, client.ObjectKeyFromObject(vmis[0]), string(vmistatus.ReasonLauncherSocketRefused), time.Minute)
+		c := meta.FindStatusCondition(got.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		t.Logf("%s: %s", v.name, c.Message)
+		waitEvent(t, vmis[0], string(vmistatus.ReasonLauncherSocketRefused))
+		for i, vmi := range vmis {
+			cur := mustGetVMI(t, vmi)
+			if cur.Status.Launcher == nil || cur.Status.Launcher.PID != pids[i] || !alive(int(pids[i])) {
+				tally.lost.Add(1)
+				t.Errorf("%s: %s's VM was disturbed: launcher %+v, was QEMU pid %d", v.name, vmi.Name, cur.Status.Launcher, pids[i])
+			}
+		}
+		if b := mustGetVMI(t, vmis[1]); !meta.IsStatusConditionTrue(b.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized) {
+			t.Errorf("%s: the other VMI: %s", v.name, summary(b))
+		}
+		a.stop(t)
+		undo()
+		if err := os.Remove(sockA); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if err := os.Rename(aside, sockA); err != nil {
+			t.Fatal(err)
+		}
+		a = start()
+		waitCondition(t, client.ObjectKeyFromObject(vmis[0]), vmletv1.VirtualMachineInstanceSynchronized, metav1.ConditionTrue, time.Minute)
+		tally.injected.Add(1)
+		if !t.Failed() {
+			tally.handled.Add(1)
+		}
+	}
+	for _, v := range vmis {
+		deleteAndWait(t, v)
+	}
+	a.stop(t)
 	settleAudit(t, tally, before)
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+
+	"github.com/vmlet/vmlet/internal/nofollow"
 )
 
 // ErrNotLauncher means a launcher socket path is not the launcher's: not a socket (a regular
@@ -42,15 +44,11 @@ func CheckPeer(ctx context.Context, path string, check PeerCheck) error {
 }
 
 func dialChecked(ctx context.Context, path string, check PeerCheck) (net.Conn, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil, err
+	// The socket file itself: no symlink followed, nothing but a socket connected.
+	c, err := nofollow.DialUnix(ctx, filepath.Dir(path), filepath.Base(path))
+	if errors.Is(err, nofollow.ErrNotSocket) || errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrNotLauncher, err)
 	}
-	if fi.Mode().Type() != os.ModeSocket {
-		return nil, fmt.Errorf("%s is a %s: %w", path, fileKind(fi.Mode()), ErrNotLauncher)
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, err
 	}
@@ -63,18 +61,6 @@ func dialChecked(ctx context.Context, path string, check PeerCheck) (net.Conn, e
 		return nil, fmt.Errorf("%s: listener pid %d: %w: %w", path, pid, ErrNotLauncher, err)
 	}
 	return c, nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m&os.ModeSymlink != 0:
-		return "symlink"
-	case m.IsRegular():
-		return "regular file"
-	case m.IsDir():
-		return "folder"
-	}
-	return "file of mode " + m.Type().String()
 }
 
 // peerPID is the pid of the process at the other end (SO_PEERCRED).

@@ -16,6 +16,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/vmlet/vmlet/internal/mountinfo"
 )
 
 // collect reads every kind in s, each object named by a key that stays the same while the
@@ -270,7 +272,7 @@ func mounts(dirs []string, into map[string]bool) error {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := mountinfo.Unescape(fields[4])
 		for _, d := range dirs {
 			if below(mp, d) {
 				into[fmt.Sprintf("%s (mount %s)", mp, fields[0])] = true
@@ -279,25 +281,6 @@ func mounts(dirs []string, into map[string]bool) error {
 		}
 	}
 	return sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func below(p, dir string) bool {

@@ -9,14 +9,6 @@ import (
 	"time"
 )
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134`: `/x\`, `/end\04`: `/end\04`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestReportString(t *testing.T) {
 	r := Report{Left: map[string][]string{Taps: {"tap0 (index 4)"}, Files: {"/a", "/b"}}}
 	want := "processes 0, cgroups 0, netns 0, links 0, taps 1, nft tables 0, bpf programs 0, mounts 0, files 2"

@@ -4,10 +4,13 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/network/dhcp"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 // DomainState is what the reconciler needs to know of a launcher's VM.
@@ -105,8 +108,26 @@ type DHCPHost interface {
 	StopDHCP(ctx context.Context, name string) error
 }
 
-// Dialer connects to the launcher listening on a ready socket.
-type Dialer func(ctx context.Context, socket string) (Launcher, error)
+// Dialer connects to the launcher listening on a ready socket; a non-nil check must accept
+// the listening process (launcher.WithPeerCheck), else the dial fails with
+// launcher.ErrNotLauncher.
+type Dialer func(ctx context.Context, socket string, check launcher.PeerCheck) (Launcher, error)
+
+// PeerChecker is a launcher runtime that knows its launchers' processes (process.Runtime: by
+// cgroup), so that the agent talks to no other listener on a launcher's socket.
+type PeerChecker interface {
+	PeerCheck(id string) launcher.PeerCheck
+}
+
+var _ PeerChecker = (*process.Runtime)(nil)
+
+// peerCheck is the runtime's check of launcher uid's socket; nil when it has none.
+func (r *VMIReconciler) peerCheck(uid types.UID) launcher.PeerCheck {
+	if pc, ok := r.Runtime.(PeerChecker); ok {
+		return pc.PeerCheck(string(uid))
+	}
+	return nil
+}
 
 // LauncherRuntime runs launchers on this node: the process runtime in local mode (package
 // process); a pod runtime in clusters.

@@ -56,8 +56,15 @@ func bound(ctx context.Context, d time.Duration) (context.Context, context.Cance
 }
 
 // DialLauncher connects to a launcher's ready socket.
-func DialLauncher(ctx context.Context, socket string) (Launcher, error) {
-	c, err := launcher.Dial(ctx, socket, grpc.WithChainUnaryInterceptor(vmimetrics.LauncherRPCInterceptor))
+func DialLauncher(ctx context.Context, socket string, check launcher.PeerCheck) (Launcher, error) {
+	metrics := grpc.WithChainUnaryInterceptor(vmimetrics.LauncherRPCInterceptor)
+	var c *launcher.Client
+	var err error
+	if check != nil {
+		c, err = launcher.DialChecked(ctx, socket, check, metrics)
+	} else {
+		c, err = launcher.Dial(ctx, socket, metrics)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher %s: %w", socket, err)
 	}

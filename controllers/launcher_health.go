@@ -73,7 +73,7 @@ func (r *VMIReconciler) launcherAnswers(ctx context.Context, uid types.UID) erro
 		}
 	}
 	if l == nil {
-		d, err := r.Dial(ctx, r.Runtime.Socket(string(uid)))
+		d, err := r.Dial(ctx, r.Runtime.Socket(string(uid)), r.peerCheck(uid))
 		if err != nil {
 			return fmt.Errorf("dial: %w", err)
 		}

@@ -25,9 +25,15 @@ type pullKey struct {
 	image string
 }
 
-// PullBackOffError says a VMI's storage waits for an image: its pull failed now (Err set) or
-// earlier and the back-off before the next try is running (Err nil).
+// noSpaceKey is the back-off key (in place of an image) of a VMI whose storage could not be
+// made for want of space on the node.
+const noSpaceKey = ""
+
+// PullBackOffError says a VMI's storage waits for an image, or (Image empty) for space on the
+// node: its pull or preparation failed now (Err set) or earlier and the back-off before the
+// next try is running (Err nil).
 type PullBackOffError struct {
+	// Image is the image waited for; empty: the storage waits for space (ENOSPC, EDQUOT).
 	Image string
 	backoff.Entry
 	// Err is this reconcile's failed pull; nil when no pull was tried.
@@ -35,6 +41,9 @@ type PullBackOffError struct {
 }
 
 func (e *PullBackOffError) Error() string {
+	if e.Image == noSpaceKey {
+		return fmt.Sprintf("prepare storage: back-off, %s: %s", e.wait(), e.Cause)
+	}
 	return fmt.Sprintf("pull image %q: back-off, %s: %s", e.Image, e.wait(), e.Cause)
 }
 
@@ -42,6 +51,12 @@ func (e *PullBackOffError) Error() string {
 // for the try that failed, "Back-off pulling image …" while waiting. It changes only with a
 // new try, so a VMI waiting is not rewritten on every reconcile.
 func (e *PullBackOffError) Message() string {
+	if e.Image == noSpaceKey {
+		if e.Err != nil {
+			return fmt.Sprintf("Failed to prepare storage, the node is out of space: %s: %s", e.wait(), e.Cause)
+		}
+		return fmt.Sprintf("Back-off preparing storage, the node is out of space: %s: %s", e.wait(), e.Cause)
+	}
 	if e.Err != nil {
 		return fmt.Sprintf("Failed to pull image %q: %s: %s", e.Image, e.wait(), e.Cause)
 	}
@@ -56,6 +71,9 @@ func (e *PullBackOffError) Unwrap() error { return e.Err }
 
 // Reason is the failed pull's reason (ErrImagePull, ...) or ImagePullBackOff while waiting.
 func (e *PullBackOffError) Reason() vmistatus.Reason {
+	if e.Image == noSpaceKey { // the cause to fix, while failing and while waiting alike
+		return vmistatus.Reason(storage.ReasonNoSpace)
+	}
 	if e.Err != nil {
 		return vmistatus.Reason(storage.Reason(e.Err))
 	}
@@ -81,6 +99,9 @@ func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
 // it is tried, however often the VMI is reconciled: both come back as a *PullBackOffError.
 func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired) (*qemu.Spec, *storage.Result, error) {
 	b := r.pullBackOff()
+	if e, waiting := b.Waiting(pullKey{vmi.UID, noSpaceKey}); waiting {
+		return nil, nil, &PullBackOffError{Entry: e}
+	}
 	for _, image := range want.Storage.Pulls() {
 		if e, waiting := b.Waiting(pullKey{vmi.UID, image}); waiting {
 			return nil, nil, &PullBackOffError{Image: image, Entry: e}
@@ -96,6 +117,11 @@ func (r *VMIReconciler) applyStorage(vmi *vmletv1.VirtualMachineInstance, want *
 		if image, retry := storage.PullFailed(err); retry && !errors.Is(err, context.Canceled) {
 			e := b.Failed(pullKey{vmi.UID, image}, err.Error())
 			return nil, nil, &PullBackOffError{Image: image, Entry: e, Err: err}
+		}
+		// A full node (volumes or image cache) frees up: retried with back-off, never final.
+		if storage.NoSpace(err) {
+			e := b.Failed(pullKey{vmi.UID, noSpaceKey}, err.Error())
+			return nil, nil, &PullBackOffError{Entry: e, Err: err}
 		}
 		return nil, nil, err
 	}
@@ -135,7 +161,11 @@ func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *Pu
 	}
 	reason := pb.Reason()
 	if pb.Err != nil {
-		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), "PullImage", "%s", pb.Message())
+		action := "PullImage"
+		if pb.Image == noSpaceKey {
+			action = "ApplyStorage"
+		}
+		r.Recorder.Eventf(vmi, nil, "Warning", string(reason), action, "%s", pb.Message())
 	}
 	vmistatus.NotSynchronized(vmi, reason, pb.Message())
 	if vmi.Status.Phase == vmletv1.Scheduled { // not running yet: say why it is not Ready either

@@ -184,6 +184,9 @@ type agentOptions struct {
 	Claims       map[string]storage.Claim
 	// ImageCache is the agent's image cache folder; empty means the package's shared one.
 	ImageCache string
+	// VolumeRoot is the agent's per-VMI storage folder root; empty means the package's
+	// volumeRoot (or Node's).
+	VolumeRoot string
 	// TCGCacheMiB is each TCG guest's translation cache; 0 means launcherpod.DefaultTCGCacheMiB.
 	TCGCacheMiB int
 	// Subnet6 makes the test node's pod network dual-stack (network.NodeConfig.Subnet6) for
@@ -253,6 +256,9 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 	node, rr, vr, cg := testNode, runRoot, volumeRoot, cgroupParent
 	if o.Node != nil {
 		node, rr, vr, cg = o.Node.Name, o.Node.RunRoot, o.Node.VolumeRoot, o.Node.CgroupParent
+	}
+	if o.VolumeRoot != "" {
+		vr = o.VolumeRoot
 	}
 	rt := &process.Runtime{Binary: launcherBinary, RunRoot: rr, CgroupParent: cg, User: launcherUser}
 	if o.CPUWeights {

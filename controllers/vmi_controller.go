@@ -356,7 +356,7 @@ func (r *VMIReconciler) connect(ctx context.Context, vmi *vmletv1.VirtualMachine
 	// reconcile looked at it would otherwise hold this worker for good (its exit is seen on the
 	// retry).
 	dctx, cancel := context.WithTimeout(ctx, launcherDialTimeout)
-	l, err := r.Dial(dctx, r.Runtime.Socket(string(vmi.UID)))
+	l, err := r.Dial(dctx, r.Runtime.Socket(string(vmi.UID)), r.peerCheck(vmi.UID))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher: %w", err)

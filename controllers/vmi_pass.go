@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu"
+	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
 )
 
@@ -139,6 +140,15 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 		return nil, ctrl.Result{RequeueAfter: launcherStartFallback}, nil
 	}
 	l, err := r.connect(ctx, vmi)
+	if errors.Is(err, launcher.ErrNotLauncher) {
+		// Whatever answers there is not this VMI's launcher: say so, leave the VM alone
+		// (its launcher still runs), and look again with the controller's back-off.
+		prev := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized)
+		if prev == nil || prev.Reason != string(vmistatus.ReasonLauncherSocketRefused) {
+			r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonLauncherSocketRefused), "DialLauncher", "%v", err)
+		}
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherSocketRefused, err.Error())
+	}
 	if err != nil {
 		return nil, ctrl.Result{}, err
 	}

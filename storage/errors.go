@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/vmlet/vmlet/storage/oci"
 )
@@ -27,7 +28,15 @@ const (
 	ReasonVolumeNotFound = "VolumeNotFound"
 	ReasonPathNotAllowed = "HostPathNotAllowed"
 	ReasonStorageFailed  = "StorageFailed"
+	// ReasonNoSpace: the node's storage folder (volumes, image cache) is full or over quota.
+	ReasonNoSpace = "InsufficientStorage"
 )
+
+// NoSpace reports whether err is the node's storage running out of room (ENOSPC, EDQUOT):
+// a failure that goes away when space comes back, so worth retrying, never final.
+func NoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // VolumeError is a failure about one volume ("" for kernel boot) or disk.
 type VolumeError struct {
@@ -53,6 +62,9 @@ func volErr(volume string, err error, format string, args ...any) error {
 
 // Reason is a short CamelCase cause of a Plan or Apply error, for a VMI condition.
 func Reason(err error) string {
+	if NoSpace(err) { // whatever step hit it, a pull's included: the cause to fix is the node's
+		return ReasonNoSpace
+	}
 	if r, ok := oci.ReasonOf(err); ok {
 		return string(r)
 	}

@@ -27,6 +27,9 @@ const (
 	// ReasonLauncherFailed: the launcher exited with an error status, or could not be started
 	// (then Synchronized=False only, retried).
 	ReasonLauncherFailed Reason = "LauncherFailed"
+	// ReasonLauncherSocketRefused: the launcher's socket is not its own (a file, a symlink,
+	// another process listening): the agent does not talk to it.
+	ReasonLauncherSocketRefused Reason = "LauncherSocketRefused"
 	// ReasonNodeShutdown: the node shut down gracefully (also the local Node's Ready reason). As
 	// in KubeVirt, a VMI whose node went away is Failed: a VMI is one run of a VM, the next run
 	// is a new VMI (what restarts is a VirtualMachine, which vmlet does not have yet).

@@ -26,6 +26,20 @@ type Client struct {
 // answers (GetDomain) before ctx ends. opts add to the connection's options (e.g. the node
 // agent's metrics interceptor).
 func Dial(ctx context.Context, socketPath string, opts ...grpc.DialOption) (*Client, error) {
+	return dial(ctx, socketPath, opts...)
+}
+
+// DialChecked is Dial with WithPeerCheck(check): it fails at once, with ErrNotLauncher, when
+// the socket is not the launcher's.
+func DialChecked(ctx context.Context, socketPath string, check PeerCheck, opts ...grpc.DialOption) (*Client, error) {
+	// Not there or not listening yet: the connection waits for it, as Dial does.
+	if err := CheckPeer(ctx, socketPath, check); errors.Is(err, ErrNotLauncher) {
+		return nil, err // it names the socket
+	}
+	return dial(ctx, socketPath, append(opts, WithPeerCheck(check))...)
+}
+
+func dial(ctx context.Context, socketPath string, opts ...grpc.DialOption) (*Client, error) {
 	conn, err := grpc.NewClient("unix://"+socketPath, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // a 0600 unix socket
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),

@@ -166,9 +166,24 @@ func (c *Cache) imageDir(h v1.Hash) string {
 	return filepath.Join(c.o.Dir, "images", h.Algorithm+"-"+h.Hex)
 }
 
+// present reports whether h is cached and intact: its metadata names h, and every file it
+// recorded is still a regular file of the recorded size (a truncated or replaced file, or an
+// entry renamed to another digest, is not present and gets pulled again). Checking contents
+// against the layer digests would read every byte of every disk on every start; sizes catch a
+// partial write or truncation for the price of a stat per file.
 func (c *Cache) present(h v1.Hash) bool {
-	_, err := os.Stat(filepath.Join(c.imageDir(h), metaFile))
-	return err == nil
+	img := c.image("", h)
+	m, err := img.meta()
+	if err != nil || m.Digest != h.String() {
+		return false
+	}
+	for p, size := range m.Files {
+		fi, err := os.Lstat(filepath.Join(img.Root, filepath.FromSlash(p)))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Cache) image(ref string, h v1.Hash) *Image {

@@ -83,6 +83,31 @@ func makeReadOnly(root string) error {
 	return nil
 }
 
+// fileSizes lists the regular files under root (path relative to root, slash-separated) with
+// their sizes.
+func fileSizes(root string) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		r, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		out[filepath.ToSlash(r)] = fi.Size()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", root, err)
+	}
+	return out, nil
+}
+
 // forceRemoveAll removes path even when it holds read-only folders (as a non-root user would
 // otherwise fail to).
 func forceRemoveAll(path string) error {

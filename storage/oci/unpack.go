@@ -8,8 +8,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +34,9 @@ type imageMeta struct {
 	Layers  []string          `json:"layers"`
 	Bytes   int64             `json:"bytes"`   // uncompressed layer bytes
 	Skipped map[string]string `json:"skipped"` // path in image → tar type not unpacked (symlinks, devices…)
+	// Files are the unpacked regular files (path in image → size), what intact checks a
+	// cached entry against; absent in entries written before it was recorded.
+	Files map[string]int64 `json:"files,omitempty"`
 }
 
 // unpack downloads and unpacks r into images/<digest>/ unless it is there already. Only one
@@ -44,6 +49,11 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 	defer unlock()
 	if c.present(r.digest) {
 		return nil
+	}
+	// Holding the lock: an entry that is no longer what was unpacked (a file truncated or
+	// replaced, metadata of another digest) goes, and the image is unpacked again.
+	if err := forceRemoveAll(c.imageDir(r.digest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("unpack: remove damaged entry: %w", err)
 	}
 	// Holding the lock: leftovers of killed unpackers of this digest can go.
 	stale, _ := filepath.Glob(filepath.Join(c.o.Dir, "tmp", r.digest.Hex+"-*"))
@@ -66,6 +76,9 @@ func (c *Cache) unpack(ctx context.Context, r *resolved) error {
 		return err
 	}
 	if err := makeReadOnly(st.root); err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+	if st.meta.Files, err = fileSizes(st.root); err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
 	b, err := json.MarshalIndent(st.meta, "", "  ")

@@ -1,0 +1,61 @@
+package leakaudit
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportString(t *testing.T) {
+	r := Report{Left: map[string][]string{Taps: {"tap0 (index 4)"}, Files: {"/a", "/b"}}}
+	want := "processes 0, cgroups 0, netns 0, links 0, taps 1, nft tables 0, bpf programs 0, mounts 0, files 2"
+	if r.String() != want || r.Total() != 3 {
+		t.Fatalf("String() = %q (total %d), want %q", r.String(), r.Total(), want)
+	}
+	if d := r.Detail(); !strings.Contains(d, "taps left: tap0 (index 4)") || !strings.Contains(d, "files left: /a, /b") {
+		t.Errorf("Detail() = %q", d)
+	}
+	if (Report{}).Err() != nil || r.Err() == nil {
+		t.Error("Err: nil exactly when nothing is left")
+	}
+}
+
+// TestFilesAndProcesses: a file and a process made after the snapshot are found, and gone
+// again once removed; what was there before never counts.
+func TestFilesAndProcesses(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "before"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "marker")
+	snap, err := Take(Scope{Dirs: []string{dir}, Processes: []string{marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "new", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "sleep 60; true", marker) // no exec: sh keeps the marker
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	rep, err := snap.Diff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Count(Files) != 2 || rep.Count(Processes) != 1 || rep.Total() != 3 {
+		t.Fatalf("after: %s\n%s", rep, rep.Detail())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err := os.RemoveAll(filepath.Join(dir, "new")); err != nil {
+		t.Fatal(err)
+	}
+	if rep := snap.Settle(5 * time.Second); rep.Total() != 0 {
+		t.Fatalf("after cleanup: %s\n%s", rep, rep.Detail())
+	}
+}

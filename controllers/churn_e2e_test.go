@@ -22,6 +22,7 @@ import (
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/test/assets/images"
+	"github.com/vmlet/vmlet/test/figure"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -51,7 +52,7 @@ func TestNodeChurn(t *testing.T) {
 		}
 		seed = v
 	}
-	t.Logf("churn: seed %d (VMLET_CHURN_SEED=%d replays it), %d cycles", seed, seed, cycles)
+	figure.Report(t, "churn: seed %d (VMLET_CHURN_SEED=%d replays it), %d cycles", seed, seed, cycles)
 	files := testguest.Assets(t)
 	img, err := images.ContainerDisk(files.DataDisk)
 	if err != nil {
@@ -97,7 +98,7 @@ func TestNodeChurn(t *testing.T) {
 		return
 	}
 	rep := before.Settle(time.Minute)
-	t.Logf("churn: %d cycles (seed %d), %d deleted while starting, %s, leaks: %s",
+	figure.Report(t, "churn: %d cycles (seed %d), %d deleted while starting, %s, leaks: %s",
 		cycles, seed, early.Load(), time.Since(start).Round(time.Second), rep)
 	if rep.Total() > 0 {
 		t.Errorf("churn left objects on the node:\n%s", rep.Detail())

@@ -21,6 +21,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/test/apienv"
+	"github.com/vmlet/vmlet/test/figure"
 	"github.com/vmlet/vmlet/test/hostile"
 	"github.com/vmlet/vmlet/test/prereq"
 )
@@ -103,8 +104,7 @@ func TestHostileInputs(t *testing.T) {
 		}
 	})
 	assertNodeNetworkGone(t)
-	t.Logf("hostile inputs: %s", time.Since(start).Round(time.Second))
-	fmt.Printf("hostile inputs: %d cases, %d rejected by the API, %d failed with a reason, %d ran, %d crashes, %d stuck, %d leaks, %d other outcomes (%s)\n",
+	figure.Report(t, "hostile inputs: %d cases, %d rejected by the API, %d failed with a reason, %d ran, %d crashes, %d stuck, %d leaks, %d other outcomes (%s)",
 		tally.cases, tally.rejected, tally.failed, tally.ran, tally.crashes, tally.stuck, tally.leaks, tally.wrong, time.Since(start).Round(time.Second))
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/storage/oci"
+	"github.com/vmlet/vmlet/test/figure"
 	"github.com/vmlet/vmlet/test/leakaudit"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
@@ -63,7 +64,7 @@ func TestNodeFaults(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("node faults: %d injected, %d handled with a reason, %d VMs lost, %d leaks",
+	figure.Report(t, "node faults: %d injected, %d handled with a reason, %d VMs lost, %d leaks",
 		tally.injected.Load(), tally.handled.Load(), tally.lost.Load(), tally.leaks.Load())
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/figure"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/procstatus"
 )
@@ -120,7 +121,7 @@ func TestSecurity(t *testing.T) {
 		waitDeleted(t, vm.key)
 		assertNothingLeft(t, vm.uid, vm.launcherPid, vm.qemu)
 	}
-	t.Logf("security: %d VMs, %d checks, %d violations; shared uid %d exposures: %s (%.0f s)",
+	figure.Report(t, "security: %d VMs, %d checks, %d violations; shared uid %d exposures: %s (%.0f s)",
 		len(vms), c.checks, c.violation, u.UID, strings.Join(exposures, ", "), time.Since(start).Seconds())
 }
 

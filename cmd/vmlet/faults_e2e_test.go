@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/test/figure"
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -108,11 +109,9 @@ func TestFaultMatrix(t *testing.T) {
 			})
 		}
 	})
-	line := fmt.Sprintf("fault matrix: %d faults injected, %d survived with %d VMs lost, %d leaks (%d rows, %s)",
+	figure.Report(t, "fault matrix: %d faults injected, %d survived with %d VMs lost, %d leaks (%d rows, %s)",
 		tally.injected.Load(), tally.survived.Load(), tally.lost.Load(), tally.leaks.Load(), len(faultRows),
 		time.Since(start).Round(time.Second))
-	t.Log(line)
-	fmt.Println("figure: " + line) // hack/testreport lists it in the summary
 }
 
 func runFaultRow(t *testing.T, r faultRow, s *agentSetup, tally *faultTally) {

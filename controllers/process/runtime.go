@@ -157,6 +157,14 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 			return State{}, fmt.Errorf("label run dir: %w", err)
 		}
 	}
+	// A cgroup of this ID with no launcher recorded is what an agent killed between making it
+	// and recording the launcher left (TestFaultMatrix, agent-kill/launcher-start): whatever
+	// runs in it was never handed over; it goes, so the fresh one can be made.
+	if r.CgroupParent != "" {
+		if err := devices.RemoveCgroup(context.Background(), r.cgroupPath(s.ID)); err != nil {
+			return State{}, fmt.Errorf("remove the launcher cgroup a killed agent left: %w", err)
+		}
+	}
 	jail, err := devices.NewJail(r.CgroupParent, "vmlet-"+s.ID, s.Rules)
 	if err != nil {
 		return State{}, fmt.Errorf("make launcher cgroup: %w", err)

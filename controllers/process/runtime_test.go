@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -262,4 +263,45 @@ func copyExecutable(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStartAfterKilledMidStart: an agent killed after making a launcher's cgroup but before
+// recording the launcher leaves the cgroup (maybe with a process in it); the next Ensure
+// removes it, killing what ran there, and starts the launcher (it failed with "file exists").
+func TestStartAfterKilledMidStart(t *testing.T) {
+	r, _ := newRuntime(t)
+	id := "0f4c6a2e-1111-4e7e-9d51-000000000004"
+	left, err := devices.NewCgroup(r.CgroupParent, "vmlet-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := exec.Command("sleep", "300")
+	if err := left.Start(stray); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- stray.Wait() }()
+
+	st, err := r.Ensure(context.Background(), spec(id))
+	if err != nil {
+		t.Fatalf("Ensure over a leftover cgroup: %v", err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process in the leftover cgroup still runs")
+	}
+	waitState(t, r, id, func(s State) bool { return s.Ready })
+	procs, err := (&devices.Cgroup{Path: r.cgroupPath(id)}).Procs()
+	if err != nil || len(procs) != 1 || procs[0] != st.Pid {
+		t.Fatalf("cgroup procs = %v, %v; want only the launcher %d", procs, err, st.Pid)
+	}
+	if err := r.Stop(id); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, r, id, func(s State) bool { return s.Exited != nil })
+	if err := r.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, id)
 }

@@ -31,6 +31,10 @@ import (
 type LocalScheduler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// NodeReader reads the Nodes' taints and labels for each decision; nil means Client. Give it
+	// the manager's API reader: the cache can lag behind an uncordon, and a VMI created right
+	// after it was placed as if the node were still drained (TestLocalDrain in CI).
+	NodeReader client.Reader
 	// Nodes are the nodes to place VMIs on (`vmlet local --nodes N`). Empty means the single
 	// node NodeName with NodeLabels.
 	Nodes      []LocalNode
@@ -239,7 +243,7 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 		// The Node's own LabelSchedulable, where someone marked it unschedulable, and its
 		// taints (a drain).
 		node := &corev1.Node{}
-		err := s.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node)
+		err := s.nodeReader().Get(ctx, client.ObjectKey{Name: n.Name}, node)
 		if err == nil {
 			out[i].Taints = node.Spec.Taints
 		}
@@ -252,6 +256,13 @@ func (s *LocalScheduler) candidates(ctx context.Context) ([]NodeCandidate, error
 		}
 	}
 	return out, nil
+}
+
+func (s *LocalScheduler) nodeReader() client.Reader {
+	if s.NodeReader != nil {
+		return s.NodeReader
+	}
+	return s.Client
 }
 
 // PickTarget chooses the node a migration of vmi goes to: as PickNode, its current node

@@ -218,7 +218,8 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	s.Agent = s.Nodes[0].Agent
 	sched := &controllers.LocalScheduler{
 		Client: mgrs[0].GetClient(), Recorder: mgrs[0].GetEventRecorder("vmlet-local-scheduler"),
-		NodeName: cfg.NodeName, NodeLabels: controllers.RegisteredLabels(cfg.NodeName, s.Agent.Facts),
+		NodeReader: mgrs[0].GetAPIReader(),
+		NodeName:   cfg.NodeName, NodeLabels: controllers.RegisteredLabels(cfg.NodeName, s.Agent.Facts),
 	}
 	if cfg.multi() {
 		for _, n := range s.Nodes {

@@ -155,3 +155,48 @@ func TestNodeConcurrentPods(t *testing.T) {
 		must(t, tn.DeletePod(fmt.Sprintf("pod-%d", i)))
 	}
 }
+
+// TestNodeBridgeDeleted: the node bridge deleted under running pods (by hand, or by a host
+// network reset) is made again by the next CreatePod, which attaches the pods' veths to it
+// again: they keep their addresses and reach each other; it used to refuse the pod's own veth
+// as "taken by another owner" and leave the VMI's network broken.
+func TestNodeBridgeDeleted(t *testing.T) {
+	tn := newTestNode(t)
+	a, err := tn.CreatePod("pod-a")
+	must(t, err)
+	b, err := tn.CreatePod("pod-b")
+	must(t, err)
+	h, done, err := nsHandle(tn.ns)
+	must(t, err)
+	t.Cleanup(done)
+	br, err := h.LinkByName(tn.Config().Bridge)
+	must(t, err)
+	must(t, h.LinkDel(br))
+
+	again, err := tn.CreatePod("pod-a")
+	if err != nil {
+		t.Fatalf("CreatePod after the bridge was deleted: %v", err)
+	}
+	if again.Addr != a.Addr || again.HostVeth != a.HostVeth {
+		t.Errorf("CreatePod again = %+v, want %+v", again, a)
+	}
+	br, err = h.LinkByName(tn.Config().Bridge)
+	must(t, err)
+	for _, p := range []PodNetwork{a, b} {
+		l, err := h.LinkByName(p.HostVeth)
+		must(t, err)
+		if l.Attrs().MasterIndex != br.Attrs().Index {
+			t.Errorf("pod %s: veth %s not a port of the new bridge", p.ID, p.HostVeth)
+		}
+	}
+	serveGreeting(listenIn(t, a.NetnsPath, ":7000"))
+	got, err := exchange(b.NetnsPath, netip.AddrPortFrom(a.Addr.Addr(), 7000).String())
+	if want := fmt.Sprintf("hello %s\n", b.Addr.Addr()); err != nil || got != want {
+		t.Errorf("pod b -> pod a over the new bridge: %q, %v; want %q", got, err, want)
+	}
+	must(t, tn.DeletePod("pod-a"))
+	must(t, tn.DeletePod("pod-b"))
+	if _, err := h.LinkByName(tn.Config().Bridge); err == nil {
+		t.Error("bridge left after the last pod")
+	}
+}

@@ -49,7 +49,36 @@ func (n *Node) ensureBridge(h *netlink.Handle) (netlink.Link, bool, error) {
 		}
 		return nil, false, err
 	}
+	if err := reattachPorts(h, l); err != nil {
+		if created {
+			err = errors.Join(err, n.removeBridge(h))
+		}
+		return nil, false, err
+	}
 	return l, created, nil
+}
+
+// reattachPorts makes the host ends of pod veths that are no bridge's port (the node bridge
+// was deleted under running VMs, and is being made again) ports of br again, so the pods
+// reach their gateway and a restarted agent finds them (scan) instead of taking their names
+// for another owner's.
+//
+// Equivalent to: `ip link set vmhXXXX master vmlet0` for each such veth.
+func reattachPorts(h *netlink.Handle, br netlink.Link) error {
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		v, ok := parsePodAlias(l.Attrs().Alias)
+		if !ok || l.Attrs().Name != v.hostName() || l.Attrs().MasterIndex != 0 || l.Type() != "veth" {
+			continue
+		}
+		if err := h.LinkSetMaster(l, br); err != nil {
+			return fmt.Errorf("attach pod veth %s to bridge %s again: %w", l.Attrs().Name, br.Attrs().Name, err)
+		}
+	}
+	return nil
 }
 
 func (n *Node) configureBridge(h *netlink.Handle, l netlink.Link) error {

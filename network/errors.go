@@ -70,3 +70,7 @@ func shorten(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// ErrSubnetInUse is returned by Node.CheckPods when pods of another subnet are on the node:
+// the node network cannot change its subnet under them.
+var ErrSubnetInUse = errors.New("pods of another subnet are on the node")

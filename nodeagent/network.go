@@ -37,11 +37,16 @@ func (cfg NetworkConfig) node() network.NodeConfig {
 }
 
 // openNetwork is the agent's network side for cfg. It changes nothing on the host: the node
-// bridge and NAT appear with the first pod.
+// bridge and NAT appear with the first pod. It refuses a subnet other than the one the node's
+// running pods were made with (network.ErrSubnetInUse): taking it would replace the bridge's
+// gateway and NAT under their VMs.
 func openNetwork(cfg NetworkConfig) (*controllers.NodeNetwork, error) {
 	node, err := network.NewNode(cfg.node())
 	if err != nil {
 		return nil, fmt.Errorf("open node network: %w", err)
+	}
+	if err := node.CheckPods(); err != nil {
+		return nil, fmt.Errorf("open node network: --node-subnet: %w: their VMs run; start with the subnet they were made with, or delete them first", err)
 	}
 	return &controllers.NodeNetwork{Pods: node, ResolvConf: cfg.ResolvConf}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,16 @@ func TestNetworkClosesWithTheStack(t *testing.T) {
 		if !subnet.Contains(p.Addr.Addr()) {
 			t.Errorf("pod %s got %s, outside %s", id, p.Addr, subnet)
 		}
+	}
+
+	// An agent restarted with another --node-subnet while these pods run refuses to start;
+	// with theirs it starts.
+	other := netip.MustParsePrefix("198.19.201.0/24")
+	if _, err := openNetwork(NetworkConfig{Subnet: other, NetnsPath: "/run/netns/" + nodeNS}); !errors.Is(err, network.ErrSubnetInUse) || !strings.Contains(err.Error(), ids[0]) {
+		t.Errorf("open with --node-subnet %s while pods of %s run: %v, want ErrSubnetInUse naming the pods", other, subnet, err)
+	}
+	if _, err := openNetwork(NetworkConfig{Subnet: subnet, NetnsPath: "/run/netns/" + nodeNS}); err != nil {
+		t.Errorf("open again with the pods' subnet: %v", err)
 	}
 
 	if err := CloseNetwork(nn); err != nil {

@@ -287,7 +287,10 @@ func TestStartAfterKilledMidStart(t *testing.T) {
 		t.Fatalf("Ensure over a leftover cgroup: %v", err)
 	}
 	select {
-	case <-waited:
+	case err := <-waited:
+		if err == nil {
+			t.Error("the process in the leftover cgroup exited 0, want killed")
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the process in the leftover cgroup still runs")
 	}

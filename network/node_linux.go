@@ -95,10 +95,14 @@ func (n *Node) CreatePod(id string) (_ PodNetwork, err error) {
 // is not in the pod's current netns (the netns was recreated) is replaced.
 func (n *Node) ensureVeth(h *netlink.Handle, br netlink.Link, pod PodNetwork, exists bool, r *revert.Reverter) error {
 	if l, err := h.LinkByName(pod.HostVeth); err == nil {
-		if !exists {
+		switch {
+		case !exists && (l.Attrs().Alias != "" || !podSideExists(pod)):
 			return fmt.Errorf("create veth %s: %w (alias %q)", pod.HostVeth, ErrNameCollision, l.Attrs().Alias)
-		}
-		if podSideExists(pod) {
+		case !exists:
+			// No alias, its peer in the pod's netns: made by a CreatePod that was stopped (an
+			// agent killed) before it set the alias, which the kernel does not take at
+			// creation. Ours, unfinished: made again below.
+		case podSideExists(pod):
 			return h.LinkSetUp(l)
 		}
 		if err := h.LinkDel(l); err != nil {

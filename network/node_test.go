@@ -200,3 +200,32 @@ func TestNodeBridgeDeleted(t *testing.T) {
 		t.Error("bridge left after the last pod")
 	}
 }
+
+// TestNodeInterruptedCreate: a CreatePod stopped between making the veth and setting its alias
+// (an agent killed there: TestFaultMatrix in CI) left a veth with no alias whose peer is in the
+// pod's netns; the next CreatePod makes it again instead of refusing it as another owner's.
+func TestNodeInterruptedCreate(t *testing.T) {
+	tn := newTestNode(t)
+	a, err := tn.CreatePod("pod-a")
+	must(t, err)
+	h, done, err := nsHandle(tn.ns)
+	must(t, err)
+	t.Cleanup(done)
+	l, err := h.LinkByName(a.HostVeth)
+	must(t, err)
+	must(t, h.LinkSetAlias(l, ""))
+	if l, err = h.LinkByName(a.HostVeth); err != nil || l.Attrs().Alias != "" {
+		t.Fatalf("alias not cleared: %v %q", err, l.Attrs().Alias)
+	}
+	again, err := tn.CreatePod("pod-a")
+	if err != nil {
+		t.Fatalf("CreatePod after an interrupted one: %v", err)
+	}
+	if again.HostVeth != a.HostVeth || !podSideExists(again) {
+		t.Errorf("CreatePod again = %+v", again)
+	}
+	if pods, err := tn.Pods(); err != nil || len(pods) != 1 || pods[0].ID != "pod-a" {
+		t.Errorf("Pods() = %+v, %v; want pod-a", pods, err)
+	}
+	must(t, tn.DeletePod("pod-a"))
+}

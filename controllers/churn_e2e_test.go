@@ -87,7 +87,7 @@ func TestNodeChurn(t *testing.T) {
 					t.Errorf("cycle %d (%s): %v", i, plans[i], err)
 					return
 				}
-				if plans[i].deleteAfter >= 0 {
+				if plans[i].deleteAt != deleteWhenReady {
 					early.Add(1)
 				}
 			}
@@ -111,14 +111,14 @@ type churnPlan struct {
 	binding  string
 	volumes  []string
 	hostDisk string // the hostDisk's file (the user's: removed after the VMI)
-	// deleteAfter < 0: delete once Ready; else delete that long after the create (starting).
-	deleteAfter time.Duration
+	// deleteAt is the point of the start at which the VMI is deleted.
+	deleteAt deletePoint
 }
 
 func (p churnPlan) String() string {
 	when := "after Ready"
-	if p.deleteAfter >= 0 {
-		when = "while starting (" + p.deleteAfter.String() + ")"
+	if p.deleteAt != deleteWhenReady {
+		when = "while starting (" + p.deleteAt.String() + ")"
 	}
 	return fmt.Sprintf("%s: %s binding, volumes [%s], deleted %s", p.vmi.Name, p.binding, strings.Join(p.volumes, " "), when)
 }
@@ -126,7 +126,7 @@ func (p churnPlan) String() string {
 func newChurnPlan(rng *rand.Rand, i int, hostRoot string) churnPlan {
 	vmi := newVMI(fmt.Sprintf("churn-%03d", i))
 	vmi.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
-	p := churnPlan{vmi: vmi, deleteAfter: -1}
+	p := churnPlan{vmi: vmi, deleteAt: deleteWhenReady}
 	add := func(name string, src vmletv1.VolumeSource) {
 		vmi.Spec.Volumes = append(vmi.Spec.Volumes, vmletv1.Volume{Name: name, VolumeSource: src})
 		vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, vmletv1.Disk{Name: name})
@@ -163,7 +163,7 @@ func newChurnPlan(rng *rand.Rand, i int, hostRoot string) churnPlan {
 		vmi.Spec.Domain.Devices.AutoattachPodInterface = ptr.To(false)
 	}
 	if rng.IntN(10) < 3 {
-		p.deleteAfter = time.Duration(rng.IntN(1500)) * time.Millisecond
+		p.deleteAt = deletePoint(rng.IntN(int(deleteWhenReady)))
 	}
 	return p
 }
@@ -177,8 +177,17 @@ func (p churnPlan) run() error {
 		return fmt.Errorf("create: %w", err)
 	}
 	key := client.ObjectKeyFromObject(vmi)
-	if p.deleteAfter >= 0 {
-		time.Sleep(p.deleteAfter) // the fault: a delete at a random point of the start
+	if p.deleteAt != deleteWhenReady {
+		// The fault: a delete at a point of the start, seen in the VMI's status.
+		if err := pollErr(3*time.Minute, func() (bool, string, error) {
+			v, err := getVMIErr(key)
+			if err != nil {
+				return false, "", err
+			}
+			return p.deleteAt.reached(v), summary(v), nil
+		}); err != nil {
+			return fmt.Errorf("%s: %w", p.deleteAt, err)
+		}
 	} else if err := pollErr(3*time.Minute, func() (bool, string, error) {
 		v, err := getVMIErr(key)
 		if err != nil {
@@ -252,4 +261,31 @@ func envInt(t testing.TB, name string, def int) int {
 		t.Fatalf("%s=%q: want a positive number", name, s)
 	}
 	return n
+}
+
+// deletePoint is where in a VMI's start the churn deletes it.
+type deletePoint int
+
+const (
+	deleteAtCreate    deletePoint = iota // right after the create
+	deleteAtScheduled                    // once the VMI is on the node
+	deleteAtPreparing                    // once the agent works on it (a Ready or Synchronized condition)
+	deleteWhenReady                      // once Ready: a complete start
+)
+
+func (d deletePoint) String() string {
+	return [...]string{"at create", "once scheduled", "while preparing", "once ready"}[d]
+}
+
+// reached reports whether v's start got to d.
+func (d deletePoint) reached(v *vmletv1.VirtualMachineInstance) bool {
+	switch d {
+	case deleteAtCreate:
+		return true
+	case deleteAtScheduled:
+		return v.Status.NodeName != ""
+	case deleteAtPreparing:
+		return len(v.Status.Conditions) > 0
+	}
+	return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
 }

@@ -5,40 +5,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-)
 
-// parseOpts splits a QEMU option string the way QEMU does: ',' separates, ",," is a literal
-// comma, the first '=' separates key from value, and a leading part without '=' is the implied
-// key (returned under "").
-func parseOpts(s string) (map[string]string, []string) {
-	var parts []string
-	var cur strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == ',' {
-			if i+1 < len(s) && s[i+1] == ',' {
-				cur.WriteByte(',')
-				i++
-				continue
-			}
-			parts = append(parts, cur.String())
-			cur.Reset()
-			continue
-		}
-		cur.WriteByte(s[i])
-	}
-	parts = append(parts, cur.String())
-	m := map[string]string{}
-	var keys []string
-	for i, p := range parts {
-		k, v, ok := strings.Cut(p, "=")
-		if !ok && i == 0 {
-			k, v = "", p
-		}
-		m[k] = v
-		keys = append(keys, k)
-	}
-	return m, keys
-}
+	"github.com/vmlet/vmlet/qemu/optstest"
+)
 
 var qemuIDRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]*$`)
 
@@ -111,7 +80,7 @@ func checkOptionValue(t *testing.T, flag, value string) {
 		}
 		return
 	}
-	opts, keys := parseOpts(value)
+	opts, keys := optstest.Parse(value)
 	allowed, ok := flagKeys[flag]
 	if flag == "-device" {
 		allowed, ok = deviceKeys[opts[""]]
@@ -145,7 +114,7 @@ func contains(list []string, s string) bool {
 }
 
 func TestParseOpts(t *testing.T) {
-	m, keys := parseOpts("socket,id=a,,b,path=x=y")
+	m, keys := optstest.Parse("socket,id=a,,b,path=x=y")
 	if m[""] != "socket" || m["id"] != "a,b" || m["path"] != "x=y" || len(keys) != 3 {
 		t.Fatalf("parseOpts = %v %v", m, keys)
 	}

@@ -137,10 +137,10 @@ func runFaultRow(t *testing.T, r faultRow, s *agentSetup, tally *faultTally) {
 			return
 		}
 		_ = c.Delete(ctx, v)
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) && !apierrors.IsNotFound(c.Get(ctx, f.key, v)) {
-			time.Sleep(poll.Interval)
-		}
+		poll.Until(t, 2*time.Minute, "the row's VMI deleted", func() (bool, string) {
+			err := c.Get(ctx, f.key, v)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
 		for _, pid := range launcherPids(t, f.runDir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

@@ -3,6 +3,7 @@ package translate
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,12 +13,13 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/qemu/optstest"
 )
 
 // FuzzTranslateArgv drives user-controlled VMI strings (namespace, name, kernel arguments, CPU
 // model, machine type, firmware UUID, disk names and serials, a SATA host disk's path, the
 // interface's MAC and model) through Translate and qemu.BuildArgv. Translate either refuses
-// with a *SpecError, or every argv element parses back (parseQEMUOpts: QEMU's ',' / ',,' / '='
+// with a *SpecError, or every argv element parses back (optstest.Parse: QEMU's ',' / ',,' / '='
 // rules) to exactly the devices and drives the spec asks for, with allow-listed keys only,
 // and no user string outside a JSON value or -append.
 //
@@ -96,35 +98,6 @@ var optionKeys = map[string][]string{
 	"pcie-root-port": {"", "id", "bus", "chassis", "port", "addr", "multifunction"}, "VGA": {"", "id", "bus", "addr"},
 }
 
-// parseQEMUOpts splits an option string as QEMU does: ',' separates, ",," is a literal
-// comma, the first '=' splits key and value, and a first part without '=' is the implied key "".
-func parseQEMUOpts(s string) (keys []string, vals map[string]string) {
-	vals = map[string]string{}
-	var parts []string
-	var cur strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch {
-		case s[i] == ',' && i+1 < len(s) && s[i+1] == ',':
-			cur.WriteByte(',')
-			i++
-		case s[i] == ',':
-			parts, cur = append(parts, cur.String()), strings.Builder{}
-		default:
-			cur.WriteByte(s[i])
-		}
-	}
-	parts = append(parts, cur.String())
-	for i, p := range parts {
-		k, v, ok := strings.Cut(p, "=")
-		if !ok && i == 0 {
-			k, v = "", p
-		}
-		keys = append(keys, k)
-		vals[k] = v
-	}
-	return keys, vals
-}
-
 func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
 	t.Helper()
 	single := map[string]bool{"-S": true, "-nodefaults": true, "-no-user-config": true, "-nographic": true}
@@ -173,7 +146,7 @@ func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
 			}
 			continue
 		}
-		keys, vals := parseQEMUOpts(v)
+		vals, keys := optstest.Parse(v)
 		allowed, ok := optionKeys[flag]
 		if flag == "-device" {
 			allowed, ok = optionKeys[vals[""]]
@@ -184,7 +157,7 @@ func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
 		}
 		seen := map[string]bool{}
 		for _, k := range keys {
-			if seen[k] || !contains(allowed, k) {
+			if seen[k] || !slices.Contains(allowed, k) {
 				t.Fatalf("%s %q: key %q unexpected or repeated (injected)", flag, v, k)
 			}
 			seen[k] = true
@@ -230,13 +203,4 @@ func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
 			t.Fatalf("blockdev %v for path %q", blockdevs[2*i], d.Path)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -23,16 +23,7 @@ import (
 // kube-apiserver + etcd that installs a CRD, validates it, and round-trips an object through
 // both client-go and the built kubectl.
 func TestRealAPIServerRoundTrip(t *testing.T) {
-	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	env := startTestEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -86,16 +77,7 @@ func TestRealAPIServerRoundTrip(t *testing.T) {
 // TestRestarts: StopAPIServer refuses clients until StartAPIServer, after which the same
 // Config works again and the objects are still there; RestartEtcd keeps them too.
 func TestRestarts(t *testing.T) {
-	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	env := startTestEnv(t)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept"}, Data: map[string]string{"k": "v"}}
 	if err := env.Client.Create(ctx, cm); err != nil {
@@ -135,4 +117,20 @@ func TestRestarts(t *testing.T) {
 		err := get()
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// startTestEnv starts an API server with the testdata CRD, stopped when t ends.
+func startTestEnv(t *testing.T) *apienv.Env {
+	t.Helper()
+	prereq.APIServer(t)
+	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
+	if err != nil {
+		t.Fatalf("start api server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return env
 }

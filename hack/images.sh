@@ -27,6 +27,51 @@ command -v go >/dev/null || die "go not found" 3
 cache=${VMLET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmlet}/images
 mkdir -p "$cache"
 
+list=internal/imagebuild/qemu-files.txt
+# QEMU's files come from these packages, which must be in the dependency closure of what Debian
+# installs for QEMU: a list that names anything else is wrong.
+roots=(qemu-system-x86 qemu-utils)
+for tool in apt-get apt-cache dpkg-deb flock sha256sum; do
+  command -v "$tool" >/dev/null || die "$tool not found: the images are built from Debian packages" 3
+done
+mapfile -t packages < <(awk '!/^#/ && NF == 3 {print $2}' "$list" | sort -u)
+((${#packages[@]})) || die "$list names no package"
+
+# --- resolve package versions (cached per state of the apt lists: apt-cache takes ~1 s) ---------
+resolve() {
+  local closure missing=()
+  closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "${roots[@]}" 2>/dev/null | grep -v '^ ' | sort -u) || return 1
+  for p in "${packages[@]}"; do
+    grep -qx "$p" <<<"$closure" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "images: error: $list names packages outside the dependency closure of ${roots[*]}: ${missing[*]}" >&2
+    return 2
+  fi
+  LC_ALL=C apt-cache policy "${packages[@]}" | awk '
+    /^[^ ]/ {pkg=$1; sub(/:$/, "", pkg)}
+    /^  Candidate:/ {if ($2 == "(none)") exit 1; print pkg "=" $2}'
+}
+lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+resolved_file="$cache/resolved-$lists_sig"
+if [ -s "$resolved_file" ]; then
+  resolved=$(cat "$resolved_file")
+else
+  rc=0
+  resolved=$(resolve) || rc=$?
+  [ "$rc" = 2 ] && exit 1
+  if [ "$rc" != 0 ] || [ "$(wc -l <<<"$resolved")" != "${#packages[@]}" ]; then
+    [ "$(id -u)" = 0 ] || die "cannot resolve ${packages[*]} (run apt-get update as root)" 3
+    say "apt lists lack the packages: apt-get update"
+    apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+    resolved=$(resolve) || die "cannot resolve the QEMU packages after apt-get update"
+    lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+    resolved_file="$cache/resolved-$lists_sig"
+  fi
+  printf '%s\n' "$resolved" >"$resolved_file.$$" && mv "$resolved_file.$$" "$resolved_file"
+fi
+
 # --- key --------------------------------------------------------------------------------------
 sources_hash() {
   git ls-files -z -co --exclude-standard -- '*.go' go.mod go.sum internal/imagebuild hack/images.sh |
@@ -37,6 +82,7 @@ key=$({
   sources_hash
   go env GOVERSION
   echo "SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-}"
+  echo "$resolved"
 } | sha256sum | cut -c1-16)
 out="$cache/$key"
 if [ -f "$out/images.txt" ]; then
@@ -70,7 +116,30 @@ CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOWORK=off GOFLAGS=-mod=readonly \
   ./cmd/vmlet ./cmd/vmctl ./cmd/vmlet-launcher ./cmd/vmlet-pause >&2
 go build -o "$tmp/imagebuild" ./hack/imagebuild
 
-"$tmp/imagebuild" --out "$tmp/out" --bin "$tmp/bin" >"$tmp/out/images.txt"
+# Debian packages: downloaded once into $cache/../debs (kept across builds), unpacked here.
+debs=$(dirname "$cache")/debs
+mkdir -p "$debs" "$tmp/root"
+mapfile -t specs <<<"$resolved"
+need=()
+for spec in "${specs[@]}"; do
+  pkg=${spec%%=*} ver=${spec#*=}
+  compgen -G "$debs/${pkg}_${ver//:/%3a}_*.deb" >/dev/null || need+=("$spec")
+done
+if ((${#need[@]})); then
+  say "apt-get download ${#need[@]} of ${#specs[@]} packages into $debs"
+  apt_opts=()
+  [ "$(id -u)" = 0 ] && apt_opts=(-o APT::Sandbox::User=root)
+  (cd "$debs" && apt-get "${apt_opts[@]}" -qq download "${need[@]}" >&2)
+fi
+say "unpacking ${#specs[@]} packages"
+for spec in "${specs[@]}"; do
+  pkg=${spec%%=*} ver=${spec#*=}
+  deb=$(compgen -G "$debs/${pkg}_${ver//:/%3a}_*.deb" | head -n1)
+  [ -n "$deb" ] || die "$pkg $ver was not downloaded"
+  dpkg-deb -x "$deb" "$tmp/root"
+done
+
+"$tmp/imagebuild" --out "$tmp/out" --bin "$tmp/bin" --root "$tmp/root" --qemu-files "$list" >"$tmp/out/images.txt"
 rm -rf "$out"
 mv "$tmp/out" "$out"
 # Image folders unused for 30 days go (only <key> folders: local-images.sh keeps others here).

@@ -43,3 +43,29 @@ func base() Spec {
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
 }
+
+// Vmlet is vmlet.dev/vmlet:dev without its QEMU files: the vmlet (agent and controller) and
+// vmctl binaries at /usr/bin, run as root (the agent's pod is privileged). The agent runs
+// qemu-img (storage/qemuimg); its files come from the Debian packages (ListVmlet).
+func Vmlet(vmlet, vmctl string) Spec {
+	s := base()
+	s.Ref = VmletRef
+	s.Files = append(s.Files,
+		File{Source: vmlet, Path: "/usr/bin/vmlet", Mode: 0o755},
+		File{Source: vmctl, Path: "/usr/bin/vmctl", Mode: 0o755})
+	s.Entrypoint = []string{"/usr/bin/vmlet"}
+	return s
+}
+
+// Launcher is vmlet.dev/vmlet-launcher:dev without its QEMU files: vmlet-launcher at
+// /usr/bin, run as the non-root qemu user (LauncherUID). QEMU, qemu-img, firmware and their
+// libraries come from the Debian packages (ListLauncher).
+func Launcher(launcher string) Spec {
+	s := base()
+	s.Ref = LauncherRef
+	s.Files = append(s.Files, File{Source: launcher, Path: "/usr/bin/vmlet-launcher", Mode: 0o755})
+	s.Entrypoint = []string{"/usr/bin/vmlet-launcher"}
+	s.User = LauncherUID + ":" + LauncherUID
+	s.WorkingDir = "/tmp"
+	return s
+}

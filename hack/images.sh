@@ -13,6 +13,9 @@
 # changed costs well under a second. Builds serialise on a flock and happen in a temp folder
 # renamed into place. The images are reproducible: the same key gives the same digests.
 #
+# With --out DIR it builds into DIR whatever the cache holds (TestImages rebuilds this way to
+# compare digests); the downloaded packages are still shared.
+#
 # Equivalent by hand: CGO_ENABLED=0 go build -trimpath ./cmd/...; apt-get download the QEMU
 # packages; dpkg-deb -x each; then a Dockerfile FROM scratch with COPY of the files in
 # internal/imagebuild/qemu-files.txt, docker build, skopeo copy to oci-archive.
@@ -24,6 +27,12 @@ die() { echo "images: error: $*" >&2; exit "${2:-1}"; }
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 command -v go >/dev/null || die "go not found" 3
+force_out=
+if [ "${1:-}" = --out ]; then
+  [ -n "${2:-}" ] || die "--out needs a folder"
+  mkdir -p "$2"
+  force_out=$(cd "$2" && pwd)
+fi
 cache=${VMLET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmlet}/images
 mkdir -p "$cache"
 
@@ -85,7 +94,8 @@ key=$({
   echo "$resolved"
 } | sha256sum | cut -c1-16)
 out="$cache/$key"
-if [ -f "$out/images.txt" ]; then
+[ -n "$force_out" ] && out=$force_out
+if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
   touch "$out"
   cat "$out/images.txt" >&2
   echo "$out"
@@ -98,7 +108,7 @@ if ! flock -n 9; then
   say "waiting for another build (lock $cache/.lock)"
   flock 9
 fi
-if [ -f "$out/images.txt" ]; then
+if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
   cat "$out/images.txt" >&2
   echo "$out"
   exit 0
@@ -140,8 +150,12 @@ for spec in "${specs[@]}"; do
 done
 
 "$tmp/imagebuild" --out "$tmp/out" --bin "$tmp/bin" --root "$tmp/root" --qemu-files "$list" >"$tmp/out/images.txt"
-rm -rf "$out"
-mv "$tmp/out" "$out"
+if [ -n "$force_out" ]; then
+  mv "$tmp"/out/* "$out"/
+else
+  rm -rf "$out"
+  mv "$tmp/out" "$out"
+fi
 # Image folders unused for 30 days go (only <key> folders: local-images.sh keeps others here).
 find "$cache" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9a-f]\{16\}' -mtime +30 \
   -exec rm -rf {} + 2>/dev/null || true

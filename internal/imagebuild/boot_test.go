@@ -23,6 +23,8 @@ type bootOptions struct {
 	dir    string // where the disk overlay, the CD-ROM and the sockets go
 	tap    string // a tap in QEMU's network namespace for a virtio NIC; "" means no NIC
 	full   bool   // every device vmlet can give a VM: disks (virtio qcow2, SCSI, SATA CD-ROM), RNG, balloon, VGA + VNC
+	ready  func(*qemu.VM) // called once the guest is ready, before QEMU quits
+	owner  int            // uid and gid that get the overlay (QEMU's user); 0 keeps root's
 }
 
 // bootGuest starts the test guest through vmlet's qemu package (the argv and QMP device adds
@@ -33,6 +35,11 @@ func bootGuest(t *testing.T, o bootOptions) {
 	overlay := filepath.Join(o.dir, "data.qcow2")
 	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", g.DataDisk, overlay).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create overlay: %v\n%s", err, out)
+	}
+	if o.owner != 0 {
+		if err := os.Chown(overlay, o.owner, o.owner); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log := filepath.Join(o.dir, "serial.log")
 	spec := &qemu.Spec{
@@ -69,6 +76,9 @@ func bootGuest(t *testing.T, o bootOptions) {
 		b, _ := os.ReadFile(log)
 		return strings.Contains(string(b), testguest.MarkerReady), poll.Tail(string(b), 400)
 	})
+	if o.ready != nil {
+		o.ready(vm)
+	}
 	if err := vm.Quit(ctx); err != nil {
 		t.Fatalf("quit qemu: %v", err)
 	}

@@ -19,10 +19,10 @@ const bootTimeout = 3 * time.Minute
 
 // bootOptions say what bootGuest attaches besides the kernel, serial console and agent.
 type bootOptions struct {
-	binary string // the emulator (a wrapper script); "" means qemu-system-x86_64 from PATH
-	dir    string // where the disk overlay, the CD-ROM and the sockets go
-	tap    string // a tap in QEMU's network namespace for a virtio NIC; "" means no NIC
-	full   bool   // every device vmlet can give a VM: disks (virtio qcow2, SCSI, SATA CD-ROM), RNG, balloon, VGA + VNC
+	binary string         // the emulator (a wrapper script); "" means qemu-system-x86_64 from PATH
+	dir    string         // where the disk overlay, the CD-ROM and the sockets go
+	tap    string         // a tap in QEMU's network namespace for a virtio NIC; "" means no NIC
+	full   bool           // every device vmlet can give a VM: disks (virtio qcow2, SCSI, SATA CD-ROM), RNG, balloon, VGA + VNC
 	ready  func(*qemu.VM) // called once the guest is ready, before QEMU quits
 	owner  int            // uid and gid that get the overlay (QEMU's user); 0 keeps root's
 }

@@ -3,9 +3,9 @@ package imagebuild
 import (
 	"bytes"
 	"debug/elf"
-	"io"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -83,7 +83,13 @@ fi
 
 # --- key --------------------------------------------------------------------------------------
 sources_hash() {
-  git ls-files -z -co --exclude-standard -- '*.go' go.mod go.sum internal/imagebuild hack/images.sh |
+  if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then # a source tarball, not a checkout
+    find . -path ./bin -prune -o -type f \( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum \
+      -o -path ./internal/imagebuild/qemu-files.txt -o -path ./hack/images.sh \) -print0 |
+      sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+    return
+  fi
+  git ls-files -z -co --exclude-standard -- '*.go' ':!*_test.go' go.mod go.sum internal/imagebuild/qemu-files.txt hack/images.sh |
     sort -z | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done |
     xargs -0 sha256sum | sha256sum | cut -c1-16
 }

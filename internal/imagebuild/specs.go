@@ -2,7 +2,7 @@ package imagebuild
 
 import "io/fs"
 
-// The uid and gid the launcher runs as (controllers/launcherpod.DefaultRunAsUser: KubeVirt's
+// LauncherUID is the uid and gid the launcher runs as (controllers/launcherpod.DefaultRunAsUser: KubeVirt's
 // qemu user). Everything in the launcher image is readable (and, for programs, executable) by
 // it: modes 0644/0755, owner root.
 const LauncherUID = "107"

@@ -11,6 +11,7 @@ declare -A probe=(
   [util-linux]=/usr/sbin/losetup
   [socat]=/usr/bin/socat
   [genisoimage]=/usr/bin/isoinfo
+  [strace]=/usr/bin/strace # internal/imagebuild TestQEMUFiles measures what QEMU opens
 )
 
 missing=()

@@ -45,10 +45,13 @@ func bootGuest(t *testing.T, o bootOptions) {
 	spec := &qemu.Spec{
 		Name:      "imagebuild-" + strings.ToLower(filepath.Base(o.dir)),
 		MemoryMiB: 256,
-		Boot:      qemu.Boot{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: testguest.BaseCmdline},
-		Serial:    &qemu.Serial{Socket: filepath.Join(o.dir, "serial.sock"), LogFile: log},
-		Agent:     &qemu.Agent{Socket: filepath.Join(o.dir, "qga.sock")},
-		Disks:     []qemu.Disk{{ID: "data", Path: overlay, Format: qemu.FormatQCOW2}},
+		// TCG whatever the host: QEMU loads its TCG accelerator as a module (accel-tcg-x86_64.so),
+		// which the image needs on hosts without usable KVM; KVM loads no file of its own.
+		Accel:  qemu.AccelTCG,
+		Boot:   qemu.Boot{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: testguest.BaseCmdline},
+		Serial: &qemu.Serial{Socket: filepath.Join(o.dir, "serial.sock"), LogFile: log},
+		Agent:  &qemu.Agent{Socket: filepath.Join(o.dir, "qga.sock")},
+		Disks:  []qemu.Disk{{ID: "data", Path: overlay, Format: qemu.FormatQCOW2}},
 	}
 	if o.full {
 		cd := filepath.Join(o.dir, "cd.iso")

@@ -23,6 +23,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 say() { echo "images: $*" >&2; }
+# summary prints images.txt readably on stderr: reference, digest, sizes.
+summary() {
+  awk '{printf "images: %-29s %s  %6.1f MB compressed  %6.1f MB uncompressed\n", $2, $3, $4 / 1e6, $5 / 1e6}' "$1" >&2
+}
 die() { echo "images: error: $*" >&2; exit "${2:-1}"; }
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -103,7 +107,7 @@ out="$cache/$key"
 [ -n "$force_out" ] && out=$force_out
 if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
   touch "$out"
-  cat "$out/images.txt" >&2
+  summary "$out/images.txt"
   echo "$out"
   exit 0
 fi
@@ -115,7 +119,7 @@ if ! flock -n 9; then
   flock 9
 fi
 if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
-  cat "$out/images.txt" >&2
+  summary "$out/images.txt"
   echo "$out"
   exit 0
 fi
@@ -166,5 +170,5 @@ fi
 find "$cache" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9a-f]\{16\}' -mtime +30 \
   -exec rm -rf {} + 2>/dev/null || true
 say "built in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s:"
-cat "$out/images.txt" >&2
+summary "$out/images.txt"
 echo "$out"

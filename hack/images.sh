@@ -47,15 +47,18 @@ roots=(qemu-system-x86 qemu-utils)
 for tool in apt-get apt-cache dpkg-deb flock sha256sum; do
   command -v "$tool" >/dev/null || die "$tool not found: the images are built from Debian packages" 3
 done
-mapfile -t packages < <(awk '!/^#/ && NF == 3 {print $2}' "$list" | sort -u)
-((${#packages[@]})) || die "$list names no package"
+mapfile -t listed < <(awk '!/^#/ && NF == 3 {print $2}' "$list" | sort -u)
+((${#listed[@]})) || die "$list names no package"
+# Besides QEMU's: the CA certificates the agent trusts when it pulls containerDisks over HTTPS.
+extra=(ca-certificates)
+packages=("${listed[@]}" "${extra[@]}")
 
 # --- resolve package versions (cached per state of the apt lists: apt-cache takes ~1 s) ---------
 resolve() {
   local closure missing=()
   closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances "${roots[@]}" 2>/dev/null | grep -v '^ ' | sort -u) || return 1
-  for p in "${packages[@]}"; do
+  for p in "${listed[@]}"; do
     grep -qx "$p" <<<"$closure" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -66,7 +69,7 @@ resolve() {
     /^[^ ]/ {pkg=$1; sub(/:$/, "", pkg)}
     /^  Candidate:/ {if ($2 == "(none)") exit 1; print pkg "=" $2}'
 }
-lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+lists_sig=$({ cat "$list"; echo "${extra[*]}"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
 resolved_file="$cache/resolved-$lists_sig"
 if [ -s "$resolved_file" ]; then
   resolved=$(cat "$resolved_file")
@@ -79,7 +82,7 @@ else
     say "apt lists lack the packages: apt-get update"
     apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
     resolved=$(resolve) || die "cannot resolve the QEMU packages after apt-get update"
-    lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+    lists_sig=$({ cat "$list"; echo "${extra[*]}"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
     resolved_file="$cache/resolved-$lists_sig"
   fi
   printf '%s\n' "$resolved" >"$resolved_file.$$" && mv "$resolved_file.$$" "$resolved_file"

@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,4 +233,49 @@ exec chroot --userspec=107:107 %[1]s /usr/bin/qemu-system-x86_64 "$@"' qemu "$@"
 		t.Logf("QEMU %s from the image booted the guest (pid %d, uid 107)", vm.Info().Version, vm.Info().PID)
 	}
 	bootGuest(t, bootOptions{binary: wrapper, dir: work, ready: checkQEMU, owner: 107, full: true})
+}
+
+// TestVmletImageTrustsCAs: the vmlet image holds the system roots where Go looks for them
+// (the agent pulls containerDisks over HTTPS), every certificate of the bundle parses, and the
+// image's files are owned by root and not writable by others.
+func TestVmletImageTrustsCAs(t *testing.T) {
+	prereq.Root(t)
+	root := t.TempDir()
+	unpackImage(t, filepath.Join(builtImages(t), "vmlet.tar"), root)
+	b, err := os.ReadFile(filepath.Join(root, CABundlePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			t.Errorf("certificate %d of the bundle: %v", n, err)
+		}
+		n++
+	}
+	if n < 100 {
+		t.Errorf("%s holds %d certificates, want Debian's ≥ 100", CABundlePath, n)
+	}
+	t.Logf("vmlet image: %d CA certificates", n)
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.Type()&os.ModeSymlink != 0 {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if p != root && (st.Uid != 0 || st.Gid != 0 || (fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0)) {
+			t.Errorf("%s: owner %d:%d mode %v; want root's, not writable by others", strings.TrimPrefix(p, root), st.Uid, st.Gid, fi.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -101,7 +101,7 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (default 30s; FUZZ=regexp pi
 	@hack/fuzz.sh
 
 .PHONY: test
-test: deps assets ## Run the whole test suite against real QEMU, kernel and API server (root).
+test: deps assets images ## Run the whole test suite against real QEMU, kernel, API server and a real kubelet + containerd (root).
 	@echo "test: go test $(PKGS) (progress: one line per finished test)" >&2
 	go test $(GO_TEST_FLAGS) -p $(GO_TEST_P) -json $(PKGS) | go run ./hack/testreport
 

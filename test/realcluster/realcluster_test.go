@@ -241,6 +241,35 @@ func TestRealCluster(t *testing.T) {
 	}
 	t.Logf("FIGURE realcluster graceful delete: %s (marker %s)", gone.Round(time.Millisecond), b)
 
+	// A crash of the process that ran Start (daemons dead, pods, mounts, chains left): the next
+	// Start removes the stale state and brings up a working cluster.
+	t.Logf("crash: killed %d daemons; pods, mounts, chains and cgroups stay", c.CrashForTest())
+	if left := realcluster.Residue(realcluster.Options{}); len(left) == 0 {
+		t.Fatal("the crash left nothing behind: the recovery below would prove nothing")
+	}
+	t2 := time.Now()
+	c, err = realcluster.Start(ctx, realcluster.Options{PauseTar: pause, Log: os.Stderr})
+	if err != nil {
+		stopped = true
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE realcluster start after a crash (stale state removed): %s", time.Since(t2).Round(time.Millisecond))
+	if cs, err = kubernetes.NewForConfig(c.Config); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Get(ctx, "writer", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the crashed cluster's pod is still known after the restart: %v", err)
+	}
+	if err := c.ImportImage(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	again := pod("again", []string{"serve", ":8080", "/marker"}, []corev1.Volume{hostPathVol("marker", t.TempDir())},
+		[]corev1.VolumeMount{{Name: "marker", MountPath: "/marker"}})
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cs, "again", corev1.PodRunning)
+
 	// Stop leaves nothing.
 	t1 := time.Now()
 	if err := c.Stop(); err != nil {

@@ -51,6 +51,8 @@ type Cluster struct {
 	KubeletRootDir string
 	// Bin is the folder holding the control-plane binaries.
 	Bin string
+	// LockWait is how long Start waited for another cluster to go.
+	LockWait time.Duration
 
 	l    layout
 	lock *os.File
@@ -123,7 +125,12 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		fmt.Fprintf(o.Log, "realcluster: %s: done in %s\n", name, time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
-	if err := step("take the cluster lock "+LockPath, func() (err error) { c.lock, err = acquireLock(ctx); return }); err != nil {
+	if err := step("take the cluster lock "+LockPath, func() (err error) {
+		t0 := time.Now()
+		c.lock, err = acquireLock(ctx, o.Log)
+		c.LockWait = time.Since(t0)
+		return
+	}); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -100,8 +100,8 @@ func startAPIServer(ctx context.Context, l layout, bin string) (*envtest.Control
 	defer apiLog.Close()
 	etcd := &envtest.Etcd{Path: filepath.Join(bin, "etcd"), DataDir: l.etcd(), Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute}
 	as := &envtest.APIServer{Path: filepath.Join(bin, "kube-apiserver"), CertDir: l.apiserver(), Out: apiLog, Err: apiLog, StartTimeout: 3 * time.Minute}
-	as.SecureServing.Address = Gateway.String()
-	as.SecureServing.CA = ca
+	as.Address = Gateway.String()
+	as.CA = ca
 	a := as.Configure()
 	a.Set("advertise-address", Gateway.String())
 	a.Set("service-cluster-ip-range", ServiceSubnet.String())

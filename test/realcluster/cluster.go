@@ -162,7 +162,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		{"start etcd and kube-apiserver", func() (err error) { cp, err = startAPIServer(ctx, l, c.Bin); return }},
 		{"write the kubeconfigs", func() error { return c.writeUsers(cp) }},
 		{"route the kubernetes Service to the API server", func() error {
-			port, err := strconv.Atoi(cp.APIServer.SecureServing.Port)
+			port, err := strconv.Atoi(cp.APIServer.Port)
 			if err != nil {
 				return err
 			}

@@ -21,11 +21,11 @@ func Up(ctx context.Context, o Options) (c *Cluster, reused bool, err error) {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
 	if lockHeld() {
-		if c, err := attach(ctx, l, o); err == nil {
+		c, err := attach(ctx, l, o)
+		if err == nil {
 			return c, true, nil
-		} else {
-			fmt.Fprintf(o.Log, "realcluster: the cluster that holds the lock is not healthy (%v): replacing it\n", err)
 		}
+		fmt.Fprintf(o.Log, "realcluster: the cluster that holds the lock is not healthy (%v): replacing it\n", err)
 		if err := teardown(l, o.Log, true); err != nil {
 			return nil, false, err
 		}

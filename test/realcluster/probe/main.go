@@ -78,7 +78,10 @@ func get(url string) error {
 				fmt.Printf("%s\n", b)
 				return nil
 			}
-			err = fmt.Errorf("status %d, %v", resp.StatusCode, rerr)
+			err = rerr
+			if err == nil {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
 		}
 		if time.Now().After(deadline) {
 			return err

@@ -193,11 +193,26 @@ func (c *Cluster) Stop() error {
 	return err
 }
 
-// Down tears down the cluster that runs on this machine (from any process), or does nothing
-// when none runs.
+// ErrBusy: the lock is held by a cluster that a test (Start, not Up) runs; Down leaves it alone.
+var ErrBusy = errors.New("a test's cluster holds the lock")
+
+// Down tears down the cluster that Up started (from any process), or removes what a crashed
+// run left (holding the lock meanwhile), or does nothing when nothing is there. A cluster a
+// test started with Start is not touched: ErrBusy.
 func Down(o Options) error {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
+	f, err := tryLock()
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		defer f.Close()
+		return teardown(l, o.Log, false)
+	}
+	if !detached(l) {
+		return fmt.Errorf("%w (%s): it stops when its test ends", ErrBusy, lockHolders())
+	}
 	if err := teardown(l, o.Log, false); err != nil {
 		return err
 	}

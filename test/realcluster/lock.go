@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,22 @@ func acquireLock(ctx context.Context, log io.Writer) (*os.File, error) {
 	}
 }
 
+// tryLock takes the lock if it is free (nil, nil when another process holds it).
+func tryLock() (*os.File, error) {
+	f, err := os.OpenFile(LockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("flock %s: %w", LockPath, err)
+	}
+	return f, nil
+}
+
 // lockHeld reports whether some process holds the cluster lock.
 func lockHeld() bool {
 	f, err := os.OpenFile(LockPath, os.O_RDWR, 0)
@@ -62,6 +79,9 @@ func lockHolders() string {
 	for _, fd := range fds {
 		if t, err := os.Readlink(fd); err == nil && t == LockPath {
 			pid := strings.Split(fd, "/")[2]
+			if pid == strconv.Itoa(os.Getpid()) {
+				continue
+			}
 			b, _ := os.ReadFile("/proc/" + pid + "/comm")
 			out = append(out, pid+" "+strings.TrimSpace(string(b)))
 		}

@@ -112,10 +112,10 @@ func PauseTar(log io.Writer) (string, error) {
 
 // Start brings up the cluster (see the package doc) and waits until the node is Ready and the
 // default ServiceAccount exists. It waits for the machine's cluster lock until ctx ends.
-func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
-	c = &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
+	c := &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
 	step := func(name string, f func() error) error {
 		t0 := time.Now()
 		fmt.Fprintf(o.Log, "realcluster: %s...\n", name)
@@ -184,16 +184,30 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// Stop tears the cluster down, leaving nothing (see the package doc), and releases the lock.
+// Stop tears the cluster down, leaving nothing (see the package doc), and releases the lock;
+// anything left is an error.
 func (c *Cluster) Stop() error {
-	err := teardown(c.l, c.log, false)
-	if c.lock != nil {
-		_ = c.lock.Close()
+	left, err := c.StopAndResidue()
+	if err == nil && len(left) > 0 {
+		err = fmt.Errorf("left after stop: %s", strings.Join(left, "; "))
 	}
 	return err
 }
 
-// ErrBusy: the lock is held by a cluster that a test (Start, not Up) runs; Down leaves it alone.
+// StopAndResidue tears the cluster down and lists what is left (see residue), checked while
+// the lock is still held so that the next cluster (another test waiting for the lock) cannot
+// be mistaken for leftovers; then it releases the lock.
+func (c *Cluster) StopAndResidue() ([]string, error) {
+	err := teardown(c.l, c.log, false)
+	left := residue(c.l)
+	if c.lock != nil {
+		_ = c.lock.Close()
+		c.lock = nil
+	}
+	return left, err
+}
+
+// ErrBusy means the lock is held by a cluster that a test (Start, not Up) runs; Down leaves it alone.
 var ErrBusy = errors.New("a test's cluster holds the lock")
 
 // Down tears down the cluster that Up started (from any process), or removes what a crashed
@@ -213,17 +227,41 @@ func Down(o Options) error {
 	if !detached(l) {
 		return fmt.Errorf("%w (%s): it stops when its test ends", ErrBusy, lockHolders())
 	}
-	if err := teardown(l, o.Log, false); err != nil {
+	// Up's cluster: its daemons hold the lock. Kill them, then clean up under the lock; if a
+	// waiting Start takes the lock first, its own stale cleanup does the rest.
+	if _, err := killAll(l); err != nil {
 		return err
 	}
-	return nil
+	var lerr error
+	deadline := time.Now().Add(10 * time.Second)
+	for f == nil && time.Now().Before(deadline) {
+		if f, lerr = tryLock(); lerr != nil {
+			return lerr
+		}
+		if f == nil && !detached(l) {
+			fmt.Fprintf(o.Log, "realcluster: another cluster's Start took the lock; it removes the rest\n")
+			return nil
+		}
+		if f == nil {
+			time.Sleep(50 * time.Millisecond) // the killed daemons' files close as they exit
+		}
+	}
+	if f == nil {
+		return fmt.Errorf("lock still held after killing the cluster (%s)", lockHolders())
+	}
+	defer f.Close()
+	return teardown(l, o.Log, false)
 }
 
-// Residue lists what is left on the machine of the cluster at the default (or given) layout;
-// empty after Stop.
+// Residue lists what is left on the machine of the cluster at the default (or given) layout,
+// and whether some process holds the lock; empty after Down.
 func Residue(o Options) []string {
 	o.defaults()
-	return residue(layout{Root: o.Root, Run: o.RunDir})
+	left := residue(layout{Root: o.Root, Run: o.RunDir})
+	if lockHeld() {
+		left = append(left, "lock: "+LockPath+" held ("+lockHolders()+")")
+	}
+	return left
 }
 
 // Kubectl runs kubectl against the cluster and returns its combined output.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,16 @@ func TestRealCluster(t *testing.T) {
 		t.Fatalf("client logs (through the API server and the kubelet): %v: %q", err, logs)
 	}
 
+	// A pod reaches the API server the in-cluster way: the kubernetes Service, the
+	// service-account token (token controller) and the root CA (controller-manager).
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("incluster", []string{"apiserver", "/version"}, nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cs, "incluster", corev1.PodSucceeded)
+	if logs, err := c.Kubectl(ctx, "logs", "incluster"); err != nil || !strings.Contains(string(logs), `"gitVersion"`) {
+		t.Fatalf("in-cluster /version: %v: %q", err, logs)
+	}
+
 	// A hostPath PersistentVolume bound to a claim by the real controller-manager, in a pod.
 	pvDir := t.TempDir()
 	fs := corev1.PersistentVolumeFilesystem
@@ -243,9 +254,12 @@ func TestRealCluster(t *testing.T) {
 
 	// A crash of the process that ran Start (daemons dead, pods, mounts, chains left): the next
 	// Start removes the stale state and brings up a working cluster.
-	t.Logf("crash: killed %d daemons; pods, mounts, chains and cgroups stay", c.CrashForTest())
-	if left := realcluster.Residue(realcluster.Options{}); len(left) == 0 {
-		t.Fatal("the crash left nothing behind: the recovery below would prove nothing")
+	killed, crashLeft := c.CrashForTest()
+	t.Logf("crash: killed %d daemons; %d things left behind (pods, mounts, chains, cgroups, ...)", killed, len(crashLeft))
+	for _, kind := range []string{"process", "mount", "cgroup", "iptables chain", "link", "folder"} {
+		if !slices.ContainsFunc(crashLeft, func(s string) bool { return strings.HasPrefix(s, kind) }) {
+			t.Fatalf("the crash left no %s behind: the recovery below would prove less than it says; left: %v", kind, crashLeft)
+		}
 	}
 	t2 := time.Now()
 	c, err = realcluster.Start(ctx, realcluster.Options{PauseTar: pause, Log: os.Stderr})
@@ -272,12 +286,13 @@ func TestRealCluster(t *testing.T) {
 
 	// Stop leaves nothing.
 	t1 := time.Now()
-	if err := c.Stop(); err != nil {
+	left, err := c.StopAndResidue()
+	stopped = true
+	if err != nil {
 		t.Fatal(err)
 	}
-	stopped = true
 	t.Logf("FIGURE realcluster stop: %s", time.Since(t1).Round(time.Millisecond))
-	if left := realcluster.Residue(realcluster.Options{}); len(left) > 0 {
+	if len(left) > 0 {
 		t.Fatalf("left after Stop:\n%s", strings.Join(left, "\n"))
 	}
 }

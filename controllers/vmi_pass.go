@@ -102,13 +102,19 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 	t0 := time.Now()
 	cpu := launcherpod.CPURequest(vmi)
 	procLabel, dirLabel := r.launcherLabels(vmi)
+	disks, err := launcherDisks(o.want.Storage)
+	if err != nil {
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
+		return nil, ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
+	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		// SELinux (local mode; gated on an enabled SELinux for the process label).
 		ProcessLabel: procLabel, DirLabel: dirLabel,
 		ID:    id,
 		Name:  vmi.Namespace + "/" + vmi.Name,
 		Args:  r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
-		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM, Disks: disks}),
 		// The weight its pod's CPU request would give it in cluster mode.
 		CPUMilli: cpu.MilliValue(),
 	})
@@ -270,4 +276,19 @@ func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.Virtual
 		return d, nil
 	}
 	return dom, nil
+}
+
+// launcherDisks are the block devices the VMI's disks open (block claims, ephemeral overlays'
+// backing devices): its launcher's device filter grants exactly these. The devices are looked
+// up before the launcher starts, so a block claim that is not there (yet) delays the start.
+func launcherDisks(p *storage.VMPlan) ([]devices.Disk, error) {
+	bds, err := p.BlockDevices()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]devices.Disk, 0, len(bds))
+	for _, b := range bds {
+		out = append(out, devices.Disk{Major: int64(b.Major), Minor: int64(b.Minor), ReadOnly: b.ReadOnly})
+	}
+	return out, nil
 }

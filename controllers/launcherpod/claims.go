@@ -30,8 +30,9 @@ const (
 	ReasonPVCNotSupported = "PVCNotSupported"
 )
 
-// MinClaimBytes is the smallest Filesystem claim vmlet makes a disk.img in: 1 MiB.
-const MinClaimBytes = 1 << 20
+// MinClaimBytes is the smallest Filesystem claim vmlet makes a disk.img in: 2 MiB (the image
+// leaves the file system its overhead and is 1 MiB aligned, so it is at least 1 MiB).
+const MinClaimBytes = 2 << 20
 
 // Claim is a claim a VMI's launcher pod mounts, resolved through its PersistentVolume.
 //

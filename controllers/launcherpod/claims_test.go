@@ -102,7 +102,7 @@ func TestResolveClaim(t *testing.T) {
 		{"unclean path", launcherpod.ClaimUse{Name: "disk"}, boundPVC(fs, "1Gi"), localPV("/mnt/../etc"), launcherpod.Claim{},
 			&launcherpod.ClaimProblem{Reason: "PVCNotSupported", Message: `PVC ns1/disk (PersistentVolume pv1): path "/mnt/../etc" is not an absolute clean path`}},
 		{"too small", launcherpod.ClaimUse{Name: "disk"}, boundPVC(fs, "4Ki"), localPV("/mnt/disks/pv1"), launcherpod.Claim{},
-			&launcherpod.ClaimProblem{Reason: "PVCNotSupported", Message: "PVC ns1/disk (PersistentVolume pv1): capacity 4096 bytes is too small for a disk image (at least 1048576)"}},
+			&launcherpod.ClaimProblem{Reason: "PVCNotSupported", Message: "PVC ns1/disk (PersistentVolume pv1): capacity 4096 bytes is too small for a disk image (at least 2097152)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,12 +14,12 @@ import (
 // errNotBlock says a launcher's device path is not a block device in its container.
 var errNotBlock = errors.New("not a block device")
 
-// ownDeviceNodes hands the block device nodes at paths inside the launcher's container (its
+// OwnDeviceNodes hands the block device nodes at paths inside the launcher's container (its
 // mount namespace, reached through /proc/<pid>/root with every path resolved inside that root)
 // to the launcher's user, read-write for it: the container runtime makes a volumeDevice's node
 // root's (as virt-handler does for virt-launcher's block volumes). Equivalent to:
 // nsenter -t PID -m chown UID:GID PATH && chmod u+rw PATH.
-func ownDeviceNodes(pid int, paths []string, u process.User) error {
+func OwnDeviceNodes(pid int, paths []string, u process.User) error {
 	if len(paths) == 0 {
 		return nil
 	}

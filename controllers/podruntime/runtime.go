@@ -137,7 +137,7 @@ func (r *Runtime) filter(id string, pid int, rules []devices.Rule, nodes []strin
 	if ok && p.filtered {
 		return nil
 	}
-	if err := ownDeviceNodes(pid, nodes, r.User); err != nil {
+	if err := OwnDeviceNodes(pid, nodes, r.User); err != nil {
 		return err
 	}
 	cg, err := cgroupOf(pid)

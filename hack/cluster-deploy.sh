@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "cluster-deploy: $*" >&2; }
-: "${KUBECONFIG:?KUBECONFIG must name the cluster's kubeconfig}"
+: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the cluster}"
 export KUBECONFIG
 timeout=${TIMEOUT:-300}
 sample=${SAMPLE:-config/samples/vmi-demo.yaml}

@@ -8,8 +8,11 @@
 #
 #   KUBECONFIG=... hack/cluster-deploy.sh
 #
-# KUBECTL names kubectl (default: the one on PATH, else the control plane build's in
-# $VMLET_CACHE). The cluster's node reaches no registry: the agent serves the test guest's
+# Environment (cmd/vmlet-cluster up sets the first three): KUBECONFIG (admin); KUBECTL names
+# kubectl (default: the one on PATH, else the control plane build's in $VMLET_CACHE);
+# CTR_ADDRESS, the cluster's containerd socket: when set, vmlet's images (hack/images.sh) are
+# imported first (ctr -n k8s.io images import), else they must be there already (the e2e tests
+# import them themselves). The cluster's node reaches no registry: the agent serves the test guest's
 # images from OCI layouts (hack/local-images.sh) copied under its state folder, which
 # config/realcluster's --image flags name. SAMPLE=none skips the sample VMI; TIMEOUT (seconds,
 # default 300) bounds each wait.
@@ -30,6 +33,14 @@ if [ -z "$kubectl" ]; then
   kubectl=$(ls -d "${VMLET_CACHE:-$HOME/.cache/vmlet}"/controlplane/*/kubectl 2>/dev/null | tail -n1 || true)
 fi
 [ -x "$kubectl" ] || { say "no kubectl (set KUBECTL)"; exit 1; }
+
+if [ -n "${CTR_ADDRESS:-}" ]; then
+  say "vmlet's images (hack/images.sh) into containerd $CTR_ADDRESS..."
+  images=$(hack/images.sh | tail -n1)
+  for f in vmlet.tar vmlet-launcher.tar; do
+    ctr --address "$CTR_ADDRESS" -n k8s.io images import "$images/$f" >&2
+  done
+fi
 
 say "test guest images (hack/local-images.sh) into $state/sources..."
 sources=$state/sources

@@ -275,18 +275,27 @@ func netnsHolders(ns string) []string {
 			out = append(out, strings.Split(p, "/")[2])
 		}
 	}
-	inode := strings.TrimSuffix(strings.TrimPrefix(ns, "net:["), "]")
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return out
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fs := strings.Fields(s.Text())
-		if len(fs) > 4 && fs[3] == "net:["+inode+"]" {
-			out = append(out, "mount "+fs[4])
+	// Pins in any mount namespace (the agent pod's is its own): one reader per namespace.
+	seen := map[string]bool{}
+	for _, p := range procs {
+		pid := strings.Split(p, "/")[2]
+		mnt, err := os.Readlink("/proc/" + pid + "/ns/mnt")
+		if err != nil || seen[mnt] {
+			continue
 		}
+		seen[mnt] = true
+		f, err := os.Open("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			fs := strings.Fields(s.Text())
+			if len(fs) > 4 && fs[3] == ns {
+				out = append(out, "mount "+fs[4]+" (in the mount namespace of "+pid+")")
+			}
+		}
+		f.Close()
 	}
 	return out
 }

@@ -99,7 +99,7 @@ func summary(vmi *vmletv1.VirtualMachineInstance) string {
 
 func conditionTrue(vmi *vmletv1.VirtualMachineInstance, typ string) bool {
 	for _, c := range vmi.Status.Conditions {
-		if string(c.Type) == typ {
+		if c.Type == typ {
 			return c.Status == "True"
 		}
 	}
@@ -180,7 +180,7 @@ func nodeFootprint(t *testing.T, vmi *vmletv1.VirtualMachineInstance, pod *corev
 	var unified string
 	for _, l := range strings.Split(string(cg), "\n") {
 		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 || !(f[0] == "0" || strings.Contains(f[1], "memory")) {
+		if len(f) != 3 || f[0] != "0" && !strings.Contains(f[1], "memory") {
 			continue
 		}
 		if !strings.Contains(f[2], "/"+podDir+"/") {

@@ -65,6 +65,9 @@ func runPackage(m *testing.M) int {
 			return 0, fmt.Errorf("start the cluster: %w", err)
 		}
 		tCluster := time.Since(t0) - tImages
+		if err := proxyAPIServer(cl.Config.Host); err != nil {
+			return 0, err
+		}
 		for _, f := range []string{"vmlet.tar", "vmlet-launcher.tar"} {
 			if err := cl.ImportImage(ctx, filepath.Join(images, f)); err != nil {
 				return 0, err

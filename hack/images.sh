@@ -23,6 +23,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 say() { echo "images: $*" >&2; }
+# summary prints images.txt readably on stderr: reference, digest, sizes.
+summary() {
+  awk '{printf "images: %-29s %s  %6.1f MB compressed  %6.1f MB uncompressed\n", $2, $3, $4 / 1e6, $5 / 1e6}' "$1" >&2
+}
 die() { echo "images: error: $*" >&2; exit "${2:-1}"; }
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -43,15 +47,18 @@ roots=(qemu-system-x86 qemu-utils)
 for tool in apt-get apt-cache dpkg-deb flock sha256sum; do
   command -v "$tool" >/dev/null || die "$tool not found: the images are built from Debian packages" 3
 done
-mapfile -t packages < <(awk '!/^#/ && NF == 3 {print $2}' "$list" | sort -u)
-((${#packages[@]})) || die "$list names no package"
+mapfile -t listed < <(awk '!/^#/ && NF == 3 {print $2}' "$list" | sort -u)
+((${#listed[@]})) || die "$list names no package"
+# Besides QEMU's: the CA certificates the agent trusts when it pulls containerDisks over HTTPS.
+extra=(ca-certificates)
+packages=("${listed[@]}" "${extra[@]}")
 
 # --- resolve package versions (cached per state of the apt lists: apt-cache takes ~1 s) ---------
 resolve() {
   local closure missing=()
   closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances "${roots[@]}" 2>/dev/null | grep -v '^ ' | sort -u) || return 1
-  for p in "${packages[@]}"; do
+  for p in "${listed[@]}"; do
     grep -qx "$p" <<<"$closure" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -62,7 +69,7 @@ resolve() {
     /^[^ ]/ {pkg=$1; sub(/:$/, "", pkg)}
     /^  Candidate:/ {if ($2 == "(none)") exit 1; print pkg "=" $2}'
 }
-lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+lists_sig=$({ cat "$list"; echo "${extra[*]}"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
 resolved_file="$cache/resolved-$lists_sig"
 if [ -s "$resolved_file" ]; then
   resolved=$(cat "$resolved_file")
@@ -75,7 +82,7 @@ else
     say "apt lists lack the packages: apt-get update"
     apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
     resolved=$(resolve) || die "cannot resolve the QEMU packages after apt-get update"
-    lists_sig=$({ cat "$list"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
+    lists_sig=$({ cat "$list"; echo "${extra[*]}"; stat -c '%n %s %Y' /var/lib/apt/lists/* 2>/dev/null; } | sha256sum | cut -c1-16)
     resolved_file="$cache/resolved-$lists_sig"
   fi
   printf '%s\n' "$resolved" >"$resolved_file.$$" && mv "$resolved_file.$$" "$resolved_file"
@@ -103,7 +110,7 @@ out="$cache/$key"
 [ -n "$force_out" ] && out=$force_out
 if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
   touch "$out"
-  cat "$out/images.txt" >&2
+  summary "$out/images.txt"
   echo "$out"
   exit 0
 fi
@@ -115,7 +122,7 @@ if ! flock -n 9; then
   flock 9
 fi
 if [ -z "$force_out" ] && [ -f "$out/images.txt" ]; then
-  cat "$out/images.txt" >&2
+  summary "$out/images.txt"
   echo "$out"
   exit 0
 fi
@@ -166,5 +173,5 @@ fi
 find "$cache" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9a-f]\{16\}' -mtime +30 \
   -exec rm -rf {} + 2>/dev/null || true
 say "built in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s:"
-cat "$out/images.txt" >&2
+summary "$out/images.txt"
 echo "$out"

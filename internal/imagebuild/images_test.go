@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,8 +183,8 @@ func stickyBit(mode int64) os.FileMode {
 // the image's file system unpacked from its archive, QEMU run in it with chroot as the
 // launcher's non-root user (107:107) in a private mount namespace (its own /proc, the test's
 // folders bound in, a minimal /dev), through vmlet's qemu package (the argv and QMP device adds
-// the launcher uses) with every device but the NIC (no tap in here): virtio, SCSI and SATA
-// disks, RNG, balloon, VGA + VNC. It proves qemu-files.txt holds all QEMU needs, and that the image's files
+// the launcher uses) with every device vmlet attaches: virtio, SCSI and SATA disks, a virtio NIC
+// on a tap owned by 107 in a network namespace of its own, RNG, balloon, VGA + VNC. It proves qemu-files.txt holds all QEMU needs, and that the image's files
 // are usable by the launcher's user.
 func TestLauncherImageBootsGuest(t *testing.T) {
 	prereq.Root(t)
@@ -203,13 +206,26 @@ func TestLauncherImageBootsGuest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, dev := range map[string]uint64{"null": unix.Mkdev(1, 3), "zero": unix.Mkdev(1, 5), "random": unix.Mkdev(1, 8), "urandom": unix.Mkdev(1, 9)} {
+	if err := os.MkdirAll(filepath.Join(root, "dev/net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, dev := range map[string]uint64{"null": unix.Mkdev(1, 3), "zero": unix.Mkdev(1, 5), "random": unix.Mkdev(1, 8),
+		"urandom": unix.Mkdev(1, 9), "net/tun": unix.Mkdev(10, 200)} {
 		if err := unix.Mknod(filepath.Join(root, "dev", name), unix.S_IFCHR|0o666, int(dev)); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chmod(filepath.Join(root, "dev", name), 0o666); err != nil { // past the umask
+			t.Fatal(err)
+		}
 	}
+	// The NIC: a tap owned by 107 in a network namespace of the test's own, as the launcher
+	// gets one (a non-root QEMU opens a tap it owns without CAP_NET_ADMIN).
+	ns := fmt.Sprintf("vmlet-li-%d", os.Getpid())
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "-n", ns, "tuntap", "add", "dev", "vtap0", "mode", "tap", "user", "107", "group", "107")
 	wrapper := filepath.Join(t.TempDir(), "qemu")
-	writeScript(t, wrapper, fmt.Sprintf(`exec unshare --mount --propagation private -- /bin/sh -c '
+	writeScript(t, wrapper, fmt.Sprintf(`exec ip netns exec `+ns+` unshare --mount --propagation private -- /bin/sh -c '
 mount -t proc proc %[1]s/proc && mount --bind %[2]s %[1]s%[2]s && mount --bind -o ro %[3]s %[1]s%[3]s &&
 exec chroot --userspec=107:107 %[1]s /usr/bin/qemu-system-x86_64 "$@"' qemu "$@"
 `, root, work, g))
@@ -229,5 +245,50 @@ exec chroot --userspec=107:107 %[1]s /usr/bin/qemu-system-x86_64 "$@"' qemu "$@"
 		}
 		t.Logf("QEMU %s from the image booted the guest (pid %d, uid 107)", vm.Info().Version, vm.Info().PID)
 	}
-	bootGuest(t, bootOptions{binary: wrapper, dir: work, ready: checkQEMU, owner: 107, full: true})
+	bootGuest(t, bootOptions{binary: wrapper, dir: work, ready: checkQEMU, owner: 107, full: true, tap: "vtap0"})
+}
+
+// TestVmletImageTrustsCAs: the vmlet image holds the system roots where Go looks for them
+// (the agent pulls containerDisks over HTTPS), every certificate of the bundle parses, and the
+// image's files are owned by root and not writable by others.
+func TestVmletImageTrustsCAs(t *testing.T) {
+	prereq.Root(t)
+	root := t.TempDir()
+	unpackImage(t, filepath.Join(builtImages(t), "vmlet.tar"), root)
+	b, err := os.ReadFile(filepath.Join(root, CABundlePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			t.Errorf("certificate %d of the bundle: %v", n, err)
+		}
+		n++
+	}
+	if n < 100 {
+		t.Errorf("%s holds %d certificates, want Debian's ≥ 100", CABundlePath, n)
+	}
+	t.Logf("vmlet image: %d CA certificates", n)
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.Type()&os.ModeSymlink != 0 {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if p != root && (st.Uid != 0 || st.Gid != 0 || (fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0)) {
+			t.Errorf("%s: owner %d:%d mode %v; want root's, not writable by others", strings.TrimPrefix(p, root), st.Uid, st.Gid, fi.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -9,7 +9,7 @@ import (
 // Inputs are the host folders the images are built from.
 type Inputs struct {
 	Bin       string // vmlet, vmctl, vmlet-launcher, vmlet-pause (static builds)
-	Root      string // the unpacked Debian packages of QEMUFiles ("" builds pause only)
+	Root      string // the unpacked Debian packages of QEMUFiles and ca-certificates ("" builds pause only)
 	QEMUFiles string // the list of QEMU's files (qemu-files.txt)
 }
 
@@ -38,6 +38,11 @@ func Specs(in Inputs) ([]Named, error) {
 	if err := fromRoot(&vmlet, in.Root, list, ListVmlet); err != nil {
 		return nil, err
 	}
+	bundle, err := CABundle(in.Root)
+	if err != nil {
+		return nil, err
+	}
+	vmlet.Files = append(vmlet.Files, File{Path: CABundlePath, Content: bundle})
 	launcher := Launcher(filepath.Join(in.Bin, "vmlet-launcher"))
 	if err := fromRoot(&launcher, in.Root, list, ListLauncher); err != nil {
 		return nil, err

@@ -65,9 +65,6 @@ func runPackage(m *testing.M) int {
 			return 0, fmt.Errorf("start the cluster: %w", err)
 		}
 		tCluster := time.Since(t0) - tImages
-		if err := proxyAPIServer(cl.Config.Host); err != nil {
-			return 0, err
-		}
 		for _, f := range []string{"vmlet.tar", "vmlet-launcher.tar"} {
 			if err := cl.ImportImage(ctx, filepath.Join(images, f)); err != nil {
 				return 0, err
@@ -158,10 +155,12 @@ func teardown(removeState bool) error {
 			errs = append(errs, fmt.Errorf("kubectl delete -k config/realcluster: %w: %s", err, out))
 		}
 	}
-	if err := cl.Stop(); err != nil {
+	// Checked under the cluster's lock: the next cluster (another package's) is not ours.
+	r, err := cl.StopAndResidue()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("stop the cluster: %w", err))
 	}
-	if r := realcluster.Residue(realcluster.Options{}); len(r) > 0 {
+	if len(r) > 0 {
 		errs = append(errs, fmt.Errorf("the cluster left %d things: %s", len(r), strings.Join(r, "; ")))
 	}
 	if mounts := mountsBelow(launcherRoot, nodeState); len(mounts) > 0 {

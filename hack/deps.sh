@@ -15,6 +15,7 @@ declare -A probe=(
   [containerd]=/usr/bin/containerd
   [runc]=/usr/sbin/runc
   [containernetworking-plugins]=/usr/lib/cni/bridge
+  [strace]=/usr/bin/strace # internal/imagebuild TestQEMUFiles measures what QEMU opens
 )
 
 missing=()

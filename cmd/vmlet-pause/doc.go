@@ -4,4 +4,5 @@
 // reaps the zombies that are reparented to it. It is a child subreaper too, so it reaps
 // orphans of its own descendants even when it is not PID 1. The equivalent of Kubernetes'
 // build/pause/linux/pause.c, in Go so it builds static with the rest of vmlet (CGO_ENABLED=0).
+// Once its signal handlers are in place it writes one line, "vmlet-pause: running", to stderr.
 package main

@@ -20,6 +20,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vmlet-pause: set child subreaper:", err)
 	}
 	reap() // children that exited before Notify
+	// One line, once the handlers are in place: a supervisor (or a test) can signal from here.
+	fmt.Fprintln(os.Stderr, "vmlet-pause: running")
 	for s := range sigs {
 		if s == syscall.SIGCHLD {
 			reap()

@@ -4,7 +4,9 @@
 // (<LauncherRoot>/<vmi uid>/launcher.sock, the same layout as the process runtime's), learns
 // the launcher's host PID from the socket's peer credentials (SO_PEERCRED translates it into
 // the agent's PID namespace; the agent runs with hostPID), and reads how a launcher ended from
-// its pod's container status.
+// its pod's container status. The launcher runs in its pod's PID namespace: the PIDs it
+// reports (QEMU's) are mapped to the agent's namespace by HostPID (the NSpid of the launcher's
+// children), so that status.launcher.pid names QEMU on the node.
 //
 // What the agent still does itself, as virt-handler does: it installs vmlet's eBPF device
 // program on the launcher container's cgroup (replacing runc's while keeping runc's default

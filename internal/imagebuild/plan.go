@@ -16,7 +16,8 @@ func Plan(spec Spec) ([]Entry, error) {
 			return &SpecError{Field: field, Reason: "path " + quote(p) + " must be absolute, clean and not /"}
 		}
 		e.Name = strings.TrimPrefix(p, "/")
-		if old, dup := byName[e.Name]; dup && !(old.Type == TypeDir && e.Type == TypeDir && old.Mode == e.Mode) {
+		// The same folder named twice alike is harmless; anything else twice is an error.
+		if old, dup := byName[e.Name]; dup && (old.Type != TypeDir || e.Type != TypeDir || old.Mode != e.Mode) {
 			return &SpecError{Field: field, Reason: "path " + quote(p) + " is given twice"}
 		}
 		byName[e.Name] = e

@@ -52,6 +52,7 @@ type Dir struct {
 // EntryType is the kind of a layer entry.
 type EntryType int
 
+// Entry types: a folder, a regular file, a symbolic link.
 const (
 	TypeDir EntryType = iota
 	TypeFile

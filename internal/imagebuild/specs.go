@@ -2,7 +2,7 @@ package imagebuild
 
 import "io/fs"
 
-// The uid and gid the launcher runs as (controllers/launcherpod.DefaultRunAsUser: KubeVirt's
+// LauncherUID is the uid and gid the launcher runs as (controllers/launcherpod.DefaultRunAsUser: KubeVirt's
 // qemu user). Everything in the launcher image is readable (and, for programs, executable) by
 // it: modes 0644/0755, owner root.
 const LauncherUID = "107"
@@ -42,4 +42,30 @@ func base() Spec {
 		},
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
+}
+
+// Vmlet is vmlet.dev/vmlet:dev without its QEMU files: the vmlet (agent and controller) and
+// vmctl binaries at /usr/bin, run as root (the agent's pod is privileged). The agent runs
+// qemu-img (storage/qemuimg); its files come from the Debian packages (ListVmlet).
+func Vmlet(vmlet, vmctl string) Spec {
+	s := base()
+	s.Ref = VmletRef
+	s.Files = append(s.Files,
+		File{Source: vmlet, Path: "/usr/bin/vmlet", Mode: 0o755},
+		File{Source: vmctl, Path: "/usr/bin/vmctl", Mode: 0o755})
+	s.Entrypoint = []string{"/usr/bin/vmlet"}
+	return s
+}
+
+// Launcher is vmlet.dev/vmlet-launcher:dev without its QEMU files: vmlet-launcher at
+// /usr/bin, run as the non-root qemu user (LauncherUID). QEMU, qemu-img, firmware and their
+// libraries come from the Debian packages (ListLauncher).
+func Launcher(launcher string) Spec {
+	s := base()
+	s.Ref = LauncherRef
+	s.Files = append(s.Files, File{Source: launcher, Path: "/usr/bin/vmlet-launcher", Mode: 0o755})
+	s.Entrypoint = []string{"/usr/bin/vmlet-launcher"}
+	s.User = LauncherUID + ":" + LauncherUID
+	s.WorkingDir = "/tmp"
+	return s
 }

@@ -3,9 +3,11 @@ package realcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,8 +102,13 @@ func startAPIServer(ctx context.Context, l layout, bin string) (*envtest.Control
 	defer apiLog.Close()
 	etcd := &envtest.Etcd{Path: filepath.Join(bin, "etcd"), DataDir: l.etcd(), Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute}
 	as := &envtest.APIServer{Path: filepath.Join(bin, "kube-apiserver"), CertDir: l.apiserver(), Out: apiLog, Err: apiLog, StartTimeout: 3 * time.Minute}
-	as.SecureServing.Address = Gateway.String()
-	as.SecureServing.CA = ca
+	// Both address and port set, or envtest picks 127.0.0.1 with a free port of its own.
+	port, err := freePort(Gateway)
+	if err != nil {
+		return nil, err
+	}
+	as.Address, as.Port = Gateway.String(), strconv.Itoa(port)
+	as.CA = ca
 	a := as.Configure()
 	a.Set("advertise-address", Gateway.String())
 	a.Set("service-cluster-ip-range", ServiceSubnet.String())
@@ -151,4 +158,14 @@ func (c *Cluster) writeUsers(cp *envtest.ControlPlane) error {
 		return fmt.Errorf("unexpected API server URL %q", c.Config.Host)
 	}
 	return nil
+}
+
+// freePort is a TCP port free on addr now.
+func freePort(addr netip.Addr) (int, error) {
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+	if err != nil {
+		return 0, fmt.Errorf("find a free port on %s: %w", addr, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

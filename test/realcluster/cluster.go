@@ -51,6 +51,8 @@ type Cluster struct {
 	KubeletRootDir string
 	// Bin is the folder holding the control-plane binaries.
 	Bin string
+	// LockWait is how long Start waited for another cluster to go.
+	LockWait time.Duration
 
 	l    layout
 	lock *os.File
@@ -110,10 +112,10 @@ func PauseTar(log io.Writer) (string, error) {
 
 // Start brings up the cluster (see the package doc) and waits until the node is Ready and the
 // default ServiceAccount exists. It waits for the machine's cluster lock until ctx ends.
-func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
-	c = &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
+	c := &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
 	step := func(name string, f func() error) error {
 		t0 := time.Now()
 		fmt.Fprintf(o.Log, "realcluster: %s...\n", name)
@@ -123,7 +125,12 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		fmt.Fprintf(o.Log, "realcluster: %s: done in %s\n", name, time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
-	if err := step("take the cluster lock "+LockPath, func() (err error) { c.lock, err = acquireLock(ctx); return }); err != nil {
+	if err := step("take the cluster lock "+LockPath, func() (err error) {
+		t0 := time.Now()
+		c.lock, err = acquireLock(ctx, o.Log)
+		c.LockWait = time.Since(t0)
+		return
+	}); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -155,7 +162,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		{"start etcd and kube-apiserver", func() (err error) { cp, err = startAPIServer(ctx, l, c.Bin); return }},
 		{"write the kubeconfigs", func() error { return c.writeUsers(cp) }},
 		{"route the kubernetes Service to the API server", func() error {
-			port, err := strconv.Atoi(cp.APIServer.SecureServing.Port)
+			port, err := strconv.Atoi(cp.APIServer.Port)
 			if err != nil {
 				return err
 			}
@@ -177,31 +184,84 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// Stop tears the cluster down, leaving nothing (see the package doc), and releases the lock.
+// Stop tears the cluster down, leaving nothing (see the package doc), and releases the lock;
+// anything left is an error.
 func (c *Cluster) Stop() error {
-	err := teardown(c.l, c.log, false)
-	if c.lock != nil {
-		_ = c.lock.Close()
+	left, err := c.StopAndResidue()
+	if err == nil && len(left) > 0 {
+		err = fmt.Errorf("left after stop: %s", strings.Join(left, "; "))
 	}
 	return err
 }
 
-// Down tears down the cluster that runs on this machine (from any process), or does nothing
-// when none runs.
+// StopAndResidue tears the cluster down and lists what is left (see residue), checked while
+// the lock is still held so that the next cluster (another test waiting for the lock) cannot
+// be mistaken for leftovers; then it releases the lock.
+func (c *Cluster) StopAndResidue() ([]string, error) {
+	err := teardown(c.l, c.log, false)
+	left := residue(c.l)
+	if c.lock != nil {
+		_ = c.lock.Close()
+		c.lock = nil
+	}
+	return left, err
+}
+
+// ErrBusy means the lock is held by a cluster that a test (Start, not Up) runs; Down leaves it alone.
+var ErrBusy = errors.New("a test's cluster holds the lock")
+
+// Down tears down the cluster that Up started (from any process), or removes what a crashed
+// run left (holding the lock meanwhile), or does nothing when nothing is there. A cluster a
+// test started with Start is not touched: ErrBusy.
 func Down(o Options) error {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
-	if err := teardown(l, o.Log, false); err != nil {
+	f, err := tryLock()
+	if err != nil {
 		return err
 	}
-	return nil
+	if f != nil {
+		defer f.Close()
+		return teardown(l, o.Log, false)
+	}
+	if !detached(l) {
+		return fmt.Errorf("%w (%s): it stops when its test ends", ErrBusy, lockHolders())
+	}
+	// Up's cluster: its daemons hold the lock. Kill them, then clean up under the lock; if a
+	// waiting Start takes the lock first, its own stale cleanup does the rest.
+	if _, err := killAll(l); err != nil {
+		return err
+	}
+	var lerr error
+	deadline := time.Now().Add(10 * time.Second)
+	for f == nil && time.Now().Before(deadline) {
+		if f, lerr = tryLock(); lerr != nil {
+			return lerr
+		}
+		if f == nil && !detached(l) {
+			fmt.Fprintf(o.Log, "realcluster: another cluster's Start took the lock; it removes the rest\n")
+			return nil
+		}
+		if f == nil {
+			time.Sleep(50 * time.Millisecond) // the killed daemons' files close as they exit
+		}
+	}
+	if f == nil {
+		return fmt.Errorf("lock still held after killing the cluster (%s)", lockHolders())
+	}
+	defer f.Close()
+	return teardown(l, o.Log, false)
 }
 
-// Residue lists what is left on the machine of the cluster at the default (or given) layout;
-// empty after Stop.
+// Residue lists what is left on the machine of the cluster at the default (or given) layout,
+// and whether some process holds the lock; empty after Down.
 func Residue(o Options) []string {
 	o.defaults()
-	return residue(layout{Root: o.Root, Run: o.RunDir})
+	left := residue(layout{Root: o.Root, Run: o.RunDir})
+	if lockHeld() {
+		left = append(left, "lock: "+LockPath+" held ("+lockHolders()+")")
+	}
+	return left
 }
 
 // Kubectl runs kubectl against the cluster and returns its combined output.

@@ -11,6 +11,10 @@
 // of them lives (a detached `vmlet-cluster up` cluster holds it after the command exited), and
 // is free again when they are all gone, crashed or stopped. Start then first removes whatever a
 // crashed run left behind (the same teardown as Stop), so a killed test never blocks the next.
+// A test's cluster (Start) dies with the test (parent-death signal on the daemons); Up (`make
+// cluster-up`) starts the daemons detached and marks the cluster so: a second Up keeps it when
+// it is healthy, Down stops only such a cluster (or a crashed one's leftovers, under the lock)
+// and refuses a running test's cluster with ErrBusy.
 //
 // Layout (Options.Root, default /var/lib/vmlet-cluster; Options.RunDir, default
 // /run/vmlet-cluster): etcd/, apiserver/ (certificates, service-account key), pki/ (the CAs),
@@ -22,7 +26,10 @@
 // Cgroups: the kubelet uses the cgroupfs driver (this host has no systemd) with cgroupRoot
 // /vmlet-cluster, so kubepods lives at /sys/fs/cgroup/<controller>/vmlet-cluster/kubepods/...
 // in every cgroup-v1 controller and in the unified (v2) hierarchy of this hybrid host;
-// failCgroupV1 is false because the host is cgroup-v1 hybrid.
+// failCgroupV1 is false because the host is cgroup-v1 hybrid. runc keeps its state in
+// run/runc. containerd runs with restrict_oom_score_adj: these machines give root no
+// CAP_SYS_RESOURCE, so the kubelet's oom_score_adj of -998 for sandboxes would make runc fail
+// ("failed to update /proc/self/oom_score_adj: Permission denied"); pods get containerd's.
 //
 // Network: the pod network is the CNI bridge vmletrc0 with 172.30.0.1/24 (host-local IPAM,
 // pods from 172.30.0.10; ipMasq and portmap, so CNI-* chains appear in iptables), chosen away from
@@ -44,6 +51,9 @@
 // layout are unmounted (kubelet's pod volumes, containerd's overlay and shm mounts, netns);
 // KUBE-* and CNI-* and VMLET-RC-* chains and the rules jumping to them are deleted (iptables and
 // ip6tables, filter/nat/mangle); the cgroups are removed in every hierarchy; the bridge and the
-// veths go; the folders and kubelet's /var/log/containers links are removed. Residue lists what
+// veths go; the folders, kubelet's /var/log/containers links and libcni's cached results
+// (/var/lib/cni/results/vmlet-cluster-*, a folder containerd 1.6 does not let us move) are
+// removed. The lock file itself stays (an unlocked empty file). The bridge plugin turns on
+// net.ipv4.ip_forward, which is left on. Residue lists what
 // is left of each kind, so callers can assert it is nothing.
 package realcluster

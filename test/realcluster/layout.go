@@ -56,6 +56,7 @@ func (l layout) userKubeconfig(n string) string {
 	return filepath.Join(l.Root, "kubeconfigs", n+".kubeconfig")
 }
 func (l layout) kubeletConfig() string { return filepath.Join(l.Root, "kubelet.yaml") }
+func (l layout) detachedMark() string  { return filepath.Join(l.Run, "detached") }
 func (l layout) pidFile() string       { return filepath.Join(l.Run, "pids") }
 
 // marks are strings that only this cluster's processes carry in their command lines.

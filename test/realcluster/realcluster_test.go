@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startTime := time.Since(t0)
+	startTime := time.Since(t0) - c.LockWait
 	stopped := false
 	t.Cleanup(func() {
 		if t.Failed() && !stopped {
@@ -124,7 +125,7 @@ func TestRealCluster(t *testing.T) {
 			_ = c.Stop()
 		}
 	})
-	t.Logf("FIGURE realcluster start: %s", startTime.Round(time.Millisecond))
+	t.Logf("FIGURE realcluster start: %s (cached binaries, fresh state; waited %s for the lock)", startTime.Round(time.Millisecond), c.LockWait.Round(time.Millisecond))
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +172,16 @@ func TestRealCluster(t *testing.T) {
 	logs, err := c.Kubectl(ctx, "logs", "client")
 	if err != nil || !strings.Contains(string(logs), "probe server") {
 		t.Fatalf("client logs (through the API server and the kubelet): %v: %q", err, logs)
+	}
+
+	// A pod reaches the API server the in-cluster way: the kubernetes Service, the
+	// service-account token (token controller) and the root CA (controller-manager).
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("incluster", []string{"apiserver", "/version"}, nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cs, "incluster", corev1.PodSucceeded)
+	if logs, err := c.Kubectl(ctx, "logs", "incluster"); err != nil || !strings.Contains(string(logs), `"gitVersion"`) {
+		t.Fatalf("in-cluster /version: %v: %q", err, logs)
 	}
 
 	// A hostPath PersistentVolume bound to a claim by the real controller-manager, in a pod.
@@ -241,14 +252,47 @@ func TestRealCluster(t *testing.T) {
 	}
 	t.Logf("FIGURE realcluster graceful delete: %s (marker %s)", gone.Round(time.Millisecond), b)
 
-	// Stop leaves nothing.
-	t1 := time.Now()
-	if err := c.Stop(); err != nil {
+	// A crash of the process that ran Start (daemons dead, pods, mounts, chains left): the next
+	// Start removes the stale state and brings up a working cluster.
+	killed, crashLeft := c.CrashForTest()
+	t.Logf("crash: killed %d daemons; %d things left behind (pods, mounts, chains, cgroups, ...)", killed, len(crashLeft))
+	for _, kind := range []string{"process", "mount", "cgroup", "iptables chain", "link", "folder"} {
+		if !slices.ContainsFunc(crashLeft, func(s string) bool { return strings.HasPrefix(s, kind) }) {
+			t.Fatalf("the crash left no %s behind: the recovery below would prove less than it says; left: %v", kind, crashLeft)
+		}
+	}
+	t2 := time.Now()
+	c, err = realcluster.Start(ctx, realcluster.Options{PauseTar: pause, Log: os.Stderr})
+	if err != nil {
+		stopped = true
 		t.Fatal(err)
 	}
+	t.Logf("FIGURE realcluster start after a crash (stale state removed): %s", (time.Since(t2) - c.LockWait).Round(time.Millisecond))
+	if cs, err = kubernetes.NewForConfig(c.Config); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Get(ctx, "writer", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the crashed cluster's pod is still known after the restart: %v", err)
+	}
+	if err := c.ImportImage(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	again := pod("again", []string{"serve", ":8080", "/marker"}, []corev1.Volume{hostPathVol("marker", t.TempDir())},
+		[]corev1.VolumeMount{{Name: "marker", MountPath: "/marker"}})
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cs, "again", corev1.PodRunning)
+
+	// Stop leaves nothing.
+	t1 := time.Now()
+	left, err := c.StopAndResidue()
 	stopped = true
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("FIGURE realcluster stop: %s", time.Since(t1).Round(time.Millisecond))
-	if left := realcluster.Residue(realcluster.Options{}); len(left) > 0 {
+	if len(left) > 0 {
 		t.Fatalf("left after Stop:\n%s", strings.Join(left, "\n"))
 	}
 }

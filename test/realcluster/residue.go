@@ -78,8 +78,5 @@ func residue(l layout) []string {
 			add("cni cache", p)
 		}
 	}
-	if lockHeld() {
-		add("lock", LockPath+" still held")
-	}
-	return out
+	return append(out, globalResidue()...)
 }

@@ -23,6 +23,7 @@ import (
 // nothing is there. With keepLogs the daemon logs are moved to /var/tmp first.
 func teardown(l layout, log io.Writer, keepLogs bool) error {
 	var errs []error
+	ids := shimIDs(l)
 	if n, err := killAll(l); err != nil {
 		errs = append(errs, err)
 	} else if n > 0 {
@@ -46,6 +47,7 @@ func teardown(l layout, log io.Writer, keepLogs bool) error {
 			}
 		}
 	}
+	errs = append(errs, removeGlobals(l, ids)...)
 	errs = append(errs, removeFiles(l)...)
 	return errors.Join(errs...)
 }
@@ -257,6 +259,9 @@ func deleteChains() []error {
 			}
 			for _, c := range ours {
 				if out, err := exec.Command(cmd, "-w", "-t", table, "-X", c).CombinedOutput(); err != nil {
+					if left, lerr := ourChains(cmd, table); lerr == nil && !slices.Contains(left, c) {
+						continue // gone already
+					}
 					errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", cmd, table, c, err, out))
 				}
 			}

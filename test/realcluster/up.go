@@ -20,12 +20,12 @@ func (c *Cluster) ContainerdSocket() string { return c.l.ctrSocket() }
 func Up(ctx context.Context, o Options) (c *Cluster, reused bool, err error) {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
-	if lockHeld() {
-		if c, err := attach(ctx, l, o); err == nil {
+	if lockHeld() && detached(l) {
+		c, err := attach(ctx, l, o)
+		if err == nil {
 			return c, true, nil
-		} else {
-			fmt.Fprintf(o.Log, "realcluster: the cluster that holds the lock is not healthy (%v): replacing it\n", err)
 		}
+		fmt.Fprintf(o.Log, "realcluster: the cluster that holds the lock is not healthy (%v): replacing it\n", err)
 		if err := teardown(l, o.Log, true); err != nil {
 			return nil, false, err
 		}
@@ -34,10 +34,19 @@ func Up(ctx context.Context, o Options) (c *Cluster, reused bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if err := os.WriteFile(l.detachedMark(), []byte("vmlet-cluster up\n"), 0o600); err != nil {
+		return nil, false, err
+	}
 	// The daemons hold the lock now; this process lets go of its copy.
 	_ = c.lock.Close()
 	c.lock = nil
 	return c, false, nil
+}
+
+// detached reports whether the cluster at l was started by Up (not by a test's Start).
+func detached(l layout) bool {
+	_, err := os.Stat(l.detachedMark())
+	return err == nil
 }
 
 // attach returns the running cluster at l if its API server answers and the node is Ready.

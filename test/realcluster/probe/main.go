@@ -5,12 +5,19 @@
 //	                              write MARKER_DIR/terminated and exit 0
 //	probe get URL                 GET URL until it answers (60 s at most), print the body
 //	probe write FILE TEXT         write TEXT to FILE, then sleep until SIGTERM
+//	probe apiserver PATH          GET PATH from the API server the in-cluster way (the
+//	                              kubernetes Service from the environment, the service-account
+//	                              token and CA), print the body
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -21,6 +28,11 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
+		if len(os.Args) == 2 && os.Args[1] == "apiserver" {
+			os.Args = append(os.Args, "/version")
+		}
+	}
+	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: probe serve ADDR MARKER_DIR | get URL | write FILE TEXT")
 		os.Exit(2)
 	}
@@ -30,6 +42,8 @@ func main() {
 		err = serve(os.Args[2], os.Args[3])
 	case "get":
 		err = get(os.Args[2])
+	case "apiserver":
+		err = apiserver(os.Args[2])
 	case "write":
 		if err = os.WriteFile(os.Args[2], []byte(os.Args[3]), 0o644); err == nil {
 			waitTerm()
@@ -78,11 +92,55 @@ func get(url string) error {
 				fmt.Printf("%s\n", b)
 				return nil
 			}
-			err = fmt.Errorf("status %d, %v", resp.StatusCode, rerr)
+			err = rerr
+			if err == nil {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
 		}
 		if time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func apiserver(path string) error {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return errors.New("no KUBERNETES_SERVICE_HOST/PORT in the environment")
+	}
+	token, err := os.ReadFile(filepath.Join(saDir, "token"))
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(filepath.Join(saDir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return errors.New("no certificate in ca.crt")
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(host, port)+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(token))
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	fmt.Printf("%s\n", b)
+	return nil
 }

@@ -129,6 +129,19 @@ func (r *VMIReconciler) peerCheck(uid types.UID) launcher.PeerCheck {
 	return nil
 }
 
+// PIDMapper is a launcher runtime whose launchers run in PID namespaces of their own (launcher
+// pods on a kubelet): QEMU's PID as a launcher reports it is one of that namespace, and
+// HostPID returns the same process's PID in the agent's namespace (the agent runs with
+// hostPID), which VMI status (status.launcher.pid) and everything acting on the process use.
+type PIDMapper interface {
+	HostPID(id string, pid int) (int, error)
+}
+
+// pidMapped is a Launcher whose reported PIDs can be mapped (grpcLauncher).
+type pidMapped interface {
+	mapPIDs(func(pid int) (int, error))
+}
+
 // LauncherRuntime runs launchers on this node: the process runtime in local mode (package
 // process); a pod runtime in clusters.
 type LauncherRuntime interface {

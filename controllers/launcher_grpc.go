@@ -22,6 +22,9 @@ import (
 type grpcLauncher struct {
 	c     *launcher.Client
 	paths launcher.Paths // of the launcher's run folder: its tap hand-over socket
+	// hostPID maps the PIDs the launcher reports (in its own PID namespace) to the agent's;
+	// nil: they are the same namespace (the process runtime).
+	hostPID func(pid int) (int, error)
 }
 
 var (
@@ -132,7 +135,7 @@ func (g *grpcLauncher) Pause(ctx context.Context) (DomainState, error) {
 	if err != nil {
 		return DomainState{}, err
 	}
-	return domainState(d)
+	return g.domainState(d)
 }
 
 func (g *grpcLauncher) Unpause(ctx context.Context) (DomainState, error) {
@@ -142,7 +145,7 @@ func (g *grpcLauncher) Unpause(ctx context.Context) (DomainState, error) {
 	if err != nil {
 		return DomainState{}, err
 	}
-	return domainState(d)
+	return g.domainState(d)
 }
 
 var domainPhases = map[pb.State]DomainPhase{
@@ -163,7 +166,24 @@ func (g *grpcLauncher) Domain(ctx context.Context) (DomainState, error) {
 	if err != nil {
 		return DomainState{}, err
 	}
-	return domainState(d)
+	return g.domainState(d)
+}
+
+// mapPIDs makes the launcher's reports carry PIDs of the agent's namespace (see PIDMapper).
+func (g *grpcLauncher) mapPIDs(f func(pid int) (int, error)) { g.hostPID = f }
+
+// domainState is domainState with QEMU's PID in the agent's PID namespace: 0 when it cannot
+// be mapped (QEMU just ended), never a PID of the launcher's namespace, which names another
+// process, or none, in the agent's.
+func (g *grpcLauncher) domainState(d *pb.Domain) (DomainState, error) {
+	s, err := domainState(d)
+	if err != nil || g.hostPID == nil || s.Pid == 0 {
+		return s, err
+	}
+	if s.Pid, err = g.hostPID(s.Pid); err != nil {
+		s.Pid = 0
+	}
+	return s, nil
 }
 
 // domainState converts the launcher's domain message.

@@ -39,7 +39,7 @@ func (g *grpcLauncher) SetCPUs(ctx context.Context, sockets int) (DomainState, e
 	if err != nil {
 		return DomainState{}, fmt.Errorf("set cpus: %w", err)
 	}
-	return domainState(resp.GetDomain())
+	return g.domainState(resp.GetDomain())
 }
 
 func (g *grpcLauncher) SetMemory(ctx context.Context, requestedMiB int) (DomainState, error) {
@@ -49,7 +49,7 @@ func (g *grpcLauncher) SetMemory(ctx context.Context, requestedMiB int) (DomainS
 	if err != nil {
 		return DomainState{}, fmt.Errorf("set memory: %w", err)
 	}
-	return domainState(resp.GetDomain())
+	return g.domainState(resp.GetDomain())
 }
 
 // hotChangeGiveUp is how long a change may wait on the guest (a vCPU it does not release,

@@ -361,6 +361,12 @@ func (r *VMIReconciler) connect(ctx context.Context, vmi *vmletv1.VirtualMachine
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher: %w", err)
 	}
+	if m, ok := r.Runtime.(PIDMapper); ok {
+		if pm, ok := l.(pidMapped); ok {
+			id := string(vmi.UID)
+			pm.mapPIDs(func(pid int) (int, error) { return m.HostPID(id, pid) })
+		}
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	c = &launcherConn{l: l, cancel: cancel, done: make(chan struct{})}
 	ns, name := vmi.Namespace, vmi.Name

@@ -1,15 +1,88 @@
 #!/usr/bin/env bash
-# The deploy step of `make cluster-up` (cmd/vmlet-cluster up runs it once the node is Ready):
-# deploy vmlet on the cluster ONLY through `kubectl apply -k config/...`, wait until the
-# controller and the agent are Ready, and boot a sample VMI.
+# Deploys vmlet onto the running single-node cluster of `make cluster-up` and boots a sample VMI:
+# the hook cluster-up calls once its cluster answers and vmlet's images are imported into the
+# node's containerd. Only `kubectl apply -k config/realcluster` deploys vmlet (CRDs, RBAC, the
+# controller Deployment, the agent DaemonSet); then it waits until both roll out Ready, applies
+# config/samples/vmi-demo.yaml and waits for it Running with its guest booted (the guest agent
+# connected: AgentConnected=True). Progress on stderr; idempotent (apply, then wait again).
 #
-# Owned by the `clusterrun` work (issue 16 part 6); the cluster side (test/realcluster) only
-# calls it. Environment it gets:
-#   KUBECONFIG          admin kubeconfig (/var/lib/vmlet-cluster/kubeconfig)
-#   KUBECTL             the kubectl built with the control plane
-#   CTR_ADDRESS         the cluster's containerd socket, for
-#                       `ctr --address "$CTR_ADDRESS" -n k8s.io images import FILE`
-#   VMLET_CLUSTER_NODE  the node's name
-# Progress goes to stderr; a non-zero exit fails `make cluster-up` (the cluster stays up).
+#   KUBECONFIG=... hack/cluster-deploy.sh
+#
+# Environment (cmd/vmlet-cluster up sets the first three): KUBECONFIG (admin); KUBECTL names
+# kubectl (default: the one on PATH, else the control plane build's in $VMLET_CACHE);
+# CTR_ADDRESS, the cluster's containerd socket: when set, vmlet's images (hack/images.sh) are
+# imported first (ctr -n k8s.io images import), else they must be there already (the e2e tests
+# import them themselves). The cluster's node reaches no registry: the agent serves the test guest's
+# images from OCI layouts (hack/local-images.sh) copied under its state folder, which
+# config/realcluster's --image flags name. SAMPLE=none skips the sample VMI; TIMEOUT (seconds,
+# default 300) bounds each wait.
 set -euo pipefail
-echo "cluster-deploy: nothing to deploy yet (hack/cluster-deploy.sh is a placeholder for vmlet's kustomize deploy)" >&2
+cd "$(dirname "$0")/.."
+say() { echo "cluster-deploy: $*" >&2; }
+: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the cluster}"
+export KUBECONFIG
+timeout=${TIMEOUT:-300}
+sample=${SAMPLE:-config/samples/vmi-demo.yaml}
+state=${VMLET_NODE_STATE:-/var/lib/vmlet}
+
+kubectl=${KUBECTL:-}
+if [ -z "$kubectl" ]; then
+  kubectl=$(command -v kubectl || true)
+fi
+if [ -z "$kubectl" ]; then
+  kubectl=$(ls -d "${VMLET_CACHE:-$HOME/.cache/vmlet}"/controlplane/*/kubectl 2>/dev/null | tail -n1 || true)
+fi
+[ -x "$kubectl" ] || { say "no kubectl (set KUBECTL)"; exit 1; }
+
+if [ -n "${CTR_ADDRESS:-}" ]; then
+  say "vmlet's images (hack/images.sh) into containerd $CTR_ADDRESS..."
+  images=$(hack/images.sh | tail -n1)
+  for f in vmlet.tar vmlet-launcher.tar; do
+    ctr --address "$CTR_ADDRESS" -n k8s.io images import "$images/$f" >&2
+  done
+fi
+
+say "test guest images (hack/local-images.sh) into $state/sources..."
+sources=$state/sources
+mkdir -p "$sources"
+# The flags name oci:<layout>:<tag>; copy each layout the overlay serves (testguest,
+# testguest-disk) where the agent's hostPath shows it. cp -a over an older copy is idempotent.
+while IFS= read -r flag; do
+  src=${flag#--image=*=oci:}
+  layout=${src%:*}
+  case "$flag" in
+  --image=vmlet.dev/testguest:latest=* | --image=vmlet.dev/testguest-disk:latest=*)
+    name=$(basename "$layout")
+    rm -rf "$sources/$name.new"
+    cp -a "$layout" "$sources/$name.new"
+    rm -rf "${sources:?}/$name"
+    mv "$sources/$name.new" "$sources/$name"
+    ;;
+  esac
+done < <(hack/local-images.sh)
+
+say "kubectl apply -k config/realcluster..."
+# CRDs first become Established; the apply of the rest can race it on a fresh cluster, so a
+# failed first apply is retried once the CRDs are there.
+if ! "$kubectl" apply -k config/realcluster >&2; then
+  "$kubectl" wait --for=condition=Established --timeout="${timeout}s" \
+    crd/virtualmachineinstances.vmlet.dev crd/virtualmachineinstancemigrations.vmlet.dev >&2
+  "$kubectl" apply -k config/realcluster >&2
+fi
+say "waiting for the controller and the agent to be Ready..."
+"$kubectl" -n vmlet-system rollout status deployment/vmlet-controller --timeout="${timeout}s" >&2
+"$kubectl" -n vmlet-system rollout status daemonset/vmlet-agent --timeout="${timeout}s" >&2
+
+if [ "$sample" = none ]; then
+  say "vmlet deployed (no sample VMI)"
+  exit 0
+fi
+name=$("$kubectl" create --dry-run=client -o jsonpath='{.metadata.name}' -f "$sample")
+say "sample VMI $name ($sample)..."
+"$kubectl" apply -f "$sample" >&2
+"$kubectl" wait --for=jsonpath='{.status.phase}'=Running --timeout="${timeout}s" "vmi/$name" >&2
+say "waiting for its guest to boot (guest agent connected)..."
+"$kubectl" wait --for=condition=AgentConnected --timeout="${timeout}s" "vmi/$name" >&2
+"$kubectl" get vmi "$name" -o wide >&2
+"$kubectl" get pods -A -o wide >&2
+say "ready: vmlet deployed, VMI $name booted"

@@ -1,0 +1,187 @@
+package realclustere2e_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/test/prereq"
+	"github.com/vmlet/vmlet/test/realcluster"
+)
+
+// The node folders config/realcluster gives vmlet (the manifests' defaults).
+const (
+	launcherRoot = "/var/run/vmlet/launchers"
+	nodeState    = "/var/lib/vmlet"
+	volumeRoot   = nodeState + "/volumes"
+)
+
+// Images (hack/images.sh) and the test guest's (config/realcluster's --image flags).
+const (
+	vmletImage    = "vmlet.dev/vmlet:dev"
+	launcherImage = "vmlet.dev/vmlet-launcher:dev"
+	diskImage     = "vmlet.dev/testguest-disk:latest"
+)
+
+// One cluster per package, with vmlet deployed; setupErr says why there is none.
+var (
+	cl       *realcluster.Cluster
+	kc       client.Client
+	setupErr error
+	repo     = realcluster.RepoRoot()
+)
+
+func TestMain(m *testing.M) { os.Exit(runPackage(m)) }
+
+func runPackage(m *testing.M) int {
+	if flag.Parse(); os.Geteuid() != 0 || testing.Short() {
+		return m.Run() // the tests' prereq guards say why they cannot run (and fail under CI)
+	}
+	t0 := time.Now()
+	_, stateExisted := os.Stat(nodeState)
+	code, err := func() (int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		images, err := imagesDir()
+		if err != nil {
+			return 0, err
+		}
+		tImages := time.Since(t0)
+		cl, err = realcluster.Start(ctx, realcluster.Options{PauseTar: filepath.Join(images, "pause.tar"), Log: os.Stderr})
+		if err != nil {
+			return 0, fmt.Errorf("start the cluster: %w", err)
+		}
+		tCluster := time.Since(t0) - tImages
+		for _, f := range []string{"vmlet.tar", "vmlet-launcher.tar"} {
+			if err := cl.ImportImage(ctx, filepath.Join(images, f)); err != nil {
+				return 0, err
+			}
+		}
+		if err := deploy(ctx); err != nil {
+			return 0, err
+		}
+		if kc, err = newClient(); err != nil {
+			return 0, err
+		}
+		fmt.Fprintf(os.Stderr, "realclustere2e: setup %s (images %s, cluster %s, import+deploy %s)\n",
+			time.Since(t0).Round(time.Second), tImages.Round(time.Second), tCluster.Round(time.Second),
+			(time.Since(t0) - tImages - tCluster).Round(time.Second))
+		return m.Run(), nil
+	}()
+	if err != nil {
+		setupErr = err
+		fmt.Fprintln(os.Stderr, "realclustere2e: setup failed:", err)
+		code = m.Run() // every test fails with setupErr
+	}
+	if cl != nil {
+		if err := teardown(errors.Is(stateExisted, os.ErrNotExist)); err != nil {
+			fmt.Fprintln(os.Stderr, "realclustere2e: teardown:", err)
+			code = 1
+		}
+	}
+	fmt.Fprintf(os.Stderr, "realclustere2e: package %s\n", time.Since(t0).Round(time.Second))
+	return code
+}
+
+// imagesDir builds (or finds cached) vmlet's images and returns their folder; VMLET_IMAGES
+// names another folder of the same three tarballs instead.
+func imagesDir() (string, error) {
+	if d := os.Getenv("VMLET_IMAGES"); d != "" {
+		return d, nil
+	}
+	cmd := exec.Command("bash", filepath.Join(repo, "hack", "images.sh"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("hack/images.sh: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// deploy runs hack/cluster-deploy.sh (kubectl apply -k config/realcluster, both rollouts
+// Ready) without its sample VMI: the tests make their own.
+func deploy(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "hack", "cluster-deploy.sh"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "KUBECTL="+cl.KubectlPath, "SAMPLE=none")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("hack/cluster-deploy.sh: %w", err)
+	}
+	return nil
+}
+
+func newClient() (client.Client, error) {
+	scheme := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, vmletv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(cl.Config, client.Options{Scheme: scheme})
+}
+
+// teardown deletes what the tests left (VMIs) and the deployment, stops the cluster and checks
+// that nothing of it, and nothing in vmlet's node folders but the image cache, is left; those
+// folders go too when they did not exist before.
+func teardown(removeState bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var errs []error
+	if setupErr == nil {
+		if out, err := cl.Kubectl(ctx, "delete", "vmi", "--all", "-A", "--wait", "--timeout=3m"); err != nil {
+			errs = append(errs, fmt.Errorf("delete VMIs: %w: %s", err, out))
+		}
+		// Run and volume folders are the agent's to remove with each VMI.
+		for _, d := range []string{launcherRoot, volumeRoot} {
+			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
+				errs = append(errs, fmt.Errorf("%s holds %d entries after every VMI was deleted", d, len(ents)))
+			}
+		}
+		if out, err := cl.Kubectl(ctx, "delete", "-k", filepath.Join(repo, "config", "realcluster"), "--wait", "--timeout=3m"); err != nil {
+			errs = append(errs, fmt.Errorf("kubectl delete -k config/realcluster: %w: %s", err, out))
+		}
+	}
+	// Checked under the cluster's lock: the next cluster (another package's) is not ours.
+	r, err := cl.StopAndResidue()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("stop the cluster: %w", err))
+	}
+	if len(r) > 0 {
+		errs = append(errs, fmt.Errorf("the cluster left %d things: %s", len(r), strings.Join(r, "; ")))
+	}
+	if mounts := mountsBelow(launcherRoot, nodeState); len(mounts) > 0 {
+		errs = append(errs, fmt.Errorf("mounts left below vmlet's folders: %s", strings.Join(mounts, ", ")))
+	}
+	_ = os.RemoveAll(filepath.Join(nodeState, "sources"))
+	_ = os.RemoveAll(launcherRoot)
+	if removeState {
+		_ = os.RemoveAll(nodeState)
+	}
+	return errors.Join(errs...)
+}
+
+// need fails the test when the package has no cluster (prereq: root; not -short).
+func need(t *testing.T) {
+	t.Helper()
+	prereq.Root(t)
+	if setupErr != nil {
+		t.Fatalf("no cluster: %v", setupErr)
+	}
+	if cl == nil {
+		t.Fatal("no cluster (TestMain did not start one)")
+	}
+}

@@ -1,0 +1,73 @@
+package realclustere2e_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmlet/vmlet/test/poll"
+)
+
+const masqueradeSpec = `spec:
+  domain:
+    memory: {guest: 128Mi}
+    devices:
+      interfaces:
+      - name: default
+        masquerade: {}
+        ports:
+        - {name: http, port: 8080, protocol: TCP}
+  networks:
+  - name: default
+    pod: {}
+  volumes:
+  - name: root
+    containerDisk: {image: ` + diskImage + `}
+`
+
+// TestMasqueradePodNetwork: a masquerade VMI on the CNI-made pod network reaches a server in
+// another pod (the agent's metrics at its pod IP) from the guest, and its declared port is
+// served at the launcher pod's IP by a server in the guest.
+func TestMasqueradePodNetwork(t *testing.T) {
+	need(t)
+	t.Parallel()
+	name := "masq-" + suffix()
+	createVMI(t, name, masqueradeSpec)
+	vmi := waitBooted(t, name)
+	pod := scheduled(t, vmi)
+	fp := nodeFootprint(t, vmi, pod)
+	agent := agentPod(t)
+	if agent == nil || agent.Status.PodIP == "" {
+		t.Fatal("no agent pod IP")
+	}
+	c, typ := console(t, fp)
+	typ("") // a prompt
+	// busybox nc (its static wget crashes in this guest); the server answers HTTP/1.0.
+	get := `printf 'GET /metrics HTTP/1.0\r\n\r\n' | nc -w 10 ` + agent.Status.PodIP + ` 9250 | grep -q '^# TYPE'`
+	if rc := run(t, c, typ, get, time.Minute); rc != 0 {
+		t.Fatalf("the guest cannot fetch the agent pod's metrics (%s:9250): exit %d; console: %s", agent.Status.PodIP, rc, poll.Tail(c.String(), 1500))
+	}
+	t.Logf("guest → agent pod %s:9250 (another pod) over masquerade: ok", agent.Status.PodIP)
+
+	token := "vmlet-" + suffix()
+	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &", 30*time.Second); rc != 0 {
+		t.Fatalf("start a server in the guest: exit %d", rc)
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
+	poll.Until(t, time.Minute, "the declared port answers at the pod IP", func() (bool, string) {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
+	})
+	t.Logf("%s (the launcher pod's IP, port 8080 declared) → the guest's server: ok", addr)
+	deleteVMI(t, name)
+	assertGone(t, fp)
+}

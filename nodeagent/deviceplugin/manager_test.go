@@ -30,7 +30,7 @@ type fakeKubelet struct {
 	srv *grpc.Server
 
 	mu      sync.Mutex
-	regs    map[string]int                // Register calls per resource
+	regs    map[string]int                 // Register calls per resource
 	devices map[string][]*pluginapi.Device // last list per resource
 	clients map[string]pluginapi.DevicePluginClient
 }

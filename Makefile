@@ -68,6 +68,10 @@ build: ## Build vmlet, vmlet-launcher and vmctl into bin/.
 # Where install-plugin puts kubectl-vmctl (a folder on PATH).
 PLUGIN_DIR ?= /usr/local/bin
 
+.PHONY: images
+images: deps ## Build the OCI images vmlet.dev/{vmlet,vmlet-launcher,pause}:dev without a container engine; prints their folder (hack/images.sh).
+	@hack/images.sh
+
 .PHONY: install-plugin
 install-plugin: ## Install vmctl as the kubectl plugin kubectl-vmctl in PLUGIN_DIR (kubectl vmctl ...).
 	CGO_ENABLED=0 go build -o $(PLUGIN_DIR)/kubectl-vmctl ./cmd/vmctl

@@ -1,0 +1,238 @@
+package realcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Options tune Start. Zero values take the defaults.
+type Options struct {
+	Root, RunDir string // default DefaultRoot, DefaultRunDir
+	NodeName     string // default DefaultNodeName
+	// PauseTar is an OCI tarball of PauseImage (default: pause.tar in the folder
+	// hack/images.sh prints).
+	PauseTar string
+	// Detach leaves the daemons running after this process exits (vmlet-cluster up); otherwise
+	// they get SIGKILL when it dies and the next Start cleans up.
+	Detach bool
+	// Log receives progress lines (default io.Discard).
+	Log io.Writer
+}
+
+// Cluster is a running single-node cluster.
+type Cluster struct {
+	// Kubeconfig is an admin (system:masters) kubeconfig file.
+	Kubeconfig string
+	// Config is the same admin identity for client-go and controller-runtime.
+	Config *rest.Config
+	// NodeName is the kubelet's node.
+	NodeName string
+	// KubectlPath is the kubectl built with the control plane.
+	KubectlPath string
+	// KubeletRootDir is the kubelet's --root-dir (device plugins register in its
+	// device-plugins folder).
+	KubeletRootDir string
+	// Bin is the folder holding the control-plane binaries.
+	Bin string
+
+	l    layout
+	lock *os.File
+	log  io.Writer
+}
+
+func (o *Options) defaults() {
+	if o.Root == "" {
+		o.Root = DefaultRoot
+	}
+	if o.RunDir == "" {
+		o.RunDir = DefaultRunDir
+	}
+	if o.NodeName == "" {
+		o.NodeName = DefaultNodeName
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}
+
+// RepoRoot is the folder holding the main go.mod.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Binaries builds (or finds cached) the control-plane binaries and returns their folder.
+func Binaries(log io.Writer) (string, error) {
+	if d := os.Getenv("VMLET_CLUSTER_BIN"); d != "" {
+		return d, nil
+	}
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "test", "assets", "controlplane", "build.sh"))
+	cmd.Env = append(os.Environ(), "BINARIES=kube-apiserver kubectl etcd kubelet kube-scheduler kube-controller-manager")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build control plane: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// PauseTar returns pause.tar from the folder hack/images.sh prints (it builds the images when
+// they are missing).
+func PauseTar(log io.Writer) (string, error) {
+	script := filepath.Join(RepoRoot(), "hack", "images.sh")
+	cmd := exec.Command("bash", script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build images (%s): %w", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return filepath.Join(lines[len(lines)-1], "pause.tar"), nil
+}
+
+// Start brings up the cluster (see the package doc) and waits until the node is Ready and the
+// default ServiceAccount exists. It waits for the machine's cluster lock until ctx ends.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	o.defaults()
+	l := layout{Root: o.Root, Run: o.RunDir}
+	c = &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
+	step := func(name string, f func() error) error {
+		t0 := time.Now()
+		fmt.Fprintf(o.Log, "realcluster: %s...\n", name)
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Fprintf(o.Log, "realcluster: %s: done in %s\n", name, time.Since(t0).Round(time.Millisecond))
+		return nil
+	}
+	if err := step("take the cluster lock "+LockPath, func() (err error) { c.lock, err = acquireLock(ctx); return }); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(o.Log, "realcluster: start failed (%v): tearing down; daemon logs in %s (kept)\n", err, l.logs())
+			_ = teardown(l, o.Log, true)
+			_ = c.lock.Close()
+		}
+	}()
+	var cp *envtest.ControlPlane
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"remove what an earlier run left", func() error { return teardown(l, o.Log, false) }},
+		{"find the binaries", func() (err error) { c.Bin, err = Binaries(o.Log); return }},
+		{"find the pause image", func() error {
+			if o.PauseTar == "" {
+				p, err := PauseTar(o.Log)
+				if err != nil {
+					return err
+				}
+				o.PauseTar = p
+			}
+			_, err := os.Stat(o.PauseTar)
+			return err
+		}},
+		{"make the folders, bridge and cgroups", func() error { return prepareHost(l) }},
+		{"start etcd and kube-apiserver", func() (err error) { cp, err = startAPIServer(ctx, l, c.Bin); return }},
+		{"write the kubeconfigs", func() error { return c.writeUsers(cp) }},
+		{"route the kubernetes Service to the API server", func() error {
+			port, err := strconv.Atoi(cp.APIServer.SecureServing.Port)
+			if err != nil {
+				return err
+			}
+			return serviceDNAT(netip.AddrPortFrom(Gateway, uint16(port)))
+		}},
+		{"grant the API server the kubelet API", c.grantKubeletAPI},
+		{"start containerd", func() error { return c.startContainerd(ctx, o) }},
+		{"import the pause image", func() error { return c.ImportImage(ctx, o.PauseTar) }},
+		{"start kube-controller-manager, kube-scheduler and kubelet", func() error { return c.startKube(o) }},
+		{"wait for the node to be Ready", func() error { return c.waitReady(ctx) }},
+	}
+	for _, s := range steps {
+		if err := step(s.name, s.f); err != nil {
+			return nil, err
+		}
+	}
+	c.KubectlPath = filepath.Join(c.Bin, "kubectl")
+	fmt.Fprintf(o.Log, "realcluster: node %s Ready; kubeconfig %s\n", c.NodeName, c.Kubeconfig)
+	return c, nil
+}
+
+// Stop tears the cluster down, leaving nothing (see the package doc), and releases the lock.
+func (c *Cluster) Stop() error {
+	err := teardown(c.l, c.log, false)
+	if c.lock != nil {
+		_ = c.lock.Close()
+	}
+	return err
+}
+
+// Down tears down the cluster that runs on this machine (from any process), or does nothing
+// when none runs.
+func Down(o Options) error {
+	o.defaults()
+	l := layout{Root: o.Root, Run: o.RunDir}
+	if err := teardown(l, o.Log, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Residue lists what is left on the machine of the cluster at the default (or given) layout;
+// empty after Stop.
+func Residue(o Options) []string {
+	o.defaults()
+	return residue(layout{Root: o.Root, Run: o.RunDir})
+}
+
+// Kubectl runs kubectl against the cluster and returns its combined output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.KubectlPath, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	return cmd.CombinedOutput()
+}
+
+// ImportImage imports an OCI/Docker image tarball into the cluster's containerd (namespace
+// k8s.io, where the kubelet's images live): ctr -n k8s.io images import.
+func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", c.l.ctrSocket(), "-n", "k8s.io",
+		"images", "import", "--no-unpack=false", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %w: %s", tarball, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (c *Cluster) grantKubeletAPI() error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "vmlet-cluster:kube-apiserver-kubelet-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: kubeletClientUser}},
+	}
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(context.Background(), crb, metav1.CreateOptions{})
+	return err
+}
+
+var errTimeout = errors.New("timed out")

@@ -1,0 +1,125 @@
+package realcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// containerdConfig is containerd's private config: its own root, state, socket and CNI folders,
+// the cgroupfs driver (SystemdCgroup false) and vmlet's pause image as the sandbox image.
+func containerdConfig(l layout) string {
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	return strings.Join([]string{
+		"version = 2",
+		"root = " + q(l.ctrRoot()),
+		"state = " + q(l.ctrState()),
+		"[grpc]",
+		"  address = " + q(l.ctrSocket()),
+		"[ttrpc]",
+		"  address = " + q(l.ctrSocket()+".ttrpc"),
+		"[debug]",
+		`  address = ""`,
+		"[metrics]",
+		`  address = ""`,
+		`[plugins."io.containerd.internal.v1.opt"]`,
+		"  path = " + q(l.Root+"/opt"),
+		`[plugins."io.containerd.grpc.v1.cri"]`,
+		"  sandbox_image = " + q(PauseImage),
+		"  netns_mounts_under_state_dir = true",
+		"  disable_apparmor = true",
+		"  enable_selinux = false",
+		`  stream_server_address = "127.0.0.1"`,
+		`  stream_server_port = "0"`,
+		`[plugins."io.containerd.grpc.v1.cri".cni]`,
+		`  bin_dir = "/usr/lib/cni"`,
+		"  conf_dir = " + q(l.cniConf()),
+		"  max_conf_num = 1",
+		`[plugins."io.containerd.grpc.v1.cri".containerd]`,
+		`  snapshotter = "overlayfs"`,
+		`  default_runtime_name = "runc"`,
+		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]`,
+		`  runtime_type = "io.containerd.runc.v2"`,
+		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]`,
+		"  SystemdCgroup = false",
+		`  BinaryName = "/usr/sbin/runc"`,
+		"",
+	}, "\n")
+}
+
+// cniConflist is the pod network: a bridge with host-local IPAM (state in the layout) and
+// portmap for hostPorts.
+func cniConflist(l layout) ([]byte, error) {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "vmlet-cluster",
+		"plugins": []any{
+			map[string]any{
+				"type":        "bridge",
+				"bridge":      BridgeName,
+				"isGateway":   true,
+				"ipMasq":      true,
+				"hairpinMode": true,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"dataDir": l.cniIPAM(),
+					"ranges": []any{[]any{map[string]any{
+						"subnet":     PodSubnet.String(),
+						"rangeStart": podRangeStart.String(),
+						"gateway":    Gateway.String(),
+					}}},
+					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
+				},
+			},
+			map[string]any{
+				"type":         "portmap",
+				"capabilities": map[string]bool{"portMappings": true},
+				"snat":         true,
+			},
+		},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
+
+// kubeletConfig is the KubeletConfiguration (JSON is YAML): cgroupfs driver under CgroupRoot,
+// failCgroupV1 false (cgroup-v1 hybrid host), the private containerd, x509 + webhook
+// authentication, and eviction thresholds low enough not to evict on a busy shared disk.
+func kubeletConfig(l layout, clientCA string) ([]byte, error) {
+	conf := map[string]any{
+		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
+		"kind":                        "KubeletConfiguration",
+		"failCgroupV1":                false,
+		"cgroupDriver":                "cgroupfs",
+		"cgroupRoot":                  CgroupRoot,
+		"cgroupsPerQOS":               true,
+		"containerRuntimeEndpoint":    "unix://" + l.ctrSocket(),
+		"address":                     Gateway.String(),
+		"port":                        kubeletPort,
+		"readOnlyPort":                0,
+		"healthzBindAddress":          "127.0.0.1",
+		"healthzPort":                 kubeletHealt,
+		"podLogsDir":                  l.podLogs(),
+		"failSwapOn":                  false,
+		"clusterDomain":               "cluster.local",
+		"resolvConf":                  "/etc/resolv.conf",
+		"serializeImagePulls":         false,
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"evictionHard": map[string]string{
+			"memory.available":  "100Mi",
+			"nodefs.available":  "1%",
+			"imagefs.available": "1%",
+		},
+		"authentication": map[string]any{
+			"anonymous": map[string]bool{"enabled": false},
+			"webhook":   map[string]bool{"enabled": true},
+			"x509":      map[string]string{"clientCAFile": clientCA},
+		},
+		"authorization":             map[string]string{"mode": "Webhook"},
+		"nodeStatusUpdateFrequency": "5s",
+		"syncFrequency":             "10s",
+		"fileCheckFrequency":        "10s",
+		"shutdownGracePeriod":       "0s",
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}

@@ -1,0 +1,49 @@
+// Package realcluster brings up a real single-node Kubernetes on this machine and tears it down
+// leaving nothing: containerd 1.6 + runc (Debian packages), the CNI bridge plugin
+// (containernetworking-plugins in /usr/lib/cni), etcd and kube-apiserver (started the way
+// test/apienv starts them, through envtest's control plane), kube-controller-manager,
+// kube-scheduler and a kubelet (built by test/assets/controlplane/build.sh).
+//
+// One cluster at a time. The daemons use fixed names (the bridge, iptables chains, kubelet
+// ports 10250/10248, the /var/log/containers links kubelet always writes), so Start takes an
+// exclusive flock on /run/vmlet-realcluster.lock and waits for it (until ctx ends) when another
+// cluster runs. The daemons inherit the lock's file description, so the lock stays held while any
+// of them lives (a detached `vmlet-cluster up` cluster holds it after the command exited), and
+// is free again when they are all gone, crashed or stopped. Start then first removes whatever a
+// crashed run left behind (the same teardown as Stop), so a killed test never blocks the next.
+//
+// Layout (Options.Root, default /var/lib/vmlet-cluster; Options.RunDir, default
+// /run/vmlet-cluster): etcd/, apiserver/ (certificates, service-account key), pki/ (the CAs),
+// containerd/ (root) and run/containerd (state, socket, pod netns: netns_mounts_under_state_dir),
+// cni/net.d (the conflist) and cni/ipam (host-local state), kubelet/ (--root-dir; its device
+// plugin folder is kubelet/device-plugins), pod-logs/ (podLogsDir), logs/ (each daemon's log) and
+// kubeconfig (admin, system:masters).
+//
+// Cgroups: the kubelet uses the cgroupfs driver (this host has no systemd) with cgroupRoot
+// /vmlet-cluster, so kubepods lives at /sys/fs/cgroup/<controller>/vmlet-cluster/kubepods/...
+// in every cgroup-v1 controller and in the unified (v2) hierarchy of this hybrid host;
+// failCgroupV1 is false because the host is cgroup-v1 hybrid.
+//
+// Network: the pod network is the CNI bridge vmletrc0 with 172.30.0.1/24 (host-local IPAM,
+// pods from 172.30.0.10; ipMasq and portmap, so CNI-* chains appear in iptables), chosen away from
+// the 10.x and 198.19.x ranges the repo's tests use. containerd's CRI brings up each pod's
+// loopback itself (the loopback plugin from the same bin_dir), so the conflist holds bridge and
+// portmap. Services use 172.30.128.0/24; there is no kube-proxy, so the one Service that matters,
+// `kubernetes` (172.30.128.1:443), is DNATed to the API server by the chain VMLET-RC-SVC in the
+// nat table (PREROUTING and OUTPUT), which is what in-cluster clients need. The API server
+// listens on the bridge address (reachable from pods and the host, not from other machines),
+// and the node's InternalIP is that address too.
+//
+// Certificates: package pki makes the serving CA and the API server certificate (SANs: the
+// bridge address, 127.0.0.1 and the kubernetes Service IP) and the CA the kubelet trusts for
+// the API server's kubelet client certificate; envtest's client CA signs the users (admin,
+// system:kube-controller-manager, system:kube-scheduler, system:node:<name> in system:nodes).
+//
+// Stop (and Start's stale cleanup) leaves nothing: every process whose command line names the
+// layout (daemons, shims) and every process in the kubepods cgroups is killed; mounts under the
+// layout are unmounted (kubelet's pod volumes, containerd's overlay and shm mounts, netns);
+// KUBE-* and CNI-* and VMLET-RC-* chains and the rules jumping to them are deleted (iptables and
+// ip6tables, filter/nat/mangle); the cgroups are removed in every hierarchy; the bridge and the
+// veths go; the folders and kubelet's /var/log/containers links are removed. Residue lists what
+// is left of each kind, so callers can assert it is nothing.
+package realcluster

@@ -63,8 +63,12 @@ type served struct {
 	kubelet fileID
 }
 
-// fileID tells a file from a new one at the same path.
-type fileID struct{ dev, ino uint64 }
+// fileID tells a file from a new one at the same path (a freed inode number may be reused at
+// once: the change time tells them apart).
+type fileID struct {
+	dev, ino uint64
+	ctime    syscall.Timespec
+}
 
 // New validates o and returns a Manager; Start runs it.
 func New(o Options) (*Manager, error) {
@@ -325,7 +329,7 @@ func statID(path string) (fileID, error) {
 	if !ok {
 		return fileID{}, fmt.Errorf("stat %s: no inode", path)
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim}, nil
 }
 
 // charDevice: path is a character device node (the device's health).

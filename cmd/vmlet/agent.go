@@ -115,7 +115,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 	f.BoolVar(&o.devicePlugins, "device-plugins", true, "pod runtime: run the kubelet device plugin advertising "+
 		strings.Join([]string{launcherpod.ResourceKVM, launcherpod.ResourceTun, launcherpod.ResourceVhostNet}, ", ")+
 		" where this node has them (kvm only where KVM is usable), which launcher pods request")
-	f.StringVar(&o.devicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "pod runtime: the kubelet's device-plugins folder (its kubelet.sock; the kubelet's --root-dir/device-plugins)")
+	f.StringVar(&o.devicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "pod runtime: the kubelet's device-plugins folder, where its kubelet.sock is (the kubelet's is fixed, whatever its --root-dir)")
 	f.IntVar(&o.devicePluginCount, "device-plugin-count", deviceplugin.DefaultCount, "pod runtime: devices advertised per resource (how many launcher pods of this node may use one device node)")
 	nf = addNodeFlags(f, true)
 	return c

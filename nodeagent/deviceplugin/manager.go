@@ -329,7 +329,7 @@ func statID(path string) (fileID, error) {
 	if !ok {
 		return fileID{}, fmt.Errorf("stat %s: no inode", path)
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim}, nil
+	return fileID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim}, nil
 }
 
 // charDevice: path is a character device node (the device's health).

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/vmlet/vmlet/devices"
@@ -69,7 +70,8 @@ func TestDevicePluginRealKubelet(t *testing.T) {
 	if !facts.Tun {
 		t.Fatal("/dev/net/tun is not the tun device here: nothing to advertise")
 	}
-	dir := filepath.Join(c.KubeletRootDir, "device-plugins")
+	// The kubelet's device manager listens at pluginapi.KubeletSocket whatever its --root-dir.
+	dir := pluginapi.DevicePluginPath
 	m, err := deviceplugin.New(deviceplugin.Options{Dir: dir, Count: realCount, Resources: deviceplugin.Select(facts), Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)

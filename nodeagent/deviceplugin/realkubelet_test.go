@@ -211,7 +211,7 @@ func waitRunning(t *testing.T, ctx context.Context, cs kubernetes.Interface, nam
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s %s %v", p.Status.Phase, p.Status.Message, p.Status.Conditions)
+		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s %s; events: %s", p.Status.Phase, p.Status.Message, podEvents(ctx, cs, name))
 	})
 }
 
@@ -341,4 +341,17 @@ func findKubelet(t *testing.T, c *realcluster.Cluster) (int, []string, []string)
 	}
 	t.Fatalf("no kubelet with --root-dir=%s", c.KubeletRootDir)
 	return 0, nil, nil
+}
+
+// podEvents are the pod's events, oldest first (what kubectl describe pod shows).
+func podEvents(ctx context.Context, cs kubernetes.Interface, name string) string {
+	l, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range l.Items {
+		out = append(out, fmt.Sprintf("%s %s (x%d): %s", e.Type, e.Reason, max(e.Count, 1), e.Message))
+	}
+	return strings.Join(out, "; ")
 }

@@ -72,6 +72,18 @@ PLUGIN_DIR ?= /usr/local/bin
 images: deps ## Build the OCI images vmlet.dev/{vmlet,vmlet-launcher,pause}:dev without a container engine; prints their folder (hack/images.sh).
 	@hack/images.sh
 
+# The real single-node cluster (test/realcluster, cmd/vmlet-cluster): containerd + CNI bridge,
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet on this machine.
+.PHONY: cluster-up
+cluster-up: deps ## Bring up a real single-node Kubernetes here (idempotent), then the deploy hook hack/cluster-deploy.sh; prints the kubeconfig (/var/lib/vmlet-cluster/kubeconfig).
+	@CGO_ENABLED=0 go build -o $(BIN)/vmlet-cluster ./cmd/vmlet-cluster
+	@$(BIN)/vmlet-cluster up
+
+.PHONY: cluster-down
+cluster-down: ## Tear the real cluster down, leaving nothing (processes, mounts, iptables chains, cgroups, bridge, state); ok when none is up.
+	@CGO_ENABLED=0 go build -o $(BIN)/vmlet-cluster ./cmd/vmlet-cluster
+	@$(BIN)/vmlet-cluster down
+
 .PHONY: install-plugin
 install-plugin: ## Install vmctl as the kubectl plugin kubectl-vmctl in PLUGIN_DIR (kubectl vmctl ...).
 	CGO_ENABLED=0 go build -o $(PLUGIN_DIR)/kubectl-vmctl ./cmd/vmctl

@@ -11,6 +11,10 @@ declare -A probe=(
   [util-linux]=/usr/sbin/losetup
   [socat]=/usr/bin/socat
   [genisoimage]=/usr/bin/isoinfo
+  # test/realcluster, make cluster-up: a real kubelet's runtime and pod network
+  [containerd]=/usr/bin/containerd
+  [runc]=/usr/sbin/runc
+  [containernetworking-plugins]=/usr/lib/cni/bridge
 )
 
 missing=()

@@ -236,3 +236,19 @@ func (c *Cluster) grantKubeletAPI() error {
 }
 
 var errTimeout = errors.New("timed out")
+
+// DumpLogs writes the last n lines of each daemon's log to w (for a failing test).
+func (c *Cluster) DumpLogs(w io.Writer, n int) {
+	ents, _ := os.ReadDir(c.l.logs())
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(c.l.logs(), e.Name()))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(w, "==== %s (last %d lines)\n%s\n", e.Name(), len(lines), strings.Join(lines, "\n"))
+	}
+}

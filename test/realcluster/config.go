@@ -28,6 +28,9 @@ func containerdConfig(l layout) string {
 		"  sandbox_image = " + q(PauseImage),
 		"  netns_mounts_under_state_dir = true",
 		"  disable_apparmor = true",
+		// No CAP_SYS_RESOURCE on these machines: a pod's oom_score_adj may not go below
+		// containerd's own (runc fails "failed to update /proc/self/oom_score_adj" otherwise).
+		"  restrict_oom_score_adj = true",
 		"  enable_selinux = false",
 		`  stream_server_address = "127.0.0.1"`,
 		`  stream_server_port = "0"`,
@@ -42,6 +45,7 @@ func containerdConfig(l layout) string {
 		`  runtime_type = "io.containerd.runc.v2"`,
 		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]`,
 		"  SystemdCgroup = false",
+		"  Root = " + q(l.runcRoot()),
 		`  BinaryName = "/usr/sbin/runc"`,
 		"",
 	}, "\n")

@@ -48,6 +48,7 @@ func (l layout) cniConf() string    { return filepath.Join(l.Root, "cni", "net.d
 func (l layout) cniIPAM() string    { return filepath.Join(l.Root, "cni", "ipam") }
 func (l layout) ctrRoot() string    { return filepath.Join(l.Root, "containerd") }
 func (l layout) ctrState() string   { return filepath.Join(l.Run, "containerd") }
+func (l layout) runcRoot() string   { return filepath.Join(l.Run, "runc") }
 func (l layout) ctrConfig() string  { return filepath.Join(l.Root, "containerd.toml") }
 func (l layout) ctrSocket() string  { return filepath.Join(l.Run, "containerd.sock") }
 func (l layout) kubeconfig() string { return filepath.Join(l.Root, "kubeconfig") }

@@ -1,0 +1,109 @@
+// Command vmlet-cluster brings a real single-node Kubernetes up on this machine and down again
+// (test/realcluster): `vmlet-cluster up` starts it detached (idempotent: a running cluster is
+// kept), runs the deploy hook hack/cluster-deploy.sh, and prints the kubeconfig and the kubectl
+// command; `vmlet-cluster down` removes it and everything it made (a no-op when none runs) and
+// fails if anything is left. Progress goes to stderr. Root only.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmlet/vmlet/test/realcluster"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "vmlet-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("vmlet-cluster", flag.ContinueOnError)
+	deploy := fs.String("deploy", filepath.Join(realcluster.RepoRoot(), "hack", "cluster-deploy.sh"),
+		"script run after the cluster is up (KUBECONFIG, KUBECTL and CTR_ADDRESS set); empty: none")
+	timeout := fs.Duration("timeout", 15*time.Minute, "how long up may take")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: vmlet-cluster [flags] up|down|status")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("want one command: up, down or status")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (containerd, kubelet, iptables, cgroups)")
+	}
+	o := realcluster.Options{Detach: true, Log: os.Stderr}
+	switch fs.Arg(0) {
+	case "up":
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		t0 := time.Now()
+		c, reused, err := realcluster.Up(ctx, o)
+		if err != nil {
+			return err
+		}
+		if reused {
+			fmt.Fprintln(os.Stderr, "vmlet-cluster: a cluster is already up; kept it")
+		} else {
+			fmt.Fprintf(os.Stderr, "vmlet-cluster: cluster up in %s\n", time.Since(t0).Round(time.Millisecond))
+		}
+		if *deploy != "" {
+			if err := runDeploy(ctx, *deploy, c); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "vmlet-cluster: ready. Use:\n  export KUBECONFIG=%s\n  %s get nodes\n", c.Kubeconfig, c.KubectlPath)
+		fmt.Println(c.Kubeconfig)
+		return nil
+	case "down":
+		t0 := time.Now()
+		if err := realcluster.Down(o); err != nil {
+			return err
+		}
+		if left := realcluster.Residue(realcluster.Options{}); len(left) > 0 {
+			return fmt.Errorf("left after down:\n  %s", strings.Join(left, "\n  "))
+		}
+		fmt.Fprintf(os.Stderr, "vmlet-cluster: down in %s; nothing left\n", time.Since(t0).Round(time.Millisecond))
+		return nil
+	case "status":
+		left := realcluster.Residue(realcluster.Options{})
+		if len(left) == 0 {
+			fmt.Println("down")
+			return nil
+		}
+		fmt.Printf("up (or partly):\n  %s\n", strings.Join(left, "\n  "))
+		return nil
+	}
+	fs.Usage()
+	return fmt.Errorf("unknown command %q", fs.Arg(0))
+}
+
+// runDeploy runs the deploy hook (hack/cluster-deploy.sh: vmlet via kubectl apply -k, a sample
+// VMI) against the cluster.
+func runDeploy(ctx context.Context, script string, c *realcluster.Cluster) error {
+	if _, err := os.Stat(script); err != nil {
+		return fmt.Errorf("deploy hook: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "vmlet-cluster: deploy hook %s...\n", script)
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "KUBECTL="+c.KubectlPath,
+		"CTR_ADDRESS="+c.ContainerdSocket(), "VMLET_CLUSTER_NODE="+c.NodeName)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("deploy hook %s: %w", script, err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package realcluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ContainerdSocket is the cluster's containerd socket (ctr --address).
+func (c *Cluster) ContainerdSocket() string { return c.l.ctrSocket() }
+
+// Up starts a detached cluster unless one is already up and healthy at the layout (then it
+// returns that one, reused true): `vmlet-cluster up` twice gives one cluster. A cluster that is
+// only partly there (some daemon died) is torn down and started again.
+func Up(ctx context.Context, o Options) (c *Cluster, reused bool, err error) {
+	o.defaults()
+	l := layout{Root: o.Root, Run: o.RunDir}
+	if lockHeld() {
+		if c, err := attach(ctx, l, o); err == nil {
+			return c, true, nil
+		} else {
+			fmt.Fprintf(o.Log, "realcluster: the cluster that holds the lock is not healthy (%v): replacing it\n", err)
+		}
+		if err := teardown(l, o.Log, true); err != nil {
+			return nil, false, err
+		}
+	}
+	c, err = Start(ctx, o)
+	if err != nil {
+		return nil, false, err
+	}
+	// The daemons hold the lock now; this process lets go of its copy.
+	_ = c.lock.Close()
+	c.lock = nil
+	return c, false, nil
+}
+
+// attach returns the running cluster at l if its API server answers and the node is Ready.
+func attach(ctx context.Context, l layout, o Options) (*Cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	bin, err := Binaries(o.Log)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Kubeconfig: l.kubeconfig(), Config: cfg, NodeName: o.NodeName, Bin: bin,
+		KubectlPath: filepath.Join(bin, "kubectl"), KubeletRootDir: l.kubelet(), l: l, log: o.Log}
+	for _, p := range []string{l.ctrSocket(), l.kubeletConfig()} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		return nil, fmt.Errorf("API server /readyz: %w: %s", err, b)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeletHealt))
+	if err != nil {
+		return nil, fmt.Errorf("kubelet healthz: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kubelet healthz: %s", resp.Status)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +29,7 @@ import (
 
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/nodeagent/deviceplugin"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/realcluster"
@@ -76,15 +81,16 @@ func TestDevicePluginRealKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pctx, stopPlugin := context.WithCancel(ctx)
+	pctx, cancelPlugin := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- m.Start(pctx) }()
-	t.Cleanup(func() { // before the cluster stops (cleanups run last first)
-		stopPlugin()
+	stopPlugin := sync.OnceFunc(func() {
+		cancelPlugin()
 		if err := <-done; err != nil {
 			t.Errorf("plugin: %v", err)
 		}
 	})
+	t.Cleanup(stopPlugin) // before the cluster stops (cleanups run last first)
 
 	want := map[string]bool{deviceplugin.KVM.Name: facts.KVM, deviceplugin.Tun.Name: true, deviceplugin.VhostNet.Name: facts.VhostNet}
 	t1 := time.Now()
@@ -142,6 +148,16 @@ func TestDevicePluginRealKubelet(t *testing.T) {
 	after := runPod(t, ctx, cs, "dp-tun-after-restart", deviceplugin.Tun.Name)
 	checkDevice(t, ctx, cs, after, "/dev/net/tun", devices.MiscMajor, devices.TunMinor, true)
 	checkDevice(t, ctx, cs, tunPod, "/dev/net/tun", devices.MiscMajor, devices.TunMinor, true) // kept running
+
+	// The same plugin as the node agent runs it (`vmlet agent --runtime pod`, its default
+	// --device-plugins): it takes the resources over (another device count tells it apart),
+	// is ready only once registered, and pods get the device from it.
+	stopPlugin()
+	health := runAgent(t, ctx, c)
+	waitAdvertisedCount(t, ctx, cs, c.NodeName, want, agentCount)
+	waitReady(t, health, "/readyz/device-plugin")
+	byAgent := runPod(t, ctx, cs, "dp-tun-agent", deviceplugin.Tun.Name)
+	checkDevice(t, ctx, cs, byAgent, "/dev/net/tun", devices.MiscMajor, devices.TunMinor, true)
 }
 
 type testWriter struct{ t *testing.T }
@@ -155,6 +171,11 @@ func (w testWriter) Write(b []byte) (int, error) {
 // resource want says the node has, and none of the others.
 func waitAdvertised(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, want map[string]bool) {
 	t.Helper()
+	waitAdvertisedCount(t, ctx, cs, node, want, realCount)
+}
+
+func waitAdvertisedCount(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, want map[string]bool, count int64) {
+	t.Helper()
 	poll.Until(t, 3*time.Minute, "node advertises the device plugin's resources", func() (bool, string) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -166,7 +187,7 @@ func waitAdvertised(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 			for what, l := range map[string]corev1.ResourceList{"capacity": n.Status.Capacity, "allocatable": n.Status.Allocatable} {
 				q, found := l[corev1.ResourceName(name)]
 				seen = append(seen, fmt.Sprintf("%s %s=%s", what, name, q.String()))
-				if has && (!found || q.Value() != realCount) || !has && found && !q.IsZero() {
+				if has && (!found || q.Value() != count) || !has && found && !q.IsZero() {
 					ok = false
 				}
 			}
@@ -248,26 +269,31 @@ func checkDevice(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod
 // path ends in the container's ID: the kubelet's cgroupfs layout .../pod<uid>/<id>).
 func containerPID(t *testing.T, id string) int {
 	t.Helper()
+	pid := findPID(t, func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(strings.Split(string(b), "\n"), func(l string) bool { return strings.HasSuffix(l, "/"+id) })
+	})
+	if pid == 0 {
+		t.Fatalf("no process in container %s", id)
+	}
+	return pid
+}
+
+// findPID is the first process of /proc that match says is the one; 0 if none is.
+func findPID(t *testing.T, match func(pid int) bool) int {
+	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasSuffix(line, "/"+id) {
-				return pid
-			}
+		if pid, err := strconv.Atoi(e.Name()); err == nil && match(pid) {
+			return pid
 		}
 	}
-	t.Fatalf("no process in container %s", id)
 	return 0
 }
 
@@ -313,35 +339,27 @@ func restartKubelet(t *testing.T, c *realcluster.Cluster) {
 
 func findKubelet(t *testing.T, c *realcluster.Cluster) (int, []string, []string) {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	var argv []string
+	pid := findPID(t, func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(b) == 0 {
+			return false
+		}
+		argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		return filepath.Base(argv[0]) == "kubelet" && slices.Contains(argv, "--root-dir="+c.KubeletRootDir)
+	})
+	if pid == 0 {
+		t.Fatalf("no kubelet with --root-dir=%s", c.KubeletRootDir)
+	}
+	eb, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(argv[0]) != "kubelet" || !slices.Contains(argv, "--root-dir="+c.KubeletRootDir) {
-			continue
-		}
-		eb, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var env []string
-		for _, kv := range bytes.Split(bytes.TrimRight(eb, "\x00"), []byte{0}) {
-			env = append(env, string(kv))
-		}
-		return pid, argv, env
+	var env []string
+	for _, kv := range bytes.Split(bytes.TrimRight(eb, "\x00"), []byte{0}) {
+		env = append(env, string(kv))
 	}
-	t.Fatalf("no kubelet with --root-dir=%s", c.KubeletRootDir)
-	return 0, nil, nil
+	return pid, argv, env
 }
 
 // podEvents are the pod's events, oldest first (what kubectl describe pod shows).
@@ -355,4 +373,82 @@ func podEvents(ctx context.Context, cs kubernetes.Interface, name string) string
 		out = append(out, fmt.Sprintf("%s %s (x%d): %s", e.Type, e.Reason, max(e.Count, 1), e.Message))
 	}
 	return strings.Join(out, "; ")
+}
+
+// agentCount is the agent's --device-plugin-count in the real-kubelet test.
+const agentCount = 200
+
+// runAgent builds vmlet and runs `vmlet agent --runtime pod` on this machine against the
+// cluster (its CRDs applied first), stopped with SIGTERM at the test's end; it returns the
+// agent's probe address.
+func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) string {
+	t.Helper()
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "vmlet")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/vmlet")
+	build.Dir = realcluster.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build vmlet: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-k", filepath.Join(realcluster.RepoRoot(), "config", "crd")); err != nil {
+		t.Fatalf("kubectl apply -k config/crd: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd", "--all", "--timeout=2m"); err != nil {
+		t.Fatalf("kubectl wait for the CRDs: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "agent", "--runtime", "pod", "--kubeconfig", c.Kubeconfig, "--node-name", c.NodeName,
+		"--launcher-root", filepath.Join(tmp, "launchers"), "--volume-root", filepath.Join(tmp, "volumes"),
+		"--image-cache", filepath.Join(tmp, "images"), "--state-dir", filepath.Join(tmp, "state"),
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", health,
+		"--device-plugin-count", strconv.Itoa(agentCount))
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("agent exit: %v", err)
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Error("agent did not stop within 1m of SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("agent output:\n%s", poll.Tail(out.String(), 8000))
+		}
+		if left := socketIDs(t, pluginapi.DevicePluginPath); len(left) > 0 {
+			t.Errorf("plugin sockets left after the agent stopped: %v", left)
+		}
+	})
+	return health
+}
+
+// waitReady waits until GET http://addr/path answers 200.
+func waitReady(t *testing.T, addr, path string) {
+	t.Helper()
+	t0 := time.Now()
+	poll.Until(t, 2*time.Minute, "agent "+path, func() (bool, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
+	t.Logf("agent %s ok %s after it started waiting", path, time.Since(t0).Round(time.Millisecond))
 }

@@ -424,8 +424,7 @@ func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) string 
 			}
 		case <-time.After(time.Minute):
 			_ = cmd.Process.Kill()
-			<-exited
-			t.Error("agent did not stop within 1m of SIGTERM")
+			t.Errorf("agent did not stop within 1m of SIGTERM (killed: %v)", <-exited)
 		}
 		if t.Failed() {
 			t.Logf("agent output:\n%s", poll.Tail(out.String(), 8000))

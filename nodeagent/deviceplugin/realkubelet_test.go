@@ -153,9 +153,9 @@ func TestDevicePluginRealKubelet(t *testing.T) {
 	// --device-plugins): it takes the resources over (another device count tells it apart),
 	// is ready only once registered, and pods get the device from it.
 	stopPlugin()
-	health := runAgent(t, ctx, c)
+	agent := runAgent(t, ctx, c)
+	agent.waitReady(t, "/readyz/device-plugin")
 	waitAdvertisedCount(t, ctx, cs, c.NodeName, want, agentCount)
-	waitReady(t, health, "/readyz/device-plugin")
 	byAgent := runPod(t, ctx, cs, "dp-tun-agent", deviceplugin.Tun.Name)
 	checkDevice(t, ctx, cs, byAgent, "/dev/net/tun", devices.MiscMajor, devices.TunMinor, true)
 }
@@ -378,12 +378,24 @@ func podEvents(ctx context.Context, cs kubernetes.Interface, name string) string
 // agentCount is the agent's --device-plugin-count in the real-kubelet test.
 const agentCount = 200
 
+// agentProc is a running `vmlet agent`: its probe address; done is closed when it exited.
+type agentProc struct {
+	health string
+	done   chan struct{}
+	err    error // once done
+}
+
 // runAgent builds vmlet and runs `vmlet agent --runtime pod` on this machine against the
-// cluster (its CRDs applied first), stopped with SIGTERM at the test's end; it returns the
-// agent's probe address.
-func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) string {
+// cluster (its CRDs applied first), stopped with SIGTERM at the test's end.
+func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) *agentProc {
 	t.Helper()
 	tmp := t.TempDir()
+	// The launcher's user (107) must reach the agent's folders.
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	bin := filepath.Join(tmp, "vmlet")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/vmlet")
 	build.Dir = realcluster.RepoRoot()
@@ -413,18 +425,19 @@ func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) string 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	a := &agentProc{health: health, done: make(chan struct{})}
+	go func() { a.err = cmd.Wait(); close(a.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("agent exit: %v", err)
+		case <-a.done:
+			if a.err != nil {
+				t.Errorf("agent exit: %v", a.err)
 			}
 		case <-time.After(time.Minute):
 			_ = cmd.Process.Kill()
-			t.Errorf("agent did not stop within 1m of SIGTERM (killed: %v)", <-exited)
+			<-a.done
+			t.Errorf("agent did not stop within 1m of SIGTERM (killed: %v)", a.err)
 		}
 		if t.Failed() {
 			t.Logf("agent output:\n%s", poll.Tail(out.String(), 8000))
@@ -433,15 +446,21 @@ func runAgent(t *testing.T, ctx context.Context, c *realcluster.Cluster) string 
 			t.Errorf("plugin sockets left after the agent stopped: %v", left)
 		}
 	})
-	return health
+	return a
 }
 
-// waitReady waits until GET http://addr/path answers 200.
-func waitReady(t *testing.T, addr, path string) {
+// waitReady waits until GET http://<health>/path answers 200; it fails at once when the agent
+// exited.
+func (a *agentProc) waitReady(t *testing.T, path string) {
 	t.Helper()
 	t0 := time.Now()
 	poll.Until(t, 2*time.Minute, "agent "+path, func() (bool, string) {
-		resp, err := http.Get("http://" + addr + path)
+		select {
+		case <-a.done:
+			t.Fatalf("agent exited: %v", a.err)
+		default:
+		}
+		resp, err := http.Get("http://" + a.health + path)
 		if err != nil {
 			return false, err.Error()
 		}

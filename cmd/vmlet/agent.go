@@ -8,12 +8,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/devices"
 	"github.com/vmlet/vmlet/nodeagent"
+	"github.com/vmlet/vmlet/nodeagent/deviceplugin"
 )
 
 // agentOptions are `vmlet agent`'s flags beyond the shared node flags.
@@ -49,6 +52,11 @@ type agentOptions struct {
 	// streamsAddr is where the VMI streams of the subresources API are served ("" off);
 	// streamsAdvertise what is published instead of it.
 	streamsAddr, streamsAdvertise string
+	// devicePlugins runs the kubelet device plugin (pod runtime); devicePluginDir is the
+	// kubelet's device-plugins folder, devicePluginCount the devices per resource.
+	devicePlugins     bool
+	devicePluginDir   string
+	devicePluginCount int
 }
 
 func agentCmd() *cobra.Command {
@@ -97,13 +105,18 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 	f.BoolVar(&o.register, "register-node", false, "create the Node object if missing (no kubelet registers this node)")
 	o.serve = addServeFlags(f, fmt.Sprintf(":%d", health.AgentMetricsPort), fmt.Sprintf(":%d", health.AgentHealthPort),
 		"API server answers, caches synced, every Running VMI's launcher answers within "+controllers.LauncherAnswerTimeout.String()+
-			"; no device plugin yet")
+			"; with --runtime pod and --device-plugins, every device plugin resource registered with the kubelet")
 	f.StringVar(&o.advertise, "metrics-advertise-address", "", "metrics address published on the Node ("+controllers.AnnotMetricsAddress+
 		", what vmctl top scrapes); empty: --"+flagMetricsAddr+" with the bound port, a wildcard host published as the Node's InternalIP")
 	f.DurationVar(&o.heartbeat, "heartbeat-interval", controllers.DefaultHeartbeat, "how often the agent writes the Node's "+controllers.AnnotHeartbeat+
 		"; vmlet controller marks the node unschedulable after three intervals without one")
 	f.StringVar(&o.streamsAddr, "streams-bind-address", "", fmt.Sprintf("where the VMI streams of the subresources API (console, VNC, QMP, port-forward) are served, mTLS (config/agent: :%d); empty: off", nodeagent.DefaultStreamsPort))
 	f.StringVar(&o.streamsAdvertise, "streams-advertise-address", "", "streams address published on the Node ("+controllers.AnnotStreamsAddress+"); empty: the bound one, a wildcard host published as the Node's InternalIP")
+	f.BoolVar(&o.devicePlugins, "device-plugins", true, "pod runtime: run the kubelet device plugin advertising "+
+		strings.Join([]string{launcherpod.ResourceKVM, launcherpod.ResourceTun, launcherpod.ResourceVhostNet}, ", ")+
+		" where this node has them (kvm only where KVM is usable), which launcher pods request")
+	f.StringVar(&o.devicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "pod runtime: the kubelet's device-plugins folder, where its kubelet.sock is (the kubelet's is fixed, whatever its --root-dir)")
+	f.IntVar(&o.devicePluginCount, "device-plugin-count", deviceplugin.DefaultCount, "pod runtime: devices advertised per resource (how many launcher pods of this node may use one device node)")
 	nf = addNodeFlags(f, true)
 	return c
 }
@@ -194,6 +207,13 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	if err != nil {
 		return err
 	}
+	if pods != nil && o.devicePlugins {
+		dp, err := startDevicePlugin(mgr, o, log)
+		if err != nil {
+			return err
+		}
+		ready["device-plugin"] = dp.Check
+	}
 	ready["launchers"] = a.LaunchersCheck()
 	name, check := a.SELinuxCheck()
 	ready[name] = check
@@ -211,4 +231,24 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		return fmt.Errorf("run node agent: %w", err)
 	}
 	return nil
+}
+
+// startDevicePlugin adds the kubelet device plugin to mgr: the resources this node has
+// (deviceplugin.Probe), registered with the kubelet at --device-plugin-dir.
+func startDevicePlugin(mgr manager.Manager, o agentOptions, log logr.Logger) (*deviceplugin.Manager, error) {
+	if o.devicePluginCount <= 0 {
+		return nil, fmt.Errorf("--device-plugin-count %d: %w: want > 0", o.devicePluginCount, nodeagent.ErrBadFlag)
+	}
+	facts := deviceplugin.Probe()
+	dp, err := deviceplugin.New(deviceplugin.Options{Dir: o.devicePluginDir, Count: o.devicePluginCount,
+		Resources: deviceplugin.Select(facts), Log: log.WithName("device-plugin")})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(dp); err != nil {
+		return nil, fmt.Errorf("add device plugin: %w", err)
+	}
+	log.Info("device plugin", "resources", dp.Resources(), "devices", o.devicePluginCount, "dir", o.devicePluginDir,
+		"kvm", facts.KVM, "tun", facts.Tun, "vhostNet", facts.VhostNet)
+	return dp, nil
 }

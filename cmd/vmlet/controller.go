@@ -61,7 +61,8 @@ VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
 	fs.StringVar(&f.pods.LauncherRoot, "launcher-root", launcherpod.DefaultLauncherRoot, "node folder of launcher run folders (<root>/<vmi uid>); the node agent's must match")
 	fs.StringVar(&f.pods.VolumeRoot, "volume-root", launcherpod.DefaultVolumeRoot, "node folder of VMI storage folders (<root>/<vmi uid>); the node agent's must match")
 	fs.StringVar(&f.pods.ImageCache, "image-cache", launcherpod.DefaultImageCache, "node image cache, mounted read-only into launcher pods (containerDisk overlays' backing files); empty: none")
-	fs.BoolVar(&f.pods.AllowEmulation, "allow-emulation", true, "let VMIs run under TCG on nodes without usable KVM; false: launcher pods select nodes labelled "+controllers.LabelKVM+"=true")
+	fs.BoolVar(&f.pods.AllowEmulation, "allow-emulation", true, "let VMIs run under TCG (KubeVirt's useEmulation): launcher pods do not request "+launcherpod.ResourceKVM+
+		" and run on any node, under TCG; false: they request it, so they run only where the node agent's device plugin advertises it (KVM usable) and under KVM")
 	f.pods.RunAsUser, f.pods.RunAsGroup = new(int64), new(int64)
 	fs.Int64Var(f.pods.RunAsUser, "launcher-uid", launcherpod.DefaultRunAsUser, "uid of the launcher pods (runAsUser, no capabilities); the node agents' --launcher-uid must match")
 	fs.Int64Var(f.pods.RunAsGroup, "launcher-gid", launcherpod.DefaultRunAsGroup, "gid of the launcher pods (runAsGroup); the node agents' --launcher-gid must match")

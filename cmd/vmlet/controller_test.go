@@ -95,8 +95,8 @@ func TestControllerCommand(t *testing.T) {
 	if img := pod.Spec.Containers[0].Image; img != "example.test/launcher:v9" {
 		t.Errorf("image %s", img)
 	}
-	if pod.Spec.NodeSelector[launcherpod.NodeLabelKVM] != "true" {
-		t.Errorf("nodeSelector %v: --allow-emulation=false must select KVM nodes", pod.Spec.NodeSelector)
+	if kvm := pod.Spec.Containers[0].Resources.Limits[launcherpod.ResourceKVM]; kvm.Value() != 1 {
+		t.Errorf("limits %v: --allow-emulation=false must request %s", pod.Spec.Containers[0].Resources.Limits, launcherpod.ResourceKVM)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -34,6 +34,16 @@ const (
 	NodeLabelKVM         = "vmlet.dev/kvm"
 )
 
+// Extended resources of the node agent's device plugin (nodeagent/deviceplugin), requested in
+// the launcher container's limits (DeviceLimits): the kubelet puts the device node into the
+// container, and the kube-scheduler places the pod only on a node that advertises them (KubeVirt's
+// devices.kubevirt.io/kvm, tun and vhost-net).
+const (
+	ResourceKVM      = "devices.vmlet.dev/kvm"
+	ResourceTun      = "devices.vmlet.dev/tun"
+	ResourceVhostNet = "devices.vmlet.dev/vhost-net"
+)
+
 // The launcher container and its file system.
 const (
 	// ContainerName is the name of the pod's only container.

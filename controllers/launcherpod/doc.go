@@ -25,10 +25,15 @@
 // once a pod is scheduled) is not (it stays PVCNotReady). The resolved claims are recorded in
 // the pod's AnnotClaims, which the agent reads (PodClaims).
 //
+// Devices the kubelet way: the container's limits ask for the node agent's device plugin
+// resources (DeviceLimits: ResourceKVM unless emulation is allowed, ResourceTun when the VMI has
+// an interface), so the kube-scheduler places the pod only where the node has them and the
+// kubelet creates the device nodes in the container (and in the runtime's device rules).
+//
 // The launcher container is not privileged and gets no extra capabilities: the node agent
-// grants devices (/dev/kvm, /dev/net/tun, disks) by replacing the device filter (eBPF) on the
-// pod's cgroup, and it opens taps host-side in the pod's network namespace and passes their file
-// descriptors to the launcher, so NET_ADMIN is not needed either. No service account token is
+// narrows the devices it may open (/dev/kvm, /dev/net/tun, disks) to exactly what its VM needs
+// by replacing the device filter (eBPF) on the pod's cgroup, and it opens taps host-side in the
+// pod's network namespace and passes their file descriptors to the launcher, so NET_ADMIN is not needed either. No service account token is
 // mounted: the launcher never talks to the API server.
 //
 // Resources are guest memory plus vmlet's measured overhead (MemoryOverhead; see the comment

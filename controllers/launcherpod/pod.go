@@ -26,8 +26,10 @@ type Options struct {
 	// ImageCache is the node's image cache, mounted read-only at the same path (containerDisk
 	// overlays have their backing files there); empty mounts none.
 	ImageCache string
-	// AllowEmulation lets VMIs run under TCG where KVM is not usable (KubeVirt's
-	// useEmulation): without it launcher pods select nodes labelled NodeLabelKVM=true.
+	// AllowEmulation lets VMIs run under TCG (KubeVirt's useEmulation): the launcher pod does
+	// not request ResourceKVM, so it fits nodes without usable KVM, and QEMU runs under TCG
+	// (the container has no /dev/kvm). Without it the pod requests ResourceKVM, which only nodes
+	// where KVM is usable advertise: elsewhere it stays Pending (Insufficient devices.vmlet.dev/kvm).
 	AllowEmulation bool
 	// TCGCacheMiB is the nodes' TCG translation cache per VM (the agent's --tcg-cache-mib,
 	// DefaultTCGCacheMiB unless set), budgeted in the pod's memory when AllowEmulation is set.
@@ -92,16 +94,14 @@ func GracePeriod(vmi *vmletv1.VirtualMachineInstance) time.Duration {
 }
 
 // NodeSelector is the VMI's nodeSelector plus NodeLabelSchedulable=true (nodes whose vmlet
-// agent beats) and, unless emulation is allowed, NodeLabelKVM=true.
-func NodeSelector(vmi *vmletv1.VirtualMachineInstance, allowEmulation bool) map[string]string {
+// agent beats). KVM is not a label here but a resource (DeviceLimits): the kube-scheduler then
+// says why a KVM-only pod does not fit (Insufficient devices.vmlet.dev/kvm).
+func NodeSelector(vmi *vmletv1.VirtualMachineInstance) map[string]string {
 	sel := maps.Clone(vmi.Spec.NodeSelector)
 	if sel == nil {
 		sel = map[string]string{}
 	}
 	sel[NodeLabelSchedulable] = "true"
-	if !allowEmulation {
-		sel[NodeLabelKVM] = "true"
-	}
 	return sel
 }
 
@@ -123,6 +123,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options, claims []Claim) (*cor
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(res.Limits, DeviceLimits(vmi, o.AllowEmulation))
 	grace := GracePeriod(vmi)
 	volDir := HostVolumeDir(o.VolumeRoot, vmi.UID)
 	runDir := HostRunDir(o.LauncherRoot, vmi.UID)
@@ -167,7 +168,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options, claims []Claim) (*cor
 			}},
 		},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  NodeSelector(vmi, o.AllowEmulation),
+			NodeSelector:                  NodeSelector(vmi),
 			Tolerations:                   slices.Clone(vmi.Spec.Tolerations),
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To(int64((grace + GraceMargin) / time.Second)),

@@ -34,12 +34,13 @@ func (r *Runtime) Resize(ctx context.Context, id string, res process.Resources) 
 	if i < 0 {
 		return fmt.Errorf("resize launcher pod %s: no %s container", p.Name, launcherpod.ContainerName)
 	}
-	if !equality.Semantic.DeepEqual(p.Spec.Containers[i].Resources, res.Pod) {
+	// CPU and memory only: the device plugin resources the pod was created with stay.
+	if cur := p.Spec.Containers[i].Resources; !equality.Semantic.DeepEqual(launcherpod.ComputeResources(cur), launcherpod.ComputeResources(res.Pod)) {
 		if r.Resizer == nil {
 			return fmt.Errorf("resize launcher pod %s: this agent cannot resize pods (no client for pods/resize)", p.Name)
 		}
 		old := p.DeepCopy()
-		p.Spec.Containers[i].Resources = res.Pod
+		p.Spec.Containers[i].Resources = withCompute(cur, res.Pod)
 		if err := r.Resizer.SubResource("resize").Patch(ctx, p, client.StrategicMergeFrom(old)); err != nil {
 			return fmt.Errorf("resize launcher pod %s: %w", p.Name, err)
 		}
@@ -64,11 +65,32 @@ func resizeApplied(p *corev1.Pod, i int, want corev1.ResourceRequirements) error
 	}
 	name := p.Spec.Containers[i].Name
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == name && cs.Resources != nil && !equality.Semantic.DeepEqual(*cs.Resources, want) {
+		if cs.Name == name && cs.Resources != nil && !equality.Semantic.DeepEqual(launcherpod.ComputeResources(*cs.Resources), launcherpod.ComputeResources(want)) {
 			return fmt.Errorf("%w: pod %s: container resources %v, want %v", process.ErrResizing, p.Name, cs.Resources.Requests, want.Requests)
 		}
 	}
 	return nil
+}
+
+// withCompute is cur with its CPU and memory requests and limits replaced by want's (a CPU
+// limit cur has and want has not is dropped); its other resources are kept.
+func withCompute(cur, want corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *cur.DeepCopy()
+	w := launcherpod.ComputeResources(want)
+	for _, l := range []*struct{ dst, src *corev1.ResourceList }{{&out.Limits, &w.Limits}, {&out.Requests, &w.Requests}} {
+		for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			q, ok := (*l.src)[n]
+			switch {
+			case ok && *l.dst == nil:
+				*l.dst = corev1.ResourceList{n: q}
+			case ok:
+				(*l.dst)[n] = q
+			default:
+				delete(*l.dst, n)
+			}
+		}
+	}
+	return out
 }
 
 func containerIndex(p *corev1.Pod) int {

@@ -25,10 +25,17 @@ func podResources(cpu, mem string) corev1.ResourceRequirements {
 	}
 }
 
+// withTun adds the tun device limit launcher pods have (launcherpod.DeviceLimits).
+func withTun(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	r.Limits[launcherpod.ResourceTun] = resource.MustParse("1")
+	return r
+}
+
 // TestResizeThroughTheAPIServer resizes a launcher pod through a real API server's pods/resize
-// subresource: the spec follows, the kubelet's answer (here written into the pod's status as a
-// kubelet would) decides when the resize counts as applied, an infeasible one is refused, and a
-// resize the API server rejects comes back as its error.
+// subresource: the spec follows (its device plugin resources kept: the API server refuses a
+// resize that drops them), the kubelet's answer (here written into the pod's status as a
+// kubelet would, CPU and memory only) decides when the resize counts as applied, an infeasible
+// one is refused, and a resize the API server rejects comes back as its error.
 func TestResizeThroughTheAPIServer(t *testing.T) {
 	prereq.APIServer(t)
 	env, err := apienv.Start(apienv.Options{})
@@ -42,7 +49,7 @@ func TestResizeThroughTheAPIServer(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vmlet-launcher-x", Labels: map[string]string{launcherpod.LabelVMIUID: uid}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: launcherpod.ContainerName, Image: "vmlet.dev/launcher:test", Resources: podResources("100m", "400Mi"),
+			Name: launcherpod.ContainerName, Image: "vmlet.dev/launcher:test", Resources: withTun(podResources("100m", "400Mi")),
 		}}},
 	}
 	if err := env.Client.Create(ctx, pod); err != nil {
@@ -57,7 +64,8 @@ func TestResizeThroughTheAPIServer(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 		t.Fatal(err)
 	}
-	if c := got.Spec.Containers[0].Resources; c.Requests.Cpu().Cmp(resource.MustParse("300m")) != 0 || c.Limits.Memory().Cmp(resource.MustParse("660Mi")) != 0 {
+	if c := got.Spec.Containers[0].Resources; c.Requests.Cpu().Cmp(resource.MustParse("300m")) != 0 || c.Limits.Memory().Cmp(resource.MustParse("660Mi")) != 0 ||
+		c.Limits.Name(launcherpod.ResourceTun, resource.DecimalSI).Value() != 1 {
 		t.Fatalf("pod resources after the resize %v", c)
 	}
 

@@ -167,7 +167,9 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	c.agentArgs = []string{vmlet, "agent", "--runtime", "pod", "--kubeconfig", env.Kubeconfig, "--node-name", nodeName,
 		"--register-node", "--launcher-root", c.launcherRoot, "--volume-root", c.volumeRoot, "--image-cache", c.imageCache,
 		"--state-dir", filepath.Join(tmp, "state"), "--image", guestImage + "=" + guest,
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.agentHealth}
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", c.agentHealth,
+		// No kubelet for its device plugin here: kubeletsim advertises the same resources on the Node.
+		"--device-plugins=false"}
 	if o.heartbeat > 0 {
 		c.agentArgs = append(c.agentArgs, "--heartbeat-interval", o.heartbeat.String())
 	}

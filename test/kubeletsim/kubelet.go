@@ -42,6 +42,12 @@ type Kubelet struct {
 	Network *network.Node
 	// LogDir receives one <pod uid>.log per container.
 	LogDir string
+	// Devices are the device plugin resources the Node's status advertises (DeviceCount each,
+	// deviceplugin.DefaultCount when 0); nil: what the node agent's device plugin advertises on
+	// this machine (deviceplugin.Select of deviceplugin.Probe). The pods do not get the device
+	// nodes: they run on the host's /dev, filtered by the agent's device program.
+	Devices     []string
+	DeviceCount int
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podProc
@@ -67,6 +73,9 @@ func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
 		p, ok := o.(*corev1.Pod)
 		return ok && p.Spec.NodeName == k.NodeName
 	})
+	if err := k.setupDevices(mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("sim-kubelet").
 		For(&corev1.Pod{}, builder.WithPredicates(onNode)).
 		WatchesRawSource(source.Channel(k.events, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).

@@ -33,8 +33,9 @@
 // The launcher container is not privileged and gets no extra capabilities: the node agent
 // narrows the devices it may open (/dev/kvm, /dev/net/tun, disks) to exactly what its VM needs
 // by replacing the device filter (eBPF) on the pod's cgroup, and it opens taps host-side in the
-// pod's network namespace and passes their file descriptors to the launcher, so NET_ADMIN is not needed either. No service account token is
-// mounted: the launcher never talks to the API server.
+// pod's network namespace and passes their file descriptors to the launcher, so NET_ADMIN is
+// not needed either. No service account token is mounted: the launcher never talks to the API
+// server.
 //
 // Resources are guest memory plus vmlet's measured overhead (MemoryOverhead; see the comment
 // there for the measurement and overhead_test.go to repeat it), not KubeVirt's fixed

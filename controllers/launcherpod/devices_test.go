@@ -38,7 +38,7 @@ func TestDeviceLimits(t *testing.T) {
 		{"no interface, kvm only", noNIC, false, []string{launcherpod.ResourceKVM}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pod, err := launcherpod.Build(testVMI(c.vmi), opts(func(o *launcherpod.Options) { o.AllowEmulation = c.emulation }))
+			pod, err := launcherpod.Build(testVMI(c.vmi), opts(func(o *launcherpod.Options) { o.AllowEmulation = c.emulation }), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -111,13 +111,15 @@ func TestLauncherPodDeletedGraceful(t *testing.T) {
 	vmi := waitBooted(t, name)
 	pod := scheduled(t, vmi)
 	fp := nodeFootprint(t, vmi, pod)
+	// AgentConnected can come before the guest's acpid listens: wait for its ready marker.
+	waitSerial(t, fp, testguest.MarkerReady)
 	c, _ := console(t, fp)
 	t0 := time.Now()
 	kubectl(t, "", "delete", "pod", "-n", "default", pod.Name, "--wait=false")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := c.Wait(ctx, testguest.MarkerPoweroff); err != nil {
-		t.Fatalf("no graceful shutdown within the grace period: %v; console: %s", err, poll.Tail(c.String(), 2000))
+		t.Fatalf("no graceful shutdown within the grace period: %v; console: %s; %s", err, poll.Tail(c.String(), 2000), summary(getVMI(t, name)))
 	}
 	t.Logf("kubectl delete pod → guest powers off in %s", time.Since(t0).Round(time.Millisecond))
 	poll.Until(t, 75*time.Second, "QEMU exits and the pod goes", func() (bool, string) {

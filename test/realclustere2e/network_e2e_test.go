@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 const masqueradeSpec = `spec:
@@ -43,8 +44,8 @@ func TestMasqueradePodNetwork(t *testing.T) {
 	if agent == nil || agent.Status.PodIP == "" {
 		t.Fatal("no agent pod IP")
 	}
+	waitSerial(t, fp, testguest.MarkerReady) // its shell runs on the console after this
 	c, typ := console(t, fp)
-	typ("") // a prompt
 	// busybox nc (its static wget crashes in this guest); the server answers HTTP/1.0.
 	get := `printf 'GET /metrics HTTP/1.0\r\n\r\n' | nc -w 10 ` + agent.Status.PodIP + ` 9250 | grep -q '^# TYPE'`
 	if rc := run(t, c, typ, get, time.Minute); rc != 0 {

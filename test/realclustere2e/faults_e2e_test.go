@@ -135,3 +135,48 @@ func TestLauncherPodDeletedGraceful(t *testing.T) {
 	deleteVMI(t, name)
 	assertGone(t, fp)
 }
+
+// TestLauncherPodDeletedGuestIgnoresACPI: a guest that ignores the power button keeps running
+// after `kubectl delete pod` until the VMI's grace period ends (the launcher then stops QEMU),
+// not less: nothing on the node cuts the grace period short (the agent, seeing the VMI failed
+// with LauncherPodDeleted, killed the launcher at once before), and not much more (the pod's
+// grace is the VMI's plus launcherpod.GraceMargin).
+func TestLauncherPodDeletedGuestIgnoresACPI(t *testing.T) {
+	need(t)
+	t.Parallel()
+	const grace = 20 * time.Second
+	name := "no-acpi-" + suffix()
+	createVMI(t, name, `spec:
+  terminationGracePeriodSeconds: 20
+  domain:
+    memory: {guest: 128Mi}
+    firmware:
+      kernelBoot:
+        kernelArgs: `+testguest.BaseCmdline+` `+testguest.CmdlineNoACPI+`
+        container: {image: `+kernelImage+`, kernelPath: /vmlinuz, initrdPath: /initramfs.gz}
+    devices: {}
+`)
+	vmi := waitBooted(t, name)
+	pod := scheduled(t, vmi)
+	fp := nodeFootprint(t, vmi, pod)
+	waitSerial(t, fp, testguest.MarkerReady)
+	c, _ := console(t, fp)
+	t0 := time.Now()
+	kubectl(t, "", "delete", "pod", "-n", "default", pod.Name, "--wait=false")
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := c.Wait(ctx, testguest.MarkerPowerdownIgnored); err != nil {
+		t.Fatalf("the guest got no power button: %v; console: %s", err, poll.Tail(c.String(), 2000))
+	}
+	poll.Until(t, grace+launcherpod.GraceMargin+30*time.Second, "QEMU ends", func() (bool, string) {
+		_, err := readStart(fp.qemuPid)
+		return err != nil, "running"
+	})
+	ended := time.Since(t0)
+	t.Logf("kubectl delete pod, guest ignoring ACPI → QEMU ended after %s (grace %s)", ended.Round(time.Millisecond), grace)
+	if ended < grace-2*time.Second {
+		t.Errorf("QEMU ended %s after the pod's deletion, before the VMI's grace period (%s)", ended.Round(time.Millisecond), grace)
+	}
+	deleteVMI(t, name)
+	assertGone(t, fp)
+}

@@ -34,6 +34,7 @@ const (
 	vmletImage    = "vmlet.dev/vmlet:dev"
 	launcherImage = "vmlet.dev/vmlet-launcher:dev"
 	diskImage     = "vmlet.dev/testguest-disk:latest"
+	kernelImage   = "vmlet.dev/testguest:latest" // kernelBoot: /vmlinuz, /initramfs.gz
 )
 
 // One cluster per package, with vmlet deployed; setupErr says why there is none.

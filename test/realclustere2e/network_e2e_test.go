@@ -54,7 +54,7 @@ func TestMasqueradePodNetwork(t *testing.T) {
 	t.Logf("guest → agent pod %s:9250 (another pod) over masquerade: ok", agent.Status.PodIP)
 
 	token := "vmlet-" + suffix()
-	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &", 30*time.Second); rc != 0 {
+	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 & true", 30*time.Second); rc != 0 {
 		t.Fatalf("start a server in the guest: exit %d", rc)
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, "8080")

@@ -48,10 +48,8 @@ func podReady(p *corev1.Pod) bool {
 // lives through the agent's restart.
 func TestAgentPodRecreatedAdopts(t *testing.T) {
 	need(t)
-	name := "adopt-" + suffix()
-	createVMI(t, name, minimalSpec)
-	vmi := waitBooted(t, name)
-	fp := nodeFootprint(t, vmi, scheduled(t, vmi))
+	b := boot(t, "adopt", minimalSpec)
+	name, fp := b.name, b.fp
 	old := agentPod(t)
 	if old == nil {
 		t.Fatal("no agent pod")
@@ -83,10 +81,8 @@ func TestAgentPodRecreatedAdopts(t *testing.T) {
 func TestQEMUKilled(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "qemu-killed-" + suffix()
-	createVMI(t, name, minimalSpec)
-	vmi := waitBooted(t, name)
-	fp := nodeFootprint(t, vmi, scheduled(t, vmi))
+	b := boot(t, "qemu-killed", minimalSpec)
+	name, fp := b.name, b.fp
 	t0 := time.Now()
 	if err := unix.Kill(fp.qemuPid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -106,11 +102,8 @@ func TestQEMUKilled(t *testing.T) {
 func TestLauncherPodDeletedGraceful(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "pod-deleted-" + suffix()
-	createVMI(t, name, strings.Replace(minimalSpec, "spec:\n", "spec:\n  terminationGracePeriodSeconds: 60\n", 1))
-	vmi := waitBooted(t, name)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
+	b := boot(t, "pod-deleted", strings.Replace(minimalSpec, "spec:\n", "spec:\n  terminationGracePeriodSeconds: 60\n", 1))
+	name, vmi, pod, fp := b.name, b.vmi, b.pod, b.fp
 	// AgentConnected can come before the guest's acpid listens: wait for its ready marker.
 	waitSerial(t, fp, testguest.MarkerReady)
 	c, _ := console(t, fp)
@@ -145,8 +138,7 @@ func TestLauncherPodDeletedGuestIgnoresACPI(t *testing.T) {
 	need(t)
 	t.Parallel()
 	const grace = 20 * time.Second
-	name := "no-acpi-" + suffix()
-	createVMI(t, name, `spec:
+	b := boot(t, "no-acpi", `spec:
   terminationGracePeriodSeconds: 20
   domain:
     memory: {guest: 128Mi}
@@ -156,9 +148,7 @@ func TestLauncherPodDeletedGuestIgnoresACPI(t *testing.T) {
         container: {image: `+kernelImage+`, kernelPath: /vmlinuz, initrdPath: /initramfs.gz}
     devices: {}
 `)
-	vmi := waitBooted(t, name)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
+	name, pod, fp := b.name, b.pod, b.fp
 	waitSerial(t, fp, testguest.MarkerReady)
 	c, _ := console(t, fp)
 	t0 := time.Now()

@@ -35,11 +35,8 @@ const masqueradeSpec = `spec:
 func TestMasqueradePodNetwork(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "masq-" + suffix()
-	createVMI(t, name, masqueradeSpec)
-	vmi := waitBooted(t, name)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
+	b := boot(t, "masq", masqueradeSpec)
+	name, pod, fp := b.name, b.pod, b.fp
 	agent := agentPod(t)
 	if agent == nil || agent.Status.PodIP == "" {
 		t.Fatal("no agent pod IP")

@@ -30,8 +30,8 @@ deps: ## Install host packages (QEMU, qemu-img, iproute2, ...) with apt when mis
 assets: deps ## Build the test guest and the control-plane binaries (cached; first time ≈10 min).
 	@echo "assets: test guest..." >&2
 	@bash test/assets/guest/build.sh >/dev/null
-	@echo "assets: control plane (kube-apiserver, etcd, kubectl)..." >&2
-	@bash test/assets/controlplane/build.sh >/dev/null
+	@echo "assets: control plane (kube-apiserver, etcd, kubectl; kubelet, kube-scheduler, kube-controller-manager)..." >&2
+	@BINARIES="kube-apiserver kubectl etcd kubelet kube-scheduler kube-controller-manager" bash test/assets/controlplane/build.sh >/dev/null
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs and the controller's ClusterRole (controller-gen, pinned).
@@ -113,7 +113,7 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (default 30s; FUZZ=regexp pi
 	@hack/fuzz.sh
 
 .PHONY: test
-test: deps assets ## Run the whole test suite against real QEMU, kernel and API server (root).
+test: deps assets images ## Run the whole test suite against real QEMU, kernel, API server and a real kubelet + containerd (root).
 	@echo "test: go test $(PKGS) (progress: one line per finished test)" >&2
 	go test $(GO_TEST_FLAGS) -p $(GO_TEST_P) -json $(PKGS) | go run ./hack/testreport
 

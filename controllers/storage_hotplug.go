@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/qemu"
@@ -138,7 +139,8 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 // setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready
 // while the domain runs; hotpluggable ones get their state from this reconcile (hot), or keep
 // the one they had when it did not look at them. A volume that newly fails gets a Warning event.
-func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, running bool, hot map[string]volumeState) {
+// Volumes on the launcher pod's claims say which claim (persistentVolumeClaimInfo).
+func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, running bool, hot map[string]volumeState, claims map[string]launcherpod.Claim) {
 	old := map[string]vmletv1.VolumeStatus{}
 	for _, s := range vmi.Status.VolumeStatus {
 		old[s.Name] = s
@@ -150,6 +152,9 @@ func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, run
 		if !v.Hotpluggable() {
 			if running {
 				s.Phase = vmletv1.VolumeReady
+			}
+			if c, ok := claims[volumeClaim(v)]; ok {
+				s.PersistentVolumeClaimInfo = claimInfo(c)
 			}
 			out = append(out, s)
 			continue

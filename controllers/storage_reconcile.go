@@ -131,6 +131,10 @@ func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err erro
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 	}
+	if errors.Is(err, ErrClaimsUnknown) {
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonClaimsUnknown, err.Error())
+		return ctrl.Result{RequeueAfter: secretRetry}, nil
+	}
 	if !apierrors.IsNotFound(err) {
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSecretReadFailed, err.Error())
 		return ctrl.Result{}, err

@@ -34,6 +34,7 @@ type observed struct {
 	spec         *qemu.Spec         // to start with, once storage is ready
 	storageRes   *storage.Result    // what Apply made, once storage is ready (labelled)
 	storageErr   error
+	claims       map[string]launcherpod.Claim // the launcher pod's claims, by name (pod runtime)
 }
 
 func (o *observed) backOff() *PullBackOffError {
@@ -68,7 +69,11 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 		o.refsErr, o.facts.SecretsUnreadable = err, true
 		return o
 	}
-	env := r.Env(o.runDir)
+	if o.claims, err = r.podClaims(ctx, vmi); err != nil {
+		o.refsErr, o.facts.SecretsUnreadable = err, true
+		return o
+	}
+	env := withClaims(r.Env(o.runDir), vmi.Namespace, o.claims)
 	env.VolumeDir = r.volumeDir(vmi.UID)
 	t0 := time.Now()
 	o.want, err = translate.Translate(vmi, env, refs)
@@ -102,13 +107,20 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 	t0 := time.Now()
 	cpu := launcherpod.CPURequest(vmi)
 	procLabel, dirLabel := r.launcherLabels(vmi)
+	disks, nodes, err := launcherDisks(o.want.Storage)
+	if err != nil {
+		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
+		return nil, ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
+	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		// SELinux (local mode; gated on an enabled SELinux for the process label).
 		ProcessLabel: procLabel, DirLabel: dirLabel,
-		ID:    id,
-		Name:  vmi.Namespace + "/" + vmi.Name,
-		Args:  r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
-		Rules: devices.Baseline(devices.BaselineOptions{KVM: r.KVM}),
+		ID:           id,
+		Name:         vmi.Namespace + "/" + vmi.Name,
+		Args:         r.Args(o.runDir, o.want.Spec.Name, gracePeriod(vmi)),
+		Rules:        devices.Baseline(devices.BaselineOptions{KVM: r.KVM, Disks: disks}),
+		BlockDevices: nodes,
 		// The weight its pod's CPU request would give it in cluster mode.
 		CPUMilli: cpu.MilliValue(),
 	})
@@ -237,7 +249,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)
 	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
-	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot)
+	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, o.claims)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, spec, copy))
@@ -270,4 +282,22 @@ func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.Virtual
 		return d, nil
 	}
 	return dom, nil
+}
+
+// launcherDisks are the block devices the VMI's disks open (block claims, ephemeral overlays'
+// backing devices) and their paths: its launcher's device filter grants exactly these. The
+// devices are looked up before the launcher starts, so a block claim that is not there (yet)
+// delays the start.
+func launcherDisks(p *storage.VMPlan) ([]devices.Disk, []string, error) {
+	bds, err := p.BlockDevices()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []devices.Disk
+	var paths []string
+	for _, b := range bds {
+		out = append(out, devices.Disk{Major: int64(b.Major), Minor: int64(b.Minor), ReadOnly: b.ReadOnly})
+		paths = append(paths, b.Path)
+	}
+	return out, paths, nil
 }

@@ -11,11 +11,11 @@ declare -A probe=(
   [util-linux]=/usr/sbin/losetup
   [socat]=/usr/bin/socat
   [genisoimage]=/usr/bin/isoinfo
+  [strace]=/usr/bin/strace # internal/imagebuild TestQEMUFiles measures what QEMU opens
   # test/realcluster, make cluster-up: a real kubelet's runtime and pod network
   [containerd]=/usr/bin/containerd
   [runc]=/usr/sbin/runc
   [containernetworking-plugins]=/usr/lib/cni/bridge
-  [strace]=/usr/bin/strace # internal/imagebuild TestQEMUFiles measures what QEMU opens
 )
 
 missing=()

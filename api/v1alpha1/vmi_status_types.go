@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -255,6 +256,31 @@ type VolumeStatus struct {
 	// Represents the size of the volume.
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// PersistentVolumeClaimInfo is the claim behind a persistentVolumeClaim, dataVolume or
+	// ephemeral volume, as mounted (cluster mode).
+	// +optional
+	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
+}
+
+// PersistentVolumeClaimInfo describes a volume's PersistentVolumeClaim (KubeVirt's fields that
+// vmlet fills).
+type PersistentVolumeClaimInfo struct {
+	// ClaimName is the claim's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
+	// AccessModes are the bound claim's access modes: ReadWriteMany claims are shared
+	// between nodes, so they do not stop a live migration.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +listType=atomic
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+	// VolumeMode is the claim's volume mode (Filesystem: disk.img in the volume; Block).
+	// +optional
+	VolumeMode *corev1.PersistentVolumeMode `json:"volumeMode,omitempty"`
+	// Capacity is the bound claim's capacity.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 }
 
 // HotplugVolumeStatus represents the hotplug status of the volume.

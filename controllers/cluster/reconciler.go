@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
@@ -61,6 +62,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("vmi-launcher-pod").
 		For(&vmletv1.VirtualMachineInstance{}).
 		Owns(&corev1.Pod{}).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisUsingClaim)).
+		Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(r.vmisUsingClaim)).
 		Complete(r)
 }
 
@@ -130,6 +133,7 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 	if wait := r.leftToAgent(vmi, pod, time.Now()); wait > 0 {
 		return wait, nil
 	}
+	clearClaimWait(vmi) // its pod exists: the claims resolved (a status write may have been lost)
 	r.observe(vmi, pod)
 	return 0, nil
 }
@@ -185,7 +189,17 @@ func (r *Reconciler) create(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		}
 		o.SELinuxType = t
 	}
-	pod, err := launcherpod.Build(vmi, o)
+	claims, problem, err := r.claims(ctx, vmi, o)
+	if err != nil {
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonFailedCreate, err.Error())
+		return err
+	}
+	if problem != nil {
+		r.waitForClaim(vmi, problem)
+		return nil
+	}
+	clearClaimWait(vmi)
+	pod, err := launcherpod.Build(vmi, o, claims)
 	if errors.Is(err, launcherpod.ErrOptions) {
 		return err
 	}

@@ -11,6 +11,20 @@
 // paths) are valid inside the container too. Everything the agent relies on is an exported
 // constant or function here.
 //
+// Claims (claims.go): the cluster controller resolves each persistentVolumeClaim, dataVolume
+// (the claim of the same name, as KubeVirt's DataVolume owns one) and ephemeral volume through
+// the API (ResolveClaim: the claim must be Bound, its PersistentVolume a local or hostPath one)
+// before it makes the pod; until then the VMI waits Pending with KubeVirt's reasons
+// (FailedPvcNotFound, PVCNotReady) or vmlet's PVCNotSupported. The pod mounts a Filesystem
+// claim AT ITS VOLUME'S NODE PATH and maps a Block claim's device at the local volume's device
+// path, the same convention as the storage folder: the node agent prepares disk.img (sparse,
+// KubeVirt's size) on the node, QEMU opens the same path in the container, and no plugin
+// layout of the kubelet (/var/lib/kubelet/pods/<uid>/volumes/...) or of the container runtime
+// is relied on. The cost: only node-local volume types (local, hostPath) are supported, their
+// paths must stay clear of the pod's other mounts, and a WaitForFirstConsumer claim (bound only
+// once a pod is scheduled) is not (it stays PVCNotReady). The resolved claims are recorded in
+// the pod's AnnotClaims, which the agent reads (PodClaims).
+//
 // The launcher container is not privileged and gets no extra capabilities: the node agent
 // grants devices (/dev/kvm, /dev/net/tun, disks) by replacing the device filter (eBPF) on the
 // pod's cgroup, and it opens taps host-side in the pod's network namespace and passes their file

@@ -1,7 +1,9 @@
 package launcherpod
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -103,8 +105,9 @@ func NodeSelector(vmi *vmletv1.VirtualMachineInstance, allowEmulation bool) map[
 	return sel
 }
 
-// Build returns the launcher pod of vmi (to be created; the API server generates its name).
-func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) {
+// Build returns the launcher pod of vmi (to be created; the API server generates its name),
+// mounting claims (ResolveClaim's, in ClaimUses order) and recording them in AnnotClaims.
+func Build(vmi *vmletv1.VirtualMachineInstance, o Options, claims []Claim) (*corev1.Pod, error) {
 	if o.Args == nil || o.DomainName == nil {
 		return nil, ErrOptions
 	}
@@ -137,12 +140,23 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 		volumes = append(volumes, hostPath(ImageCacheVolume, o.ImageCache, corev1.HostPathDirectoryOrCreate))
 		mounts = append(mounts, corev1.VolumeMount{Name: ImageCacheVolume, MountPath: o.ImageCache, ReadOnly: true})
 	}
+	annots := map[string]string{AnnotVMIName: vmi.Name}
+	var devs []corev1.VolumeDevice
+	if len(claims) > 0 {
+		cv, cm, cd := claimVolumes(claims)
+		volumes, mounts, devs = append(volumes, cv...), append(mounts, cm...), cd
+		b, err := json.Marshal(claims)
+		if err != nil {
+			return nil, fmt.Errorf("launcher pod claims: %w", err)
+		}
+		annots[AnnotClaims] = string(b)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: GenerateName(vmi.Name),
 			Namespace:    vmi.Namespace,
 			Labels:       Labels(vmi.Name, vmi.UID),
-			Annotations:  map[string]string{AnnotVMIName: vmi.Name},
+			Annotations:  annots,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion:         vmletv1.GroupVersion.String(),
 				Kind:               "VirtualMachineInstance",
@@ -169,6 +183,7 @@ func Build(vmi *vmletv1.VirtualMachineInstance, o Options) (*corev1.Pod, error) 
 				Args:                     o.Args(runDir, o.DomainName(vmi), grace),
 				Resources:                res,
 				VolumeMounts:             mounts,
+				VolumeDevices:            devs,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),

@@ -73,7 +73,7 @@ func TestBuildGolden(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pod, err := launcherpod.Build(testVMI(c.vmi), opts(c.opts))
+			pod, err := launcherpod.Build(testVMI(c.vmi), opts(c.opts), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestBuildGolden(t *testing.T) {
 func TestTCGCacheBudget(t *testing.T) {
 	limit := func(mutate func(*launcherpod.Options)) int64 {
 		t.Helper()
-		pod, err := launcherpod.Build(testVMI(nil), opts(mutate))
+		pod, err := launcherpod.Build(testVMI(nil), opts(mutate), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestContract(t *testing.T) {
 		v.Spec.NodeSelector = map[string]string{"zone": "a"}
 		v.Spec.Tolerations = tols
 	})
-	pod, err := launcherpod.Build(vmi, opts(func(o *launcherpod.Options) { o.LauncherRoot, o.VolumeRoot = "/lr", "/vr" }))
+	pod, err := launcherpod.Build(vmi, opts(func(o *launcherpod.Options) { o.LauncherRoot, o.VolumeRoot = "/lr", "/vr" }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,11 +236,11 @@ func TestNames(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	if _, err := launcherpod.Build(testVMI(nil), launcherpod.Options{}); err == nil {
+	if _, err := launcherpod.Build(testVMI(nil), launcherpod.Options{}, nil); err == nil {
 		t.Error("Build without Args: no error")
 	}
 	huge := resource.MustParse("8Ei")
-	if _, err := launcherpod.Build(testVMI(func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = &huge }), opts(nil)); err == nil {
+	if _, err := launcherpod.Build(testVMI(func(v *vmletv1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = &huge }), opts(nil), nil); err == nil {
 		t.Error("Build with 8Ei of guest memory: no error")
 	}
 }

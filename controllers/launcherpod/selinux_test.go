@@ -44,7 +44,7 @@ func TestTargetSELinuxLevel(t *testing.T) {
 func TestBuildSELinuxOptions(t *testing.T) {
 	vmi := testVMI(nil)
 	o := opts(nil)
-	pod, err := launcherpod.Build(vmi, o)
+	pod, err := launcherpod.Build(vmi, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestBuildSELinuxOptions(t *testing.T) {
 		t.Errorf("seLinuxOptions %+v with none configured", pod.Spec.SecurityContext.SELinuxOptions)
 	}
 	o.SELinuxType, o.SELinuxLevel = "virt_launcher.process", "s0:c7,c300"
-	if pod, err = launcherpod.Build(vmi, o); err != nil {
+	if pod, err = launcherpod.Build(vmi, o, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s := pod.Spec.SecurityContext.SELinuxOptions; s == nil || s.Type != "virt_launcher.process" || s.Level != "s0:c7,c300" {

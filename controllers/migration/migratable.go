@@ -2,6 +2,9 @@ package migration
 
 import (
 	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 )
@@ -31,8 +34,8 @@ type Verdict struct {
 
 // Migratable decides LiveMigratable from the vmi's spec (and its hotplug status). Node-local
 // disks the migration copies (containerDisk and emptyDisk overlays) and media rebuilt on the
-// target (cloud-init, kernel boot files) are fine; claims and unshared hostDisks are not (vmlet
-// does not know them to be shared, and does not copy them); a bridge binding on the pod network
+// target (cloud-init, kernel boot files) are fine, and so are claims bound ReadWriteMany
+// (shared); other claims and unshared hostDisks are not (vmlet does not copy them); a bridge binding on the pod network
 // is not (the guest holds the pod's address, which the target pod does not have); neither is a
 // host CPU model or a host device. Pure.
 func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
@@ -43,10 +46,10 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 			if v.HostDisk.Shared == nil || !*v.HostDisk.Shared {
 				return no(ReasonDisksNotMigratable, "hostDisk %s is not shared between nodes (hostDisk.shared: true says it is)", v.Name)
 			}
-		case v.PersistentVolumeClaim != nil:
-			return no(ReasonDisksNotMigratable, "cannot migrate: claim %s is node-local here (vmlet does not copy or share claims yet)", v.PersistentVolumeClaim.ClaimName)
-		case v.DataVolume != nil:
-			return no(ReasonDisksNotMigratable, "cannot migrate: dataVolume %s is node-local here (vmlet does not copy or share claims yet)", v.DataVolume.Name)
+		case v.PersistentVolumeClaim != nil, v.DataVolume != nil:
+			if verdict, ok := claimMigratable(vmi, v); !ok {
+				return verdict
+			}
 		case v.Ephemeral != nil:
 			return no(ReasonDisksNotMigratable, "cannot migrate: ephemeral volume %s lies over a node-local claim", v.Name)
 		case v.ContainerDisk != nil, v.EmptyDisk != nil:
@@ -76,6 +79,29 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 		v.Method = vmletv1.BlockMigration
 	}
 	return v
+}
+
+// claimMigratable decides a persistentVolumeClaim or dataVolume volume: a claim whose bound
+// access modes (status.volumeStatus[].persistentVolumeClaimInfo, recorded in cluster mode) say
+// ReadWriteMany is shared between nodes and needs no copy; a ReadWriteOnce one is not, with
+// KubeVirt's message; one with no recorded modes is a node-local claim (local mode's --claim).
+func claimMigratable(vmi *vmletv1.VirtualMachineInstance, v vmletv1.Volume) (Verdict, bool) {
+	what, name := "claim", ""
+	if v.PersistentVolumeClaim != nil {
+		name = v.PersistentVolumeClaim.ClaimName
+	} else {
+		what, name = "dataVolume", v.DataVolume.Name
+	}
+	for _, s := range vmi.Status.VolumeStatus {
+		if s.Name != v.Name || s.PersistentVolumeClaimInfo == nil {
+			continue
+		}
+		if slices.Contains(s.PersistentVolumeClaimInfo.AccessModes, corev1.ReadWriteMany) {
+			return Verdict{}, true
+		}
+		return no(ReasonDisksNotMigratable, "cannot migrate VMI: PVC %s is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", name), false
+	}
+	return no(ReasonDisksNotMigratable, "cannot migrate: %s %s is node-local here (vmlet does not copy or share claims yet)", what, name), false
 }
 
 func no(reason, format string, args ...any) Verdict {

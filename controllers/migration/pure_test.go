@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -241,5 +242,45 @@ func TestAdmitEvacuation(t *testing.T) {
 		if got := AdmitEvacuation(tc.m, tc.vmi).Reason; got != tc.want {
 			t.Errorf("AdmitEvacuation(%v, %v) = %q, want %q", tc.m.Annotations, tc.vmi, got, tc.want)
 		}
+	}
+}
+
+// TestMigratableClaims: a claim's recorded access modes decide (ReadWriteMany is shared; else
+// KubeVirt's message); a claim with none recorded is node-local (local mode).
+func TestMigratableClaims(t *testing.T) {
+	withClaim := func(dv bool, modes ...corev1.PersistentVolumeAccessMode) *vmletv1.VirtualMachineInstance {
+		return running(func(v *vmletv1.VirtualMachineInstance) {
+			src := vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "pvc"}}}
+			if dv {
+				src = vmletv1.VolumeSource{DataVolume: &vmletv1.DataVolumeSource{Name: "pvc"}}
+			}
+			v.Spec.Volumes = []vmletv1.Volume{{Name: "c", VolumeSource: src}}
+			if modes != nil {
+				v.Status.VolumeStatus = []vmletv1.VolumeStatus{{Name: "c", PersistentVolumeClaimInfo: &vmletv1.PersistentVolumeClaimInfo{ClaimName: "pvc", AccessModes: modes}}}
+			}
+		})
+	}
+	notShared := Verdict{Reason: ReasonDisksNotMigratable,
+		Message: "cannot migrate VMI: PVC pvc is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"}
+	for _, tc := range []struct {
+		name string
+		vmi  *vmletv1.VirtualMachineInstance
+		want Verdict
+	}{
+		{"ReadWriteMany", withClaim(false, corev1.ReadWriteOnce, corev1.ReadWriteMany), Verdict{OK: true, Reason: ReasonMigratable, Method: vmletv1.LiveMigration}},
+		{"dataVolume ReadWriteMany", withClaim(true, corev1.ReadWriteMany), Verdict{OK: true, Reason: ReasonMigratable, Method: vmletv1.LiveMigration}},
+		{"ReadWriteOnce", withClaim(false, corev1.ReadWriteOnce), notShared},
+		{"dataVolume ReadWriteOncePod", withClaim(true, corev1.ReadWriteOncePod), notShared},
+		{"none recorded", withClaim(false), Verdict{Reason: ReasonDisksNotMigratable,
+			Message: "cannot migrate: claim pvc is node-local here (vmlet does not copy or share claims yet)"}},
+		{"dataVolume, none recorded", withClaim(true), Verdict{Reason: ReasonDisksNotMigratable,
+			Message: "cannot migrate: dataVolume pvc is node-local here (vmlet does not copy or share claims yet)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, Migratable(tc.vmi)); d != "" {
+				t.Errorf("Migratable (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -13,4 +13,12 @@
 // rules), SIGTERMs the launcher for a graceful guest shutdown, kills it on teardown, and wires
 // the VMI's bindings inside the pod's network namespace (/proc/<launcher pid>/ns/net), which
 // the cluster's CNI made and removes with the pod.
+//
+// Claims (claims.go): the launcher pod's vmlet.dev/claims annotation says where each of the
+// VMI's claims is; the pod mounts them at those node paths (see launcherpod), so the agent
+// prepares them on the node like local mode's --claim folders and devices, before the launcher
+// runs. It does not enter the pod's mount namespace for files; only a Block claim's device node,
+// which the container runtime makes root's inside the container, is handed to the launcher's
+// user through /proc/<pid>/root (resolved inside that root, devnodes_linux.go), as virt-handler
+// does, right before the device program grants exactly that device.
 package podruntime

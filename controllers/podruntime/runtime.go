@@ -89,7 +89,7 @@ func (r *Runtime) Ensure(ctx context.Context, s process.Spec) (process.State, er
 	if err != nil || st.Exited != nil || st.Pid == 0 {
 		return st, err
 	}
-	if err := r.filter(s.ID, st.Pid, s.Rules); err != nil {
+	if err := r.filter(s.ID, st.Pid, s.Rules, s.BlockDevices); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -128,13 +128,17 @@ func (r *Runtime) makeRunDir(id, label string) error {
 
 // filter installs vmlet's device program on the launcher's cgroup (once per agent process; a
 // new agent installs it again, atomically replacing the old one). runc's default rules are
-// kept: they are what every container may use.
-func (r *Runtime) filter(id string, pid int, rules []devices.Rule) error {
+// kept: they are what every container may use. First it hands the container's block device
+// nodes (its claims' volumeDevices) to the launcher's user.
+func (r *Runtime) filter(id string, pid int, rules []devices.Rule, nodes []string) error {
 	r.mu.Lock()
 	p, ok := r.procs[id]
 	r.mu.Unlock()
 	if ok && p.filtered {
 		return nil
+	}
+	if err := OwnDeviceNodes(pid, nodes, r.User); err != nil {
+		return err
 	}
 	cg, err := cgroupOf(pid)
 	if err != nil {

@@ -47,6 +47,10 @@ type Spec struct {
 	Args []string
 	// Rules is the device filter for the launcher's cgroup (devices.Baseline).
 	Rules []devices.Rule
+	// BlockDevices are the block device nodes QEMU opens (the disks of Rules). The process
+	// runtime's launchers open the node's, which storage hands to their user; the pod runtime
+	// hands the container's own nodes (made by the container runtime, root's) to that user.
+	BlockDevices []string
 	// CPUMilli is the launcher's CPU request in milli-CPUs, as its pod would request in cluster
 	// mode; its cgroup gets the kubelet's weight for it (cpuweight.PlanVM) when the runtime has
 	// CPU weights. 0 is no request: the kubelet's minimum.

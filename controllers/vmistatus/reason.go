@@ -86,7 +86,10 @@ const (
 	ReasonSecretReadFailed Reason = "SecretReadFailed"
 	// ReasonSecretNotFound: a cloud-init Secret the VMI names does not exist (yet).
 	ReasonSecretNotFound Reason = "SecretNotFound"
-	ReasonNetworkFailed  Reason = "NetworkFailed"
+	// ReasonClaimsUnknown: the launcher pod that mounts the VMI's claims is not in the node
+	// agent's cache yet (cluster mode); the agent looks again.
+	ReasonClaimsUnknown Reason = "ClaimsUnknown"
+	ReasonNetworkFailed Reason = "NetworkFailed"
 	// ReasonUnknownNetwork: a multus network this node does not offer.
 	ReasonUnknownNetwork Reason = "UnknownNetwork"
 	// ReasonInterfaceHotplugFailed: wiring or plugging an interface failed (retried).

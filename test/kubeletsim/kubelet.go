@@ -125,6 +125,9 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := k.claims(ctx, pod, c, paths); err != nil {
+		return err
+	}
 	uid := string(pod.UID)
 	pn, err := k.Network.CreatePod(uid)
 	if err != nil {
@@ -291,7 +294,7 @@ func (k *Kubelet) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// hostPaths maps the container's mount paths to their hostPath folders, making
+// hostPaths maps the container's hostPath mount paths to their folders, making
 // DirectoryOrCreate folders.
 func hostPaths(pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
 	vols := map[string]*corev1.HostPathVolumeSource{}
@@ -304,7 +307,7 @@ func hostPaths(pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
 	for _, vm := range c.VolumeMounts {
 		hp := vols[vm.Name]
 		if hp == nil {
-			return nil, fmt.Errorf("pod %s: volume %s: kubeletsim supports hostPath volumes only", pod.Name, vm.Name)
+			continue // a claim (claims resolves it)
 		}
 		switch {
 		case hp.Type != nil && *hp.Type == corev1.HostPathDirectoryOrCreate:

@@ -46,8 +46,8 @@ type Cluster struct {
 	NodeName string
 	// KubectlPath is the kubectl built with the control plane.
 	KubectlPath string
-	// KubeletRootDir is the kubelet's --root-dir (device plugins register in its
-	// device-plugins folder).
+	// KubeletRootDir is the kubelet's --root-dir (device plugins register in DevicePluginDir,
+	// which the kubelet does not move with it).
 	KubeletRootDir string
 	// Bin is the folder holding the control-plane binaries.
 	Bin string

@@ -19,9 +19,12 @@
 // Layout (Options.Root, default /var/lib/vmlet-cluster; Options.RunDir, default
 // /run/vmlet-cluster): etcd/, apiserver/ (certificates, service-account key), pki/ (the CAs),
 // containerd/ (root) and run/containerd (state, socket, pod netns: netns_mounts_under_state_dir),
-// cni/net.d (the conflist) and cni/ipam (host-local state), kubelet/ (--root-dir; its device
-// plugin folder is kubelet/device-plugins), pod-logs/ (podLogsDir), logs/ (each daemon's log) and
-// kubeconfig (admin, system:masters).
+// cni/net.d (the conflist) and cni/ipam (host-local state), kubelet/ (--root-dir), pod-logs/
+// (podLogsDir), logs/ (each daemon's log) and kubeconfig (admin, system:masters). Outside it, by
+// necessity: the kubelet's device-plugin folder is /var/lib/kubelet/device-plugins whatever
+// --root-dir says (DevicePluginDir; the standard path, so device plugins need no setting),
+// containerd 1.6 puts shim sockets in /run/containerd/s and libcni caches results in
+// /var/lib/cni/results; Stop removes the cluster's entries there.
 //
 // Cgroups: the kubelet uses the cgroupfs driver (this host has no systemd) with cgroupRoot
 // /vmlet-cluster, so kubepods lives at /sys/fs/cgroup/<controller>/vmlet-cluster/kubepods/...

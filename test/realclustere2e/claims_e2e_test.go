@@ -1,0 +1,157 @@
+package realclustere2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/poll"
+)
+
+// claimPV makes a local PersistentVolume at path on the node and a claim that the real
+// kube-controller-manager binds to it.
+func claimPV(t *testing.T, name, path string, mode corev1.PersistentVolumeMode, size string) {
+	t.Helper()
+	ctx := context.Background()
+	access := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}, AccessModes: access, VolumeMode: &mode,
+		StorageClassName: "vmlet-local", PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{cl.NodeName}}}}}}},
+	}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: objMeta(name), Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: access, VolumeMode: &mode, StorageClassName: ptr.To("vmlet-local"),
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+	}}
+	for _, o := range []client.Object{pv, pvc} {
+		if err := kc.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), pvc)
+		_ = kc.Delete(context.Background(), pv)
+	})
+	poll.Until(t, 2*time.Minute, name+" bound", func() (bool, string) {
+		got := &corev1.PersistentVolumeClaim{}
+		if err := kc.Get(ctx, client.ObjectKeyFromObject(pvc), got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == corev1.ClaimBound, string(got.Status.Phase)
+	})
+}
+
+func claimSpec(name string) string {
+	return `spec:
+  domain:
+    memory: {guest: 128Mi}
+    devices:
+      disks:
+      - {name: root, disk: {}}
+      - {name: fs, serial: fs, disk: {}}
+      - {name: blk, serial: blk, disk: {}}
+  volumes:
+  - name: root
+    containerDisk: {image: ` + diskImage + `}
+  - name: fs
+    persistentVolumeClaim: {claimName: ` + name + `-fs}
+  - name: blk
+    dataVolume: {name: ` + name + `-blk}
+`
+}
+
+// guestSh runs a shell command in the guest through the launcher's guest agent (the launcher's
+// socket in its run folder, a hostPath on the node).
+func guestSh(t *testing.T, vmi *vmletv1.VirtualMachineInstance, cmd string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := launcher.Dial(ctx, launcherpod.HostSocket(launcherRoot, vmi.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.GuestExec(ctx, "/bin/sh", []string{"-c", cmd}, nil, 40*time.Second)
+	if err != nil {
+		t.Fatalf("guest exec %q: %v", cmd, err)
+	}
+	if r.GetExitCode() != 0 {
+		t.Fatalf("guest exec %q: exit %d: %s%s", cmd, r.GetExitCode(), r.GetStdout(), r.GetStderr())
+	}
+	return strings.TrimSpace(string(r.GetStdout()))
+}
+
+// TestVMIOnClaims: on the real cluster, a VMI boots from a containerDisk with a Filesystem
+// claim (a local PV folder: the agent makes disk.img in it) and a Block claim (a loop device
+// as a local PV, a dataVolume's claim), both bound by the real controller-manager and mounted
+// by the real kubelet; the guest writes to both; after `kubectl delete vmi` and a new VMI on
+// the same claims the guest reads its writes back.
+func TestVMIOnClaims(t *testing.T) {
+	need(t)
+	name := "claims-" + suffix()
+	pvDir := filepath.Join(nodeState, "pv-"+name) // below the agent's hostPath, which it sees
+	if err := os.MkdirAll(pvDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pvDir) })
+	backing := filepath.Join(t.TempDir(), "block.img")
+	b := make([]byte, 8<<20)
+	copy(b, "VMLET-REAL-BLOCK")
+	if err := os.WriteFile(backing, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", backing).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	claimPV(t, name+"-fs", pvDir, corev1.PersistentVolumeFilesystem, "64Mi")
+	claimPV(t, name+"-blk", dev, corev1.PersistentVolumeBlock, "8Mi")
+
+	boot := func(vm string) *vmletv1.VirtualMachineInstance {
+		t0 := time.Now()
+		createVMI(t, vm, claimSpec(name))
+		vmi := waitBooted(t, vm)
+		t.Logf("%s: created → booted with a filesystem and a block claim in %s", vm, time.Since(t0).Round(time.Millisecond))
+		return vmi
+	}
+	devOf := func(vmi *vmletv1.VirtualMachineInstance, serial string) string {
+		return guestSh(t, vmi, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = `+serial+` ] && echo ${d##*/}; done; true`)
+	}
+	vmi := boot(name)
+	if m := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceIsMigratable); m == nil || m.Reason != "DisksNotLiveMigratable" {
+		t.Errorf("LiveMigratable %+v", m)
+	}
+	if got := guestSh(t, vmi, "head -c 16 /dev/"+devOf(vmi, "blk")); got != "VMLET-REAL-BLOCK" {
+		t.Errorf("guest reads %q from the block claim", got)
+	}
+	guestSh(t, vmi, fmt.Sprintf("printf VMLET-WROTE-FS | dd of=/dev/%s conv=notrunc 2>/dev/null && printf VMLET-WROTE-BLK | dd of=/dev/%s conv=notrunc 2>/dev/null && sync",
+		devOf(vmi, "fs"), devOf(vmi, "blk")))
+	deleteVMI(t, name)
+
+	again := boot(name + "-again")
+	for serial, want := range map[string]string{"fs": "VMLET-WROTE-FS", "blk": "VMLET-WROTE-BLK"} {
+		if got := guestSh(t, again, fmt.Sprintf("head -c %d /dev/%s", len(want), devOf(again, serial))); got != want {
+			t.Errorf("the new VMI reads %q from %s, want %q", got, serial, want)
+		}
+	}
+	deleteVMI(t, name+"-again")
+}

@@ -254,10 +254,23 @@ func (r *Runtime) Stop(id string) error {
 	return nil
 }
 
+// ErrPodTerminating is Remove's answer while the launcher's pod is being deleted within its
+// grace period: the kubelet has signalled the launcher, which is shutting its guest down; the
+// launcher's exit (WatchExits) wakes the caller to remove it again.
+var ErrPodTerminating = errors.New("launcher pod terminating within its grace period: the launcher shuts its guest down")
+
 // Remove kills a launcher still serving, waits until it is gone and deletes its run folder.
 // The pod (and with it the cgroup and network namespace) is the cluster controller's to delete.
+// A launcher whose pod is being deleted is not killed before the pod's deletion deadline (its
+// deletionTimestamp: the request's time plus the grace period): the kubelet's SIGTERM makes it
+// shut the guest down gracefully, and a VMI failed meanwhile (LauncherPodDeleted) must not cut
+// that short; ErrPodTerminating then.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if pid := r.serving(id); pid != 0 {
+		if pod, err := r.pod(ctx, id); err == nil && pod != nil && pod.DeletionTimestamp != nil &&
+			time.Now().Before(pod.DeletionTimestamp.Time) {
+			return fmt.Errorf("remove launcher %s: %w", id, ErrPodTerminating)
+		}
 		r.mu.Lock()
 		p := r.procs[id]
 		r.mu.Unlock()

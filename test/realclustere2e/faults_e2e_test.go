@@ -48,10 +48,8 @@ func podReady(p *corev1.Pod) bool {
 // lives through the agent's restart.
 func TestAgentPodRecreatedAdopts(t *testing.T) {
 	need(t)
-	name := "adopt-" + suffix()
-	createVMI(t, name, minimalSpec)
-	vmi := waitBooted(t, name)
-	fp := nodeFootprint(t, vmi, scheduled(t, vmi))
+	b := boot(t, "adopt", minimalSpec)
+	name, fp := b.name, b.fp
 	old := agentPod(t)
 	if old == nil {
 		t.Fatal("no agent pod")
@@ -83,10 +81,8 @@ func TestAgentPodRecreatedAdopts(t *testing.T) {
 func TestQEMUKilled(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "qemu-killed-" + suffix()
-	createVMI(t, name, minimalSpec)
-	vmi := waitBooted(t, name)
-	fp := nodeFootprint(t, vmi, scheduled(t, vmi))
+	b := boot(t, "qemu-killed", minimalSpec)
+	name, fp := b.name, b.fp
 	t0 := time.Now()
 	if err := unix.Kill(fp.qemuPid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -106,18 +102,17 @@ func TestQEMUKilled(t *testing.T) {
 func TestLauncherPodDeletedGraceful(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "pod-deleted-" + suffix()
-	createVMI(t, name, strings.Replace(minimalSpec, "spec:\n", "spec:\n  terminationGracePeriodSeconds: 60\n", 1))
-	vmi := waitBooted(t, name)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
+	b := boot(t, "pod-deleted", strings.Replace(minimalSpec, "spec:\n", "spec:\n  terminationGracePeriodSeconds: 60\n", 1))
+	name, vmi, pod, fp := b.name, b.vmi, b.pod, b.fp
+	// AgentConnected can come before the guest's acpid listens: wait for its ready marker.
+	waitSerial(t, fp, testguest.MarkerReady)
 	c, _ := console(t, fp)
 	t0 := time.Now()
 	kubectl(t, "", "delete", "pod", "-n", "default", pod.Name, "--wait=false")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := c.Wait(ctx, testguest.MarkerPoweroff); err != nil {
-		t.Fatalf("no graceful shutdown within the grace period: %v; console: %s", err, poll.Tail(c.String(), 2000))
+		t.Fatalf("no graceful shutdown within the grace period: %v; console: %s; %s", err, poll.Tail(c.String(), 2000), summary(getVMI(t, name)))
 	}
 	t.Logf("kubectl delete pod → guest powers off in %s", time.Since(t0).Round(time.Millisecond))
 	poll.Until(t, 75*time.Second, "QEMU exits and the pod goes", func() (bool, string) {
@@ -130,6 +125,48 @@ func TestLauncherPodDeletedGraceful(t *testing.T) {
 		return v.Status.Phase == vmletv1.Succeeded || v.Status.Phase == vmletv1.Failed
 	})
 	t.Logf("VMI after its pod's deletion: %s", summary(v))
+	deleteVMI(t, name)
+	assertGone(t, fp)
+}
+
+// TestLauncherPodDeletedGuestIgnoresACPI: a guest that ignores the power button keeps running
+// after `kubectl delete pod` until the VMI's grace period ends (the launcher then stops QEMU),
+// not less: nothing on the node cuts the grace period short (the agent, seeing the VMI failed
+// with LauncherPodDeleted, killed the launcher at once before), and not much more (the pod's
+// grace is the VMI's plus launcherpod.GraceMargin).
+func TestLauncherPodDeletedGuestIgnoresACPI(t *testing.T) {
+	need(t)
+	t.Parallel()
+	const grace = 20 * time.Second
+	b := boot(t, "no-acpi", `spec:
+  terminationGracePeriodSeconds: 20
+  domain:
+    memory: {guest: 128Mi}
+    firmware:
+      kernelBoot:
+        kernelArgs: `+testguest.BaseCmdline+` `+testguest.CmdlineNoACPI+`
+        container: {image: `+kernelImage+`, kernelPath: /vmlinuz, initrdPath: /initramfs.gz}
+    devices: {}
+`)
+	name, pod, fp := b.name, b.pod, b.fp
+	waitSerial(t, fp, testguest.MarkerReady)
+	c, _ := console(t, fp)
+	t0 := time.Now()
+	kubectl(t, "", "delete", "pod", "-n", "default", pod.Name, "--wait=false")
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := c.Wait(ctx, testguest.MarkerPowerdownIgnored); err != nil {
+		t.Fatalf("the guest got no power button: %v; console: %s", err, poll.Tail(c.String(), 2000))
+	}
+	poll.Until(t, grace+launcherpod.GraceMargin+30*time.Second, "QEMU ends", func() (bool, string) {
+		_, err := readStart(fp.qemuPid)
+		return err != nil, "running"
+	})
+	ended := time.Since(t0)
+	t.Logf("kubectl delete pod, guest ignoring ACPI → QEMU ended after %s (grace %s)", ended.Round(time.Millisecond), grace)
+	if ended < grace-2*time.Second {
+		t.Errorf("QEMU ended %s after the pod's deletion, before the VMI's grace period (%s)", ended.Round(time.Millisecond), grace)
+	}
 	deleteVMI(t, name)
 	assertGone(t, fp)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -340,26 +341,37 @@ func console(t *testing.T, fp footprint) (*testguest.Console, func(string)) {
 }
 
 // run types a shell command on the console and waits for its marker: the command's output
-// ends with "<marker> <exit status>". It returns the exit status.
+// ends with "<marker>-<exit status>-END". It returns the exit status.
 func run(t *testing.T, c *testguest.Console, typ func(string), cmd string, d time.Duration) int {
 	t.Helper()
 	m := "DONE-" + suffix()
+	done := regexp.MustCompile(m + `-([0-9]+)-END`) // the echo of the typed line holds "$?"
 	from := c.Len()
 	typ(cmd + "; echo " + m + "-$?-END")
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	// The echo of the typed line holds "$?"; the output holds the number.
 	for {
-		off, err := c.WaitFrom(ctx, from, m+"-")
-		if err != nil {
+		seen := c.Len() // before reading: a line that ends later wakes the wait below
+		if g := done.FindStringSubmatch(c.String()[from:]); g != nil {
+			n, _ := strconv.Atoi(g[1])
+			return n
+		}
+		if _, err := c.WaitFrom(ctx, seen, "\n"); err != nil {
 			t.Fatalf("%q: %v; console: %s", cmd, err, poll.Tail(c.String(), 2000))
 		}
-		rest := c.String()[off:]
-		if i := strings.Index(rest, "-END"); i > 0 {
-			if n, err := strconv.Atoi(rest[:i]); err == nil {
-				return n
-			}
-		}
-		from = off
 	}
+}
+
+// waitSerial waits until the guest's serial log (logs/serial.log in the launcher's run folder,
+// everything since boot) holds marker.
+func waitSerial(t *testing.T, fp footprint, marker string) {
+	t.Helper()
+	path := filepath.Join(fp.runDir, "logs", "serial.log")
+	poll.Until(t, bootTimeout, "serial log holds "+marker, func() (bool, string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(b), marker), poll.Tail(string(b), 500)
+	})
 }

@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -34,6 +36,7 @@ const (
 	vmletImage    = "vmlet.dev/vmlet:dev"
 	launcherImage = "vmlet.dev/vmlet-launcher:dev"
 	diskImage     = "vmlet.dev/testguest-disk:latest"
+	kernelImage   = "vmlet.dev/testguest:latest" // kernelBoot: /vmlinuz, /initramfs.gz
 )
 
 // One cluster per package, with vmlet deployed; setupErr says why there is none.
@@ -50,6 +53,7 @@ func runPackage(m *testing.M) int {
 	if flag.Parse(); os.Geteuid() != 0 || testing.Short() {
 		return m.Run() // the tests' prereq guards say why they cannot run (and fail under CI)
 	}
+	ctrllog.SetLogger(logr.Discard()) // the tests' clients log nothing worth reading
 	t0 := time.Now()
 	_, stateExisted := os.Stat(nodeState)
 	code, err := func() (int, error) {

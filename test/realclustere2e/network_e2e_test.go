@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 const masqueradeSpec = `spec:
@@ -34,17 +35,14 @@ const masqueradeSpec = `spec:
 func TestMasqueradePodNetwork(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "masq-" + suffix()
-	createVMI(t, name, masqueradeSpec)
-	vmi := waitBooted(t, name)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
+	b := boot(t, "masq", masqueradeSpec)
+	name, pod, fp := b.name, b.pod, b.fp
 	agent := agentPod(t)
 	if agent == nil || agent.Status.PodIP == "" {
 		t.Fatal("no agent pod IP")
 	}
+	waitSerial(t, fp, testguest.MarkerReady) // its shell runs on the console after this
 	c, typ := console(t, fp)
-	typ("") // a prompt
 	// busybox nc (its static wget crashes in this guest); the server answers HTTP/1.0.
 	get := `printf 'GET /metrics HTTP/1.0\r\n\r\n' | nc -w 10 ` + agent.Status.PodIP + ` 9250 | grep -q '^# TYPE'`
 	if rc := run(t, c, typ, get, time.Minute); rc != 0 {
@@ -53,7 +51,7 @@ func TestMasqueradePodNetwork(t *testing.T) {
 	t.Logf("guest → agent pod %s:9250 (another pod) over masquerade: ok", agent.Status.PodIP)
 
 	token := "vmlet-" + suffix()
-	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &", 30*time.Second); rc != 0 {
+	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 & true", 30*time.Second); rc != 0 {
 		t.Fatalf("start a server in the guest: exit %d", rc)
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, "8080")

@@ -54,6 +54,25 @@ func scheduled(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
 	return pod
 }
 
+// booted is a VMI created from spec (named prefix-<random>) whose guest booted, with its
+// launcher pod (checked by scheduled) and its node footprint (nodeFootprint).
+type booted struct {
+	name string
+	vmi  *vmletv1.VirtualMachineInstance
+	pod  *corev1.Pod
+	fp   footprint
+}
+
+func boot(t *testing.T, prefix, spec string) booted {
+	t.Helper()
+	b := booted{name: prefix + "-" + suffix()}
+	createVMI(t, b.name, spec)
+	b.vmi = waitBooted(t, b.name)
+	b.pod = scheduled(t, b.vmi)
+	b.fp = nodeFootprint(t, b.vmi, b.pod)
+	return b
+}
+
 // TestVMIBootsAndDeletes: a minimal VMI gets a launcher pod that kube-scheduler places and the
 // kubelet runs; its guest boots; QEMU runs on the node in the pod's cgroup and network
 // namespace under vmlet's device program; `kubectl delete vmi` removes the pod, and nothing of
@@ -61,14 +80,11 @@ func scheduled(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
 func TestVMIBootsAndDeletes(t *testing.T) {
 	need(t)
 	t.Parallel()
-	name := "minimal-" + suffix()
 	t0 := time.Now()
-	createVMI(t, name, minimalSpec)
-	vmi := waitBooted(t, name)
+	b := boot(t, "minimal", minimalSpec)
+	name, vmi, fp := b.name, b.vmi, b.fp
 	t.Logf("created → guest booted (AgentConnected) in %s; QEMU pid %d, %s", time.Since(t0).Round(time.Millisecond),
 		vmi.Status.Launcher.PID, vmi.Status.Launcher.Accelerator)
-	pod := scheduled(t, vmi)
-	fp := nodeFootprint(t, vmi, pod)
 
 	t1 := time.Now()
 	deleteVMI(t, name)

@@ -46,19 +46,19 @@ say "test guest images (hack/local-images.sh) into $state/sources..."
 sources=$state/sources
 mkdir -p "$sources"
 # The flags name oci:<layout>:<tag>; copy each layout the overlay serves (testguest,
-# testguest-disk) where the agent's hostPath shows it. cp -a over an older copy is idempotent.
+# testguest-disk, alpine-kernel-boot: the stand-ins for KubeVirt's example images too) where the
+# agent's hostPath shows it. Replacing an older copy is idempotent.
+declare -A copied=()
 while IFS= read -r flag; do
   src=${flag#--image=*=oci:}
   layout=${src%:*}
-  case "$flag" in
-  --image=vmlet.dev/testguest:latest=* | --image=vmlet.dev/testguest-disk:latest=*)
-    name=$(basename "$layout")
-    rm -rf "$sources/$name.new"
-    cp -a "$layout" "$sources/$name.new"
-    rm -rf "${sources:?}/$name"
-    mv "$sources/$name.new" "$sources/$name"
-    ;;
-  esac
+  name=$(basename "$layout")
+  [ -z "${copied[$name]:-}" ] || continue
+  copied[$name]=1
+  rm -rf "$sources/$name.new"
+  cp -a "$layout" "$sources/$name.new"
+  rm -rf "${sources:?}/$name"
+  mv "$sources/$name.new" "$sources/$name"
 done < <(hack/local-images.sh)
 
 say "kubectl apply -k config/realcluster..."

@@ -30,6 +30,8 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("vmlet-cluster", flag.ContinueOnError)
 	deploy := fs.String("deploy", filepath.Join(realcluster.RepoRoot(), "hack", "cluster-deploy.sh"),
 		"script run after the cluster is up (KUBECONFIG, KUBECTL and CTR_ADDRESS set); empty: none")
+	undeploy := fs.String("undeploy", filepath.Join(realcluster.RepoRoot(), "hack", "cluster-undeploy.sh"),
+		"script down runs first while the cluster still answers (KUBECONFIG, KUBECTL set): deletes the VMIs while their agent can clean the node; empty: none")
 	timeout := fs.Duration("timeout", 15*time.Minute, "how long up may take")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: vmlet-cluster [flags] up|down|status")
@@ -70,6 +72,11 @@ func run(args []string) error {
 		return nil
 	case "down":
 		t0 := time.Now()
+		if *undeploy != "" {
+			if err := runUndeploy(*undeploy); err != nil {
+				return err
+			}
+		}
 		if err := realcluster.Down(o); err != nil {
 			return err
 		}
@@ -89,6 +96,38 @@ func run(args []string) error {
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", fs.Arg(0))
+}
+
+// runUndeploy runs the undeploy hook (hack/cluster-undeploy.sh) when the cluster Up made
+// answers: a cluster stopped with VMIs on it would leave their node folders behind, because
+// their agent is killed with the kubelet's pods. A cluster that is not up (or was started by a
+// test) is left to Down.
+func runUndeploy(script string) error {
+	if !realcluster.UpRunning(realcluster.Options{}) {
+		return nil
+	}
+	kubeconfig := filepath.Join(realcluster.DefaultRoot, "kubeconfig")
+	bin, err := realcluster.Binaries(os.Stderr)
+	if err != nil {
+		return err
+	}
+	kubectl := filepath.Join(bin, "kubectl")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/readyz").Run() != nil {
+		fmt.Fprintln(os.Stderr, "vmlet-cluster: the API server does not answer; nothing to undeploy")
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "vmlet-cluster: undeploy hook %s...\n", script)
+	ctx, cancel = context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "KUBECTL="+kubectl)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("undeploy hook %s: %w", script, err)
+	}
+	return nil
 }
 
 // runDeploy runs the deploy hook (hack/cluster-deploy.sh: vmlet via kubectl apply -k, a sample

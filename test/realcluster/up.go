@@ -86,3 +86,10 @@ func attach(ctx context.Context, l layout, o Options) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// UpRunning reports whether the cluster at o's layout was started by Up and still holds the
+// lock (so `vmlet-cluster down` may undeploy from it; a test's cluster is never touched).
+func UpRunning(o Options) bool {
+	o.defaults()
+	return lockHeld() && detached(layout{Root: o.Root, Run: o.RunDir})
+}

@@ -23,7 +23,7 @@ func (a *Agent) SELinuxCheck() (string, healthz.Checker) {
 
 // LaunchersCheck is the agent's readiness check of its launchers: every Running VMI's answers
 // within controllers.LauncherAnswerTimeout (VMIReconciler.LaunchersAnswer; the failure names
-// the VMIs). There is no device plugin to check yet (issue #16).
+// the VMIs). In pod mode the device plugin has its own check (deviceplugin.Manager.Check).
 func (a *Agent) LaunchersCheck() healthz.Checker {
 	return func(req *http.Request) error { return a.Reconciler.LaunchersAnswer(req.Context()) }
 }

@@ -98,7 +98,7 @@ vmlet that started them; those a killed vmlet left are stopped by the next start
 	f.DurationVar(&o.bootTimeout, "boot-timeout", 3*time.Minute, "how long to wait for the demo VMI to run")
 	o.serve = addServeFlags(f, fmt.Sprintf("127.0.0.1:%d", health.AgentMetricsPort), fmt.Sprintf("127.0.0.1:%d", health.AgentHealthPort),
 		"one endpoint for the whole process: API server answers, every node's caches synced and every Running VMI's launcher answers within "+
-			controllers.LauncherAnswerTimeout.String()+"; no device plugin yet")
+			controllers.LauncherAnswerTimeout.String()+" (local mode runs no device plugin)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", controllers.DefaultHeartbeat, "how often each node agent writes its Node's "+controllers.AnnotHeartbeat+" and Ready condition")
 	return c
 }

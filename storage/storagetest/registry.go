@@ -32,7 +32,7 @@ type Registry struct {
 	corrupt map[string]bool // digests whose content is served with a flipped byte
 	user    string          // RequireAuth's login; "" serves everyone
 	pass    string
-	refused int             // requests answered 401
+	refused int // requests answered 401
 }
 
 // RequireAuth makes the registry answer every request without this basic-auth login with 401

@@ -137,7 +137,7 @@ func secretNames(vmi *vmletv1.VirtualMachineInstance) []string {
 	return names
 }
 
-// ErrInvalidPullSecret: an image pull secret of the wrong type or with content that does not
+// ErrInvalidPullSecret marks an image pull secret of the wrong type or with content that does not
 // parse; the VMI waits for it to be fixed.
 var ErrInvalidPullSecret = errors.New("invalid image pull secret")
 

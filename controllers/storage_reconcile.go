@@ -19,6 +19,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
+	"github.com/vmlet/vmlet/storage/oci"
 )
 
 // NodeStorage is the node agent's storage side.
@@ -80,13 +81,25 @@ func (r *VMIReconciler) volumeDir(uid types.UID) string {
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
-// readRefs reads the Secrets the VMI's cloud-init volumes name, from the API server (not the
-// cache: the agent does not watch every Secret of the cluster).
-func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (translate.Referenced, error) {
-	refs := translate.Referenced{Secrets: map[string]map[string][]byte{}}
+// readRefs reads the Secrets the VMI's cloud-init volumes and image pull secrets name, from the
+// API server (not the cache: the agent does not watch every Secret of the cluster). A started
+// VMI's images are pinned and cached, so a pull secret it can no longer read does not stop it:
+// its pulls go anonymous.
+func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, started bool) (translate.Referenced, error) {
+	refs := translate.Referenced{Secrets: map[string]map[string][]byte{}, PullSecrets: map[string]oci.Credentials{}}
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
+	}
+	for _, name := range pullSecretNames(vmi) {
+		if _, done := refs.PullSecrets[name]; done {
+			continue
+		}
+		creds, err := readPullSecret(ctx, reader, vmi.Namespace, name)
+		if err != nil && !started {
+			return refs, err
+		}
+		refs.PullSecrets[name] = creds
 	}
 	for _, name := range secretNames(vmi) {
 		if _, done := refs.Secrets[name]; done {
@@ -124,6 +137,48 @@ func secretNames(vmi *vmletv1.VirtualMachineInstance) []string {
 	return names
 }
 
+// ErrInvalidPullSecret marks an image pull secret of the wrong type or with content that does not
+// parse; the VMI waits for it to be fixed.
+var ErrInvalidPullSecret = errors.New("invalid image pull secret")
+
+// readPullSecret reads an image pull secret and parses its docker config. Errors never hold
+// the Secret's content.
+func readPullSecret(ctx context.Context, reader client.Reader, namespace, name string) (oci.Credentials, error) {
+	var s corev1.Secret
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("read image pull secret %s/%s: %w", namespace, name, err)
+	}
+	var creds oci.Credentials
+	var err error
+	switch s.Type {
+	case corev1.SecretTypeDockerConfigJson:
+		creds, err = oci.ParseDockerConfigJSON(s.Data[corev1.DockerConfigJsonKey])
+	case corev1.SecretTypeDockercfg:
+		creds, err = oci.ParseDockerCfg(s.Data[corev1.DockerConfigKey])
+	default:
+		err = fmt.Errorf("type %q, want %s or %s", s.Type, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image pull secret %s/%s: %w: %w", namespace, name, ErrInvalidPullSecret, err)
+	}
+	return creds, nil
+}
+
+// pullSecretNames lists the Secrets named by the VMI's containerDisks and kernel boot
+// container.
+func pullSecretNames(vmi *vmletv1.VirtualMachineInstance) []string {
+	var names []string
+	for _, v := range vmi.Spec.Volumes {
+		if v.ContainerDisk != nil && v.ContainerDisk.ImagePullSecret != "" {
+			names = append(names, v.ContainerDisk.ImagePullSecret)
+		}
+	}
+	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil && fw.KernelBoot.Container.ImagePullSecret != "" {
+		names = append(names, fw.KernelBoot.Container.ImagePullSecret)
+	}
+	return names
+}
+
 // refsFailed reports a Secret that could not be read. A missing one is waited for, as a pod
 // waits for a missing Secret volume: the agent does not watch Secrets, so it looks again after
 // secretRetry. Other read errors are retried with the controller's backoff.
@@ -133,6 +188,13 @@ func (r *VMIReconciler) refsFailed(vmi *vmletv1.VirtualMachineInstance, err erro
 	}
 	if errors.Is(err, ErrClaimsUnknown) {
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonClaimsUnknown, err.Error())
+		return ctrl.Result{RequeueAfter: secretRetry}, nil
+	}
+	if errors.Is(err, ErrInvalidPullSecret) {
+		if c := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceSynchronized); c == nil || c.Reason != string(vmistatus.ReasonInvalidImagePullSecret) {
+			r.Recorder.Eventf(vmi, nil, "Warning", string(vmistatus.ReasonInvalidImagePullSecret), "ReadSecret", "%v", err)
+		}
+		vmistatus.NotSynchronized(vmi, vmistatus.ReasonInvalidImagePullSecret, err.Error())
 		return ctrl.Result{RequeueAfter: secretRetry}, nil
 	}
 	if !apierrors.IsNotFound(err) {

@@ -64,7 +64,7 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 		o.facts.Launcher = lifecycle.LauncherStarted
 	}
 	started := o.facts.Launcher != lifecycle.LauncherAbsent
-	refs, err := r.readRefs(ctx, vmi)
+	refs, err := r.readRefs(ctx, vmi, started)
 	if err != nil {
 		o.refsErr, o.facts.SecretsUnreadable = err, true
 		return o

@@ -47,7 +47,7 @@ func (a *applier) pull(ctx context.Context, act Action) error {
 		ref, policy = pinned, oci.PullIfNotPresent
 	}
 	t0 := time.Now()
-	img, err := a.h.Images.Pull(ctx, ref, policy)
+	img, err := a.h.Images.PullWith(ctx, ref, policy, act.Credentials)
 	if a.h.OnPull != nil {
 		a.h.OnPull(time.Since(t0), err)
 	}

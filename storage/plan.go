@@ -31,7 +31,9 @@ type Action struct {
 
 	Image      string         // pull, containerDisk overlay, kernel link
 	PullPolicy oci.PullPolicy // pull
-	ImagePath  string         // containerDisk disk path ("" = the /disk/ file), kernel path
+	// Credentials are the pull secret's logins (pull; nil: anonymous). They print redacted.
+	Credentials oci.Credentials
+	ImagePath   string // containerDisk disk path ("" = the /disk/ file), kernel path
 
 	Initrd          string // link-kernel: where the initrd goes ("" = none)
 	InitrdImagePath string // link-kernel: the initrd's path in the image
@@ -127,7 +129,8 @@ type volumePlan struct {
 }
 
 // pull adds a pull action for image unless one exists; two policies for one image are refused.
-func (pl *planner) pull(volume, image string, policy oci.PullPolicy) error {
+// Pull secrets of several users of one image are merged (the first login per registry key).
+func (pl *planner) pull(volume, image string, policy oci.PullPolicy, creds oci.Credentials) error {
 	if err := oci.CheckReference(image); err != nil {
 		return volErr(volume, err, "image")
 	}
@@ -143,11 +146,26 @@ func (pl *planner) pull(volume, image string, policy oci.PullPolicy) error {
 		if prev != policy {
 			return volErr(volume, ErrInvalidVolume, "image %s is used with pull policies %s and %s", image, prev, policy)
 		}
+		for i := range pl.pullActions {
+			if a := &pl.pullActions[i]; a.Image == image && creds != nil {
+				a.Credentials = mergeCredentials(a.Credentials, creds)
+			}
+		}
 		return nil
 	}
 	pl.pulls[image] = policy
-	pl.pullActions = append(pl.pullActions, Action{Kind: ActPull, Volume: volume, Image: image, PullPolicy: policy})
+	pl.pullActions = append(pl.pullActions, Action{Kind: ActPull, Volume: volume, Image: image, PullPolicy: policy, Credentials: creds})
 	return nil
+}
+
+func mergeCredentials(a, b oci.Credentials) oci.Credentials {
+	out := oci.Credentials{}
+	for _, c := range []oci.Credentials{b, a} {
+		for k, v := range c {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (pl *planner) kernel() error {
@@ -158,7 +176,7 @@ func (pl *planner) kernel() error {
 	if kb.KernelPath == "" {
 		return &VolumeError{Err: fmt.Errorf("kernel path is required: %w", ErrInvalidVolume)}
 	}
-	if err := pl.pull("", kb.Image, kb.PullPolicy); err != nil {
+	if err := pl.pull("", kb.Image, kb.PullPolicy, kb.Credentials); err != nil {
 		return err
 	}
 	dir := filepath.Join(pl.opts.VMDir, bootDir)

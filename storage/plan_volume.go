@@ -49,7 +49,7 @@ func (pl *planner) volume(v Volume, id string) (*volumePlan, error) {
 	switch {
 	case v.ContainerDisk != nil:
 		cd := v.ContainerDisk
-		if err := pl.pull(v.Name, cd.Image, cd.PullPolicy); err != nil {
+		if err := pl.pull(v.Name, cd.Image, cd.PullPolicy, cd.Credentials); err != nil {
 			return nil, err
 		}
 		if cd.Path != "" && (!strings.HasPrefix(cd.Path, "/") || filepath.Clean(cd.Path) != cd.Path) {

@@ -24,6 +24,8 @@ type ContainerDisk struct {
 	Image      string
 	PullPolicy oci.PullPolicy // empty: oci.DefaultPullPolicy(Image)
 	Path       string         // the disk's path in the image; empty: the one file in /disk/
+	// Credentials are the image pull secret's registry logins (nil: anonymous).
+	Credentials oci.Credentials
 }
 
 // EmptyDisk is a blank disk that lives and dies with the VM.
@@ -96,6 +98,8 @@ type KernelBoot struct {
 	KernelPath string // in the image; required
 	InitrdPath string // in the image; optional
 	KernelArgs string
+	// Credentials are the image pull secret's registry logins (nil: anonymous).
+	Credentials oci.Credentials
 }
 
 // Options are the per-VM and per-host inputs of Plan.

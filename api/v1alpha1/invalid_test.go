@@ -80,6 +80,7 @@ var invalidCases = []invalidCase{
 		at(t, o, "spec.domain.devices.interfaces[0]")["name"] = `a"b`
 		at(t, o, "spec.networks[0]")["name"] = `a"b`
 	}, false, invalid, badValue, "spec.domain.devices.interfaces[0].name"},
+	{"pull secret not a Secret name", set("spec.volumes[0].containerDisk", "imagePullSecret", "Reg_Cred"), false, invalid, badValue, "spec.volumes[0].containerDisk.imagePullSecret"},
 	{"two sources in one volume", set("spec.volumes[0]", "emptyDisk", map[string]any{"capacity": "1Gi"}), false, invalid, badValue, "spec.volumes[0]"},
 	{"volume without source", func(t *testing.T, o *unstructured.Unstructured) {
 		delete(at(t, o, "spec.volumes[0]"), "containerDisk")

@@ -68,7 +68,6 @@ var UnsupportedFields = []UnsupportedField{
 
 	{"spec.domain.firmware", "acpi", KindObject},
 	{"spec.domain.firmware.bootloader.efi", "persistent", KindBoolean},
-	{"spec.domain.firmware.kernelBoot.container", "imagePullSecret", KindString},
 
 	{"spec.domain.devices", "useVirtioTransitional", KindBoolean},
 	{"spec.domain.devices", "disableHotplug", KindBoolean},
@@ -114,7 +113,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.volumes[]", "downwardMetrics", KindObject},
 	{"spec.volumes[]", "memoryDump", KindObject},
 	{"spec.volumes[]", "containerPath", KindObject},
-	{"spec.volumes[].containerDisk", "imagePullSecret", KindString},
 
 	{"spec.networks[]", "resourceClaim", KindObject},
 }

@@ -226,4 +226,11 @@ type ContainerDiskSource struct {
 	// More info: https://kubernetes.io/docs/concepts/containers/images#updating-images
 	// +optional
 	ImagePullPolicy PullPolicy `json:"imagePullPolicy,omitempty"`
+	// ImagePullSecret is the name of a Secret in the VMI's namespace, of type
+	// kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg, whose credentials the node
+	// uses to pull the image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ImagePullSecret string `json:"imagePullSecret,omitempty"`
 }

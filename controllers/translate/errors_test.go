@@ -92,6 +92,9 @@ func TestTranslateErrors(t *testing.T) {
 		{name: "secret that was not read", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{noCloud("ci", vmletv1.CloudInitData{UserDataSecretRef: secretRef("ud")})}
 		}, want: errView{"spec.volumes[0].cloudInitNoCloud.secretRef", "secret \"ud\" was not read", "InvalidSpec"}},
+		{name: "image pull secret that was not read", mutate: func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.KernelBoot.Container.ImagePullSecret = "kpull"
+		}, want: errView{"spec.domain.firmware.kernelBoot.container.imagePullSecret", "image pull secret \"kpull\" was not read", "InvalidSpec"}},
 		{name: "secret without user data", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{noCloud("ci", vmletv1.CloudInitData{UserDataSecretRef: secretRef("ud")})}
 		}, refs: Referenced{Secrets: map[string]map[string][]byte{"ud": {"other": nil}}},

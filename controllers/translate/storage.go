@@ -33,6 +33,8 @@ type StorageEnv struct {
 type Referenced struct {
 	// Secrets are the VMI's cloud-init secrets (secretRef, networkDataSecretRef) by name.
 	Secrets map[string]map[string][]byte
+	// PullSecrets are the logins of the VMI's image pull secrets by Secret name.
+	PullSecrets map[string]oci.Credentials
 }
 
 // Keys of cloud-init secrets, as KubeVirt reads them (either spelling).
@@ -54,7 +56,7 @@ type HotplugVolume struct {
 // storageDomain translates the VMI's volumes, disks and kernel boot into storage plans: one for
 // everything attached at boot (and the kernel), one per hotpluggable volume.
 func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (*storage.VMPlan, []HotplugVolume, error) {
-	opts, err := storageOptions(vmi, env)
+	opts, err := storageOptions(vmi, env, refs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +132,7 @@ func storageDomain(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refere
 }
 
 // storageOptions are the per-VMI inputs of storage.Plan.
-func storageOptions(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (storage.Options, error) {
+func storageOptions(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced) (storage.Options, error) {
 	host := vmi.Spec.Hostname
 	if host == "" {
 		host = vmi.Name
@@ -161,12 +163,17 @@ func storageOptions(vmi *vmletv1.VirtualMachineInstance, env NodeEnv) (storage.O
 	if kb.Container.KernelPath == "" {
 		return opts, &SpecError{Field: "spec.domain.firmware.kernelBoot.container.kernelPath", Reason: "kernelBoot needs the kernel's path in the image"}
 	}
+	creds, err := pullCredentials(refs, kb.Container.ImagePullSecret, "spec.domain.firmware.kernelBoot.container.imagePullSecret")
+	if err != nil {
+		return opts, err
+	}
 	opts.KernelBoot = &storage.KernelBoot{
-		Image:      imageSource(env.Storage, kb.Container.Image),
-		PullPolicy: oci.PullPolicy(kb.Container.ImagePullPolicy),
-		KernelPath: kb.Container.KernelPath,
-		InitrdPath: kb.Container.InitrdPath,
-		KernelArgs: kb.KernelArgs,
+		Credentials: creds,
+		Image:       imageSource(env.Storage, kb.Container.Image),
+		PullPolicy:  oci.PullPolicy(kb.Container.ImagePullPolicy),
+		KernelPath:  kb.Container.KernelPath,
+		InitrdPath:  kb.Container.InitrdPath,
+		KernelArgs:  kb.KernelArgs,
 	}
 	return opts, nil
 }
@@ -205,8 +212,12 @@ func storageVolume(v *vmletv1.Volume, i int, namespace string, env StorageEnv, r
 	switch {
 	case v.ContainerDisk != nil:
 		cd := v.ContainerDisk
+		creds, err := pullCredentials(refs, cd.ImagePullSecret, field+".containerDisk.imagePullSecret")
+		if err != nil {
+			return sv, err
+		}
 		sv.ContainerDisk = &storage.ContainerDisk{Image: imageSource(env, cd.Image),
-			PullPolicy: oci.PullPolicy(cd.ImagePullPolicy), Path: cd.Path}
+			PullPolicy: oci.PullPolicy(cd.ImagePullPolicy), Path: cd.Path, Credentials: creds}
 	case v.EmptyDisk != nil:
 		sv.EmptyDisk = &storage.EmptyDisk{CapacityBytes: v.EmptyDisk.Capacity.Value()}
 	case v.HostDisk != nil:
@@ -261,6 +272,18 @@ func cloudInitSource(d *vmletv1.CloudInitData, field string, refs Referenced) (*
 		src.NetworkData = string(b)
 	}
 	return src, nil
+}
+
+// pullCredentials are the logins of an image pull secret ("": none).
+func pullCredentials(refs Referenced, name, field string) (oci.Credentials, error) {
+	if name == "" {
+		return nil, nil
+	}
+	creds, ok := refs.PullSecrets[name]
+	if !ok {
+		return nil, &SpecError{Field: field, Reason: fmt.Sprintf("image pull secret %q was not read", name)}
+	}
+	return creds, nil
 }
 
 func secretValue(refs Referenced, name string, keys []string, field string) ([]byte, error) {

@@ -143,6 +143,28 @@ func TestTranslateVolumes(t *testing.T) {
 			DiskVolumes: map[string]string{"root": "root"},
 			Boot:        kernel,
 		}},
+		{name: "image pull secrets of the kernel container and a containerDisk", mutate: func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.KernelBoot.Container.Image = "reg.example/kernel:1"
+			v.Spec.Domain.Firmware.KernelBoot.Container.ImagePullSecret = "kpull"
+			v.Spec.Volumes = []vmletv1.Volume{containerDisk("root", "reg.example/disk:2")}
+			v.Spec.Volumes[0].ContainerDisk.ImagePullSecret = "dpull"
+		}, refs: Referenced{PullSecrets: map[string]oci.Credentials{
+			"kpull": {"reg.example": {Username: "k", Password: "kp"}},
+			"dpull": {"reg.example/disk": {Username: "d", Password: "dp"}}}},
+			want: &storage.VMPlan{
+				Actions: []storage.Action{
+					{Kind: storage.ActPull, Volume: "root", Image: "reg.example/disk:2", PullPolicy: oci.PullIfNotPresent,
+						Credentials: oci.Credentials{"reg.example/disk": {Username: "d", Password: "dp"}}},
+					{Kind: storage.ActPull, Image: "reg.example/kernel:1", PullPolicy: oci.PullIfNotPresent,
+						Credentials: oci.Credentials{"reg.example": {Username: "k", Password: "kp"}}},
+					{Kind: storage.ActOverlay, Volume: "root", Path: "/vols/u1/disks/root.qcow2", Image: "reg.example/disk:2"},
+					{Kind: storage.ActLinkKernel, Path: "/vols/u1/boot/kernel", Image: "reg.example/kernel:1", ImagePath: "/vmlinuz",
+						Initrd: "/vols/u1/boot/initrd", InitrdImagePath: "/initramfs.gz"},
+				},
+				Disks:       []qemu.Disk{booting(file("root", "/vols/u1/disks/root.qcow2", qemu.FormatQCOW2))},
+				DiskVolumes: map[string]string{"root": "root"},
+				Boot:        kernel,
+			}},
 		{name: "hotpluggable volumes are not attached at boot", mutate: func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Volumes = []vmletv1.Volume{emptyDisk("scratch", "1Mi"), pvc("hot", "data", true)}
 		}, want: &storage.VMPlan{

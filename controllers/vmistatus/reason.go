@@ -84,8 +84,12 @@ const (
 	ReasonSynced           Reason = "Synced"
 	ReasonSyncFailed       Reason = "SyncFailed" // also the Warning Event of a failed reconcile
 	ReasonSecretReadFailed Reason = "SecretReadFailed"
-	// ReasonSecretNotFound: a cloud-init Secret the VMI names does not exist (yet).
+	// ReasonSecretNotFound: a cloud-init or image pull Secret the VMI names does not exist (yet).
 	ReasonSecretNotFound Reason = "SecretNotFound"
+	// ReasonInvalidImagePullSecret: an image pull secret is not of type
+	// kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg, or does not parse; the agent
+	// looks again.
+	ReasonInvalidImagePullSecret Reason = "InvalidImagePullSecret"
 	// ReasonClaimsUnknown: the launcher pod that mounts the VMI's claims is not in the node
 	// agent's cache yet (cluster mode); the agent looks again.
 	ReasonClaimsUnknown Reason = "ClaimsUnknown"

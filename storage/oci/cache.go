@@ -85,6 +85,13 @@ func (c *Cache) Dir() string { return c.o.Dir }
 //   - IfNotPresent: use the cached image if this reference (or digest) was pulled before.
 //   - Never: use the cached image or fail with ReasonErrImageNeverPull.
 func (c *Cache) Pull(ctx context.Context, image string, policy PullPolicy) (*Image, error) {
+	return c.PullWith(ctx, image, policy, nil)
+}
+
+// PullWith is Pull with a pull secret's credentials (nil: the cache's Keychain). A registry
+// refusing them, or asking for credentials when none match, is ReasonErrImagePull wrapping
+// ErrUnauthorized.
+func (c *Cache) PullWith(ctx context.Context, image string, policy PullPolicy, creds Credentials) (*Image, error) {
 	src, err := parseSource(image)
 	if err != nil {
 		return nil, &ImageError{Image: image, Reason: ReasonInvalidImageName, Err: err}
@@ -105,17 +112,21 @@ func (c *Cache) Pull(ctx context.Context, image string, policy PullPolicy) (*Ima
 			return nil, &ImageError{Image: image, Reason: ReasonErrImageNeverPull, Err: ErrNotPresent}
 		}
 	}
-	return c.pull(ctx, src)
+	var kc authn.Keychain = creds
+	if creds == nil {
+		kc = c.o.Keychain
+	}
+	return c.pull(ctx, src, kc, creds != nil)
 }
 
-func (c *Cache) pull(ctx context.Context, src *source) (*Image, error) {
+func (c *Cache) pull(ctx context.Context, src *source, kc authn.Keychain, secret bool) (*Image, error) {
 	rec := &digestRecorder{}
-	r, err := c.resolve(ctx, src, rec)
+	r, err := c.resolve(ctx, src, rec, kc)
 	if err == nil {
 		err = c.unpack(ctx, r)
 	}
 	if err != nil {
-		return nil, classify(src.raw, rec, err)
+		return nil, classify(src, rec, err, secret)
 	}
 	if err := c.writeRecord(src, r.digest); err != nil {
 		return nil, imageErr(src.raw, ReasonErrImagePull, "%w", err)

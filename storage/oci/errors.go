@@ -39,6 +39,7 @@ var (
 	ErrInvalidReference  = errors.New("invalid image reference")
 	ErrNotPresent        = errors.New("image not present in the cache and pull policy is Never")
 	ErrNotFound          = errors.New("image not found at the source")
+	ErrUnauthorized      = errors.New("registry refused access")
 	ErrDigestMismatch    = errors.New("content does not match its digest")
 	ErrInvalidImage      = errors.New("invalid image")
 	ErrTooLarge          = errors.New("image too large")

@@ -25,22 +25,21 @@ type resolved struct {
 	digest v1.Hash
 }
 
-func (c *Cache) resolve(ctx context.Context, src *source, rec *digestRecorder) (*resolved, error) {
+func (c *Cache) resolve(ctx context.Context, src *source, rec *digestRecorder, kc authn.Keychain) (*resolved, error) {
 	if src.registry != nil {
-		return c.resolveRemote(ctx, src, rec)
+		return c.resolveRemote(ctx, src, rec, kc)
 	}
 	return c.resolveLayout(src)
 }
 
 // resolveRemote fetches the manifest (GET /v2/<repo>/manifests/<ref>) and, for an index, the
 // manifest of c.platform.
-func (c *Cache) resolveRemote(ctx context.Context, src *source, rec *digestRecorder) (*resolved, error) {
+func (c *Cache) resolveRemote(ctx context.Context, src *source, rec *digestRecorder, kc authn.Keychain) (*resolved, error) {
 	base := c.o.Transport
 	if base == nil {
 		base = remote.DefaultTransport
 	}
 	rec.base = base
-	kc := c.o.Keychain
 	if kc == nil {
 		kc = anonymous{}
 	}
@@ -165,7 +164,8 @@ func sha256Hash(b []byte) v1.Hash {
 }
 
 // classify turns a pull failure into an ImageError with a reason.
-func classify(image string, rec *digestRecorder, err error) error {
+func classify(src *source, rec *digestRecorder, err error, secret bool) error {
+	image := src.raw
 	if _, ok := errors.AsType[*ImageError](err); ok {
 		return err
 	}
@@ -178,10 +178,29 @@ func classify(image string, rec *digestRecorder, err error) error {
 	case errors.Is(err, ErrInvalidImage), errors.Is(err, ErrTooLarge):
 		return &ImageError{Image: image, Reason: ReasonInvalidImage, Err: err}
 	}
-	if te, ok := errors.AsType[*transport.Error](err); ok && notFound(te) {
-		err = fmt.Errorf("%w: %w", ErrNotFound, err)
+	if te, ok := errors.AsType[*transport.Error](err); ok {
+		switch {
+		case notFound(te):
+			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		case unauthorized(te) && secret:
+			err = fmt.Errorf("%w: registry %s refused the image pull secret's credentials: %w", ErrUnauthorized, src.registry.Context().RegistryStr(), err)
+		case unauthorized(te):
+			err = fmt.Errorf("%w: registry %s asks for credentials and none were given (imagePullSecret): %w", ErrUnauthorized, src.registry.Context().RegistryStr(), err)
+		}
 	}
 	return &ImageError{Image: image, Reason: ReasonErrImagePull, Err: err}
+}
+
+func unauthorized(te *transport.Error) bool {
+	if te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden {
+		return true
+	}
+	for _, d := range te.Errors {
+		if d.Code == transport.UnauthorizedErrorCode || d.Code == transport.DeniedErrorCode {
+			return true
+		}
+	}
+	return false
 }
 
 func notFound(te *transport.Error) bool {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -29,6 +30,24 @@ type Registry struct {
 	mu      sync.Mutex
 	gets    map[string]int  // "manifests" / "blobs" → GET count
 	corrupt map[string]bool // digests whose content is served with a flipped byte
+	user    string          // RequireAuth's login; "" serves everyone
+	pass    string
+	refused int // requests answered 401
+}
+
+// RequireAuth makes the registry answer every request without this basic-auth login with 401
+// and a "WWW-Authenticate: Basic" challenge, as a private registry does. Push still works.
+func (r *Registry) RequireAuth(user, pass string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.user, r.pass = user, pass
+}
+
+// Refused is the number of requests answered 401.
+func (r *Registry) Refused() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
 }
 
 // StartRegistry starts a registry.
@@ -56,6 +75,16 @@ func (r *Registry) serve(inner http.Handler, w http.ResponseWriter, req *http.Re
 		r.gets[kind]++
 	}
 	bad := r.corrupt[ref]
+	user, pass := r.user, r.pass
+	if u, p, ok := req.BasicAuth(); user != "" && (!ok || u != user || p != pass) {
+		r.refused++
+		r.mu.Unlock()
+		w.Header().Set("WWW-Authenticate", `Basic realm="vmlet-test"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+		return
+	}
 	r.mu.Unlock()
 	if !bad || req.Method != http.MethodGet {
 		inner.ServeHTTP(w, req)
@@ -82,7 +111,13 @@ func (r *Registry) Push(tb testing.TB, repoTag string, img v1.Image) string {
 	if err != nil {
 		tb.Fatalf("parse %s: %v", ref, err)
 	}
-	if err := remote.Write(parsed, img); err != nil {
+	r.mu.Lock()
+	auth := authn.FromConfig(authn.AuthConfig{Username: r.user, Password: r.pass})
+	if r.user == "" {
+		auth = authn.Anonymous
+	}
+	r.mu.Unlock()
+	if err := remote.Write(parsed, img, remote.WithAuth(auth)); err != nil {
 		tb.Fatalf("push %s: %v", ref, err)
 	}
 	return ref

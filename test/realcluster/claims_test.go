@@ -170,7 +170,10 @@ func TestRealClusterClaims(t *testing.T) {
 	run := func(name string, claim launcherpod.Claim, uid int64, target, text string) {
 		t.Helper()
 		vmi := &vmletv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("00000000-0000-4000-8000-0000000000" + map[string]string{"fs": "01", "blk": "02"}[name])},
-			Spec: vmletv1.VirtualMachineInstanceSpec{Domain: vmletv1.DomainSpec{Memory: &vmletv1.Memory{Guest: ptr.To(resource.MustParse("64Mi"))}}}}
+			// No pod interface: the pod then asks for no devices.vmlet.dev/tun, which only the
+			// node agent's device plugin (not running in this test) advertises.
+			Spec: vmletv1.VirtualMachineInstanceSpec{Domain: vmletv1.DomainSpec{Memory: &vmletv1.Memory{Guest: ptr.To(resource.MustParse("64Mi"))},
+				Devices: vmletv1.Devices{AutoattachPodInterface: ptr.To(false)}}}}
 		o := launcherpod.Options{Image: probeImage, AllowEmulation: true, LauncherRoot: filepath.Join(root, "l"), VolumeRoot: filepath.Join(root, "v"),
 			Args: controllers.DefaultLauncherArgs, DomainName: translate.DomainName, RunAsUser: ptr.To(uid), RunAsGroup: ptr.To(uid)}
 		for _, d := range []string{launcherpod.HostRunDir(o.LauncherRoot, vmi.UID), launcherpod.HostVolumeDir(o.VolumeRoot, vmi.UID)} {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/vmlet/vmlet/internal/mountinfo"
 )
 
 var testLayout = layout{Root: "/var/lib/rc-test", Run: "/run/rc-test"}
@@ -77,7 +79,7 @@ func TestKubeletConfig(t *testing.T) {
 }
 
 func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b/c\011d`); got != "/a b/c\td" {
+	if got := mountinfo.Unescape(`/a\040b/c\011d`); got != "/a b/c\td" {
 		t.Fatalf("got %q", got)
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/mountinfo"
 )
 
 // teardown removes everything a cluster at l made, running or crashed, and is a no-op when
@@ -133,7 +135,7 @@ func clusterMounts(l layout) []string {
 		if len(fs) < 5 {
 			continue
 		}
-		mp := unescapeMount(fs[4])
+		mp := mountinfo.Unescape(fs[4])
 		for _, root := range []string{l.Root, l.Run} {
 			if mp == root || strings.HasPrefix(mp, root+"/") {
 				out = append(out, mp)
@@ -142,24 +144,6 @@ func clusterMounts(l layout) []string {
 	}
 	sort.Slice(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
 	return slices.Compact(out)
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func unmountAll(l layout) error {
@@ -312,7 +296,7 @@ func cgroupHierarchies() []hierarchy {
 		if len(pre) < 5 || len(post) < 3 || (post[0] != "cgroup" && post[0] != "cgroup2") {
 			continue
 		}
-		h := hierarchy{path: unescapeMount(pre[4]), cpuset: post[0] == "cgroup" && slices.Contains(strings.Split(post[2], ","), "cpuset")}
+		h := hierarchy{path: mountinfo.Unescape(pre[4]), cpuset: post[0] == "cgroup" && slices.Contains(strings.Split(post[2], ","), "cpuset")}
 		if !slices.ContainsFunc(out, func(o hierarchy) bool { return o.path == h.path }) {
 			out = append(out, h)
 		}

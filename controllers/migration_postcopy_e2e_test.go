@@ -136,8 +136,12 @@ func TestMigrationPostCopy(t *testing.T) {
 		// Pre-copy stalls (the link is cut once the migration runs, well before the completion
 		// timeout of 5 s); at the completion timeout the source switches to post-copy (before
 		// the progress timeout of 8 s), whose pages cannot arrive either. The source's bound
-		// (completion + 2×progress) ends it: the guest is gone on both sides.
-		setMigrationConfig(t, "bandwidthPerMigration: 8Mi\ncompletionTimeoutPerGiB: 5\nallowPostCopy: true\nprogressTimeout: 8\n")
+		// (completion + 2×progress) ends it: the guest is gone on both sides. At 1 MiB/s the
+		// first pass over the guest's memory cannot end before the switch: a pre-copy that
+		// reached its last stage first (at 8 MiB/s a loaded CI machine's did) stalls there,
+		// with the guest paused on the source and QMP blocked behind the stream, and ends as a
+		// failed pre-copy (the guest kept on the source) instead.
+		setMigrationConfig(t, "bandwidthPerMigration: 1Mi\ncompletionTimeoutPerGiB: 5\nallowPostCopy: true\nprogressTimeout: 8\n")
 		k := startMigration(t, vmi, "stalled")
 		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
 		l.set(true)

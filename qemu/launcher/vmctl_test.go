@@ -17,9 +17,10 @@ import (
 // vmctl runs the real vmctl binary against p's socket and returns its stdout.
 func vmctl(t *testing.T, p *proc, args ...string) string {
 	t.Helper()
+	bin := vmctlBinary(t) // built on first use: not within the command's deadline (CI: a loaded machine's build took it all)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, vmctlBinary(t), append([]string{"--launcher", p.paths.ReadySocket()}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--launcher", p.paths.ReadySocket()}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -61,6 +62,7 @@ func vmctlCommands(t *testing.T, p *proc) {
 // Ctrl-]; logs/serial.log has the output too.
 func TestConsole(t *testing.T) {
 	p := startLauncher(t, launchOpts{})
+	bin := vmctlBinary(t) // before the deadline, as in vmctl
 	ctx, cancel := context.WithTimeout(context.Background(), bootDeadline)
 	defer cancel()
 	r, err := p.client.Sync(ctx, guestSpec(t, "console"))
@@ -68,7 +70,7 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.qemu = int(r.GetDomain().GetPid())
-	cmd := exec.CommandContext(ctx, vmctlBinary(t), "--launcher", p.paths.ReadySocket(), "console")
+	cmd := exec.CommandContext(ctx, bin, "--launcher", p.paths.ReadySocket(), "console")
 	in, _ := cmd.StdinPipe()
 	outPipe, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

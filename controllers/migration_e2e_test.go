@@ -29,6 +29,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/pki"
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -344,6 +345,13 @@ func TestMigrateBetweenNodes(t *testing.T) {
 			t.Logf("%s: downtime %d ms, total %d ms, %d MiB sent in %d passes", name, ms.Progress.DowntimeMilliseconds,
 				ms.Progress.TotalTimeMilliseconds, ms.Progress.DataProcessedBytes>>20, ms.Progress.Iteration)
 		}
+		if l := vmi.Status.Launcher; l != nil && qemu.LiveMigrationLosesWrites(string(l.Accelerator), l.QEMUVersion) {
+			// Stop-and-copy: the guest stood still for the whole transfer, and says so.
+			waitEventAbout(t, vmi, "Normal", "MigrationStopAndCopy")
+			if p := ms.Progress; p == nil || p.DowntimeMilliseconds < p.TotalTimeMilliseconds {
+				t.Errorf("%s: downtime of a stop-and-copy migration %+v, want at least its total time", name, p)
+			}
+		}
 		waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 10*time.Second)
 		ta := n.on(to)
 		waitLauncherAgent(t, ta, uid)
@@ -435,7 +443,12 @@ func waitLauncherAgentFor(t testing.TB, a *agent, uid string, d time.Duration) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return d.GetAgentConnected(), d.GetState().String()
+		if d.GetAgentConnected() {
+			return true, ""
+		}
+		// A guest agent that stays silent is often a guest that died: its console says.
+		console, _ := os.ReadFile(launcher.Paths{Root: a.runtime.Dir(uid)}.SerialLog())
+		return false, d.GetState().String() + "; the guest's console ends: " + tail(console)
 	})
 }
 

@@ -312,9 +312,11 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	if opts.AllowPostcopy {
 		og.postcopy = ml.StartPostcopy
 	}
-	if disruptionAllowed(vmi) {
-		og.pause = func(ctx context.Context) error { _, err := l.Pause(ctx); return err }
-		og.unpause = func(ctx context.Context) error { _, err := l.Unpause(ctx); return err }
+	og.pause = func(ctx context.Context) error { _, err := l.Pause(ctx); return err }
+	og.unpause = func(ctx context.Context) error { _, err := l.Unpause(ctx); return err }
+	og.disrupt = disruptionAllowed(vmi)
+	if og.hold = dom.State == DomainRunning && qemu.LiveMigrationLosesWrites(dom.Accel, dom.QEMUVersion); og.hold {
+		r.Recorder.Eventf(vmi, nil, "Normal", "MigrationStopAndCopy", "Migrate", "the guest runs under %s in QEMU %s, whose live migration loses guest writes (fixed in QEMU 9.0): its vCPUs are stopped for the transfer and run again on node %s, or here if the migration fails", dom.Accel, dom.QEMUVersion, ms.TargetNode)
 	}
 	r.startRun(vmi.UID, m, func(ctx context.Context, m *migrationRun) (MigrationStatus, error) {
 		return migrateOut(ctx, ml, m, og)
@@ -383,10 +385,12 @@ type outgoing struct {
 	// postcopy switches to post-copy (allowPostCopy): a migration that reaches its completion
 	// timeout goes on in post-copy instead of being paused or aborted. nil: not allowed.
 	postcopy func(context.Context) error
-	// pause and unpause the guest: with pause (allowWorkloadDisruption) a migration that
-	// reaches its completion timeout pauses the guest to converge instead of being aborted;
-	// a migration that fails after that resumes it. nil: abort.
+	// pause and unpause the guest's vCPUs. With disrupt (allowWorkloadDisruption) a migration
+	// that reaches its completion timeout pauses the guest to converge instead of being
+	// aborted. With hold (qemu.LiveMigrationLosesWrites) the guest is paused before the
+	// migration starts (stop-and-copy). A migration that fails after either resumes it.
 	pause, unpause func(context.Context) error
+	disrupt, hold  bool
 	wake           func()
 }
 
@@ -396,11 +400,28 @@ type outgoing struct {
 // it (QEMU stops once it completed). A migration in post-copy is never cancelled: the guest
 // runs on the target, and the source holds the pages it has not pulled yet.
 func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o outgoing) (MigrationStatus, error) {
+	held := time.Now()
+	if o.hold {
+		pctx, done := context.WithTimeout(ctx, callPause)
+		err := o.pause(pctx)
+		done()
+		if err != nil {
+			return MigrationStatus{}, fmt.Errorf("stop the guest for a stop-and-copy migration: %w", err)
+		}
+	}
+	release := func(err error) error {
+		if !o.hold {
+			return err
+		}
+		uctx, done := context.WithTimeout(context.Background(), callUnpause)
+		defer done()
+		return errors.Join(err, o.unpause(uctx))
+	}
 	mctx, done := context.WithTimeout(ctx, o.completion)
 	err := ml.Migrate(mctx, o.uri, o.opts, o.nbdURI, o.copy) // with disks: once their mirrors are ready
 	done()
 	if err != nil {
-		return MigrationStatus{}, err
+		return MigrationStatus{}, release(err)
 	}
 	start := time.Now()
 	m.mu.Lock()
@@ -439,11 +460,18 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 		}
 	}
 	end := func(res result) (MigrationStatus, error) {
-		if res.err != nil && paused {
+		if res.err != nil && paused && !o.hold {
 			// The guest stays here: it runs again as it did before the migration paused it.
 			uctx, done := context.WithTimeout(context.Background(), callUnpause)
 			res.err = errors.Join(res.err, o.unpause(uctx))
 			done()
+		}
+		if res.err != nil && !postcopy {
+			res.err = release(res.err) // a held guest runs here again (in post-copy it ran there)
+		}
+		if res.err == nil && o.hold {
+			// QEMU counts only its own final stop; a held guest stood still all along.
+			res.st.Downtime = max(res.st.Downtime, time.Since(held))
 		}
 		return res.st, res.err
 	}
@@ -484,10 +512,11 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 					m.mu.Unlock()
 				}
 				done()
-			case now.Sub(start) >= o.completion && !paused && o.pause != nil:
-				// allowWorkloadDisruption: stop the guest so that the rest converges.
+			case now.Sub(start) >= o.completion && !paused && o.disrupt:
+				// allowWorkloadDisruption: stop the guest so that the rest converges (a held
+				// guest is stopped already).
 				pctx, done := context.WithTimeout(ctx, callPause)
-				if err := o.pause(pctx); err != nil {
+				if err := pauseUnlessHeld(pctx, o); err != nil {
 					cancel("not completed within " + o.completion.String() + " and the guest could not be paused: " + err.Error())
 				} else {
 					paused, moved = true, now
@@ -559,4 +588,12 @@ func (r *VMIReconciler) sourceDone(ctx context.Context, vmi *vmletv1.VirtualMach
 func recorded(ms *vmletv1.VirtualMachineInstanceMigrationState, st MigrationStatus) bool {
 	p := ms.Progress
 	return ms.Completed && p != nil && p.TotalTimeMilliseconds == st.TotalTime.Milliseconds() && p.DataProcessedBytes == st.Transferred
+}
+
+// pauseUnlessHeld pauses the guest unless the migration holds it paused already.
+func pauseUnlessHeld(ctx context.Context, o outgoing) error {
+	if o.hold {
+		return nil
+	}
+	return o.pause(ctx)
 }

@@ -331,21 +331,30 @@ func waitNormalEvent(t *testing.T, vmi *vmletv1.VirtualMachineInstance, reason s
 // guestExec runs a shell command in the guest through the launcher's GuestExec RPC.
 func guestShell(t testing.TB, a *agent, v *vmletv1.VirtualMachineInstance, cmd string) string {
 	t.Helper()
+	out, err := guestShellErr(a, v, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// guestShellErr is guestShell returning its error.
+func guestShellErr(a *agent, v *vmletv1.VirtualMachineInstance, cmd string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := launcher.Dial(ctx, a.runtime.Socket(string(v.UID)))
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer c.Close()
 	r, err := c.GuestExec(ctx, "/bin/sh", []string{"-c", cmd}, nil, 20*time.Second)
 	if err != nil {
-		t.Fatalf("%s: guest exec %q: %v", v.Name, cmd, err)
+		return "", fmt.Errorf("%s: guest exec %q: %w", v.Name, cmd, err)
 	}
 	if r.GetExitCode() != 0 {
-		t.Fatalf("%s: guest exec %q: exit %d: %s", v.Name, cmd, r.GetExitCode(), r.GetStderr())
+		return "", fmt.Errorf("%s: guest exec %q: exit %d: %s", v.Name, cmd, r.GetExitCode(), r.GetStderr())
 	}
-	return string(r.GetStdout())
+	return string(r.GetStdout()), nil
 }
 
 // guestServe starts a busybox nc in the guest that answers every connection on port with

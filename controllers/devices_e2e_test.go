@@ -3,14 +3,11 @@ package controllers_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
@@ -18,6 +15,7 @@ import (
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -100,21 +98,9 @@ func TestHotplugHostBlockDeviceUnderFilter(t *testing.T) {
 // loopDevice attaches a small file to a free loop device and returns its path and numbers.
 func loopDevice(t *testing.T) (string, int64, int64) {
 	t.Helper()
-	img := filepath.Join(t.TempDir(), "blk.img")
-	if err := os.WriteFile(img, make([]byte, 8<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		prereq.Missing(t, "losetup: "+strings.TrimSpace(string(out)))
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-	var s unix.Stat_t
-	if err := unix.Stat(dev, &s); err != nil {
-		t.Fatal(err)
-	}
-	return dev, int64(unix.Major(s.Rdev)), int64(unix.Minor(s.Rdev))
+	dev := loopdev.Attach(t, t.TempDir(), "", 8<<20)
+	major, minor := loopdev.Numbers(t, dev)
+	return dev, major, minor
 }
 
 // waitSerial waits until the serial log contains marker (each marker appears once per test).

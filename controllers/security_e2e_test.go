@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,10 +62,11 @@ func (c *secChecks) check(ok bool, format string, args ...any) {
 //     the agent's state file root's 0600;
 //   - launcher and QEMU: the launcher user, no supplementary group, no capability in any set,
 //     no_new_privs, QEMU under seccomp; both in the VM's own cgroup;
-//   - device program: from A's cgroup, even as root, a block device (/dev/loop0), /dev/kvm
-//     (TCG: not granted), /dev/kmsg, /dev/console and /dev/autofs open EPERM, while the same
+//   - device program: from A's cgroup, even as root, a block device (a root 0600 node of loop0
+//     that the test makes, so that no other test's chown of /dev/loop0 changes it), /dev/kvm
+//     (TCG: not granted), /dev/kmsg and /dev/console open EPERM, while the same
 //     opens outside it succeed and A's granted devices (null, urandom, net/tun) open;
-//     as A's user, /dev/autofs (0644, so only the program stops it) is EPERM and /dev/net/tun
+//     as A's user, a 0644 node of loop0 (so only the program stops it) is EPERM and /dev/net/tun
 //     (the way to B's tap) EACCES, A's own disk opens read-write and A's sockets connect.
 //
 // All launchers share one uid (107, KubeVirt's qemu user), and local mode gives them no mount
@@ -210,7 +213,8 @@ func checkProcesses(c *secChecks, vm *secVM, u process.User) {
 // A's user reaches of B because both VMs share one uid.
 func checkIsolation(c *secChecks, vmA, vmB *secVM, u process.User, kvm bool) []string {
 	c.t.Helper()
-	denied := []string{"/dev/loop0", "/dev/kmsg", "/dev/console", "/dev/autofs"}
+	blk, blkOpen := blockNode(c.t, 0o600), blockNode(c.t, 0o644)
+	denied := []string{blk, "/dev/kmsg", "/dev/console"}
 	if !kvm {
 		denied = append(denied, "/dev/kvm")
 	}
@@ -234,7 +238,7 @@ func checkIsolation(c *secChecks, vmA, vmB *secVM, u process.User, kvm bool) []s
 		op   probeOp
 		want string
 	}{
-		{probeOp{Kind: "read", Path: "/dev/autofs"}, "EPERM"},    // 0644: only the device program stops it
+		{probeOp{Kind: "read", Path: blkOpen}, "EPERM"},          // 0644: only the device program stops it
 		{probeOp{Kind: "write", Path: "/dev/net/tun"}, "EACCES"}, // root's 0600: no way to B's (or any) tap
 		{probeOp{Kind: "write", Path: "/dev/null"}, ""},
 		{probeOp{Kind: "read", Path: "/dev/urandom"}, ""},
@@ -242,14 +246,14 @@ func checkIsolation(c *secChecks, vmA, vmB *secVM, u process.User, kvm bool) []s
 		{probeOp{Kind: "connect", Path: vmA.paths.ReadySocket()}, ""},
 		{probeOp{Kind: "connect", Path: vmA.paths.VNCSocket()}, ""},
 		{probeOp{Kind: "read", Path: filepath.Join(vmA.paths.Root, "launcher.pid")}, "EACCES"}, // the agent's
-		{probeOp{Kind: "read", Path: "/dev/loop0"}, "EACCES"},                                  // root's 0600 block device
+		{probeOp{Kind: "read", Path: blk}, "EACCES"},                                           // root's 0600 block device
 	}
 	ops = ops[:0]
 	for _, r := range asUser {
 		ops = append(ops, r.op)
 	}
 	userOutside := probe(c.t, "", u.UID, u.GID, ops[:1])
-	c.check(userOutside[0] == "", "control: %s outside any VM opens /dev/autofs: %s, want success (0644)", u, userOutside[0])
+	c.check(userOutside[0] == "", "control: %s outside any VM opens %s: %s, want success (0644)", u, blkOpen, userOutside[0])
 	got := probe(c.t, vmA.cgroup, u.UID, u.GID, ops)
 	for i, r := range asUser {
 		c.check(got[i] == r.want, "%s in A's cgroup: %s %s: %q, want %q", u, r.op.Kind, r.op.Path, got[i], orOK(r.want))
@@ -314,4 +318,31 @@ func modeOf(fi fs.FileInfo) string {
 		return "?"
 	}
 	return fi.Mode().String()
+}
+
+// blockNode makes a block device node of loop0 (7:0), root's with mode perm, in a folder others
+// may pass through but not list. The test makes its own nodes rather than use /dev/loop0,
+// whose owner other tests change (a VM on a loop device gets it for good, as in KubeVirt).
+// The device program judges by type and numbers, so these are loop0 to it; a node of
+// 0644 is one only the program keeps a user from (the loop driver checks no privilege).
+// Equivalent to: mknod -m PERM DIR/loop0-PERM b 7 0.
+func blockNode(t *testing.T, perm os.FileMode) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(dir, fmt.Sprintf("loop0-%o", perm))
+	if err := unix.Mknod(p, unix.S_IFBLK|uint32(perm), int(unix.Mkdev(7, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -3,14 +3,13 @@ package storage
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -48,16 +47,11 @@ func TestBlockPaths(t *testing.T) {
 func TestBlockDevices(t *testing.T) {
 	prereq.Root(t)
 	dir := t.TempDir()
-	img := filepath.Join(dir, "blk.img")
+	dev := loopdev.Attach(t, dir, "", 1<<20)
+	img := filepath.Join(dir, "regular.img")
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		prereq.Missing(t, "losetup: "+strings.TrimSpace(string(out)))
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 	link := filepath.Join(dir, "by-name")
 	if err := os.Symlink(dev, link); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,8 +23,8 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/guestvmi"
+	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/poll"
-	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // localPV makes a local PersistentVolume at path (Filesystem or Block) pre-bound to a claim
@@ -68,24 +67,6 @@ func localPV(t *testing.T, name, path string, mode corev1.PersistentVolumeMode, 
 	if err := cl.Status().Update(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// loopDevice attaches a file of size bytes starting with label to a free loop device.
-func loopDevice(t *testing.T, dir, label string, size int64) string {
-	t.Helper()
-	img := filepath.Join(dir, "block.img")
-	b := make([]byte, size)
-	copy(b, label)
-	if err := os.WriteFile(img, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		prereq.Missing(t, "losetup: "+strings.TrimSpace(string(out)))
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-	return dev
 }
 
 // claimVMI is the test guest with a filesystem claim (persistentVolumeClaim) and a block claim
@@ -201,7 +182,7 @@ func TestClusterClaims(t *testing.T) {
 	if err := os.MkdirAll(pvDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dev := loopDevice(t, c.tmp, "VMLET-BLOCK-CLAIM", 8<<20)
+	dev := loopdev.Attach(t, c.tmp, "VMLET-BLOCK-CLAIM", 8<<20)
 	localPV(t, "fs-claim", pvDir, corev1.PersistentVolumeFilesystem, "64Mi")
 	localPV(t, "blk-claim", dev, corev1.PersistentVolumeBlock, "8Mi")
 

@@ -25,6 +25,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/podruntime"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/realcluster"
@@ -109,17 +110,8 @@ func TestRealClusterClaims(t *testing.T) {
 	if err := os.Chown(img, launcherpod.DefaultRunAsUser, launcherpod.DefaultRunAsGroup); err != nil {
 		t.Fatal(err)
 	}
-	backing := filepath.Join(root, "block.img")
-	if err := os.WriteFile(backing, make([]byte, 8<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", backing).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-	// A reused loop device may still be a VM user's (storage hands claims over for good).
+	dev := loopdev.Attach(t, root, "", 8<<20)
+	// The claim's device starts as a fresh node's would (loopdev restores it afterwards).
 	if err := os.Chown(dev, 0, 0); err != nil {
 		t.Fatal(err)
 	}

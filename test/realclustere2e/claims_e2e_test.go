@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/poll"
 )
 
@@ -111,18 +111,7 @@ func TestVMIOnClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(pvDir) })
-	backing := filepath.Join(t.TempDir(), "block.img")
-	b := make([]byte, 8<<20)
-	copy(b, "VMLET-REAL-BLOCK")
-	if err := os.WriteFile(backing, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", backing).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	dev := loopdev.Attach(t, t.TempDir(), "VMLET-REAL-BLOCK", 8<<20)
 	claimPV(t, name+"-fs", pvDir, corev1.PersistentVolumeFilesystem, "64Mi")
 	claimPV(t, name+"-blk", dev, corev1.PersistentVolumeBlock, "8Mi")
 

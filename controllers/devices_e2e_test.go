@@ -98,7 +98,7 @@ func TestHotplugHostBlockDeviceUnderFilter(t *testing.T) {
 // loopDevice attaches a small file to a free loop device and returns its path and numbers.
 func loopDevice(t *testing.T) (string, int64, int64) {
 	t.Helper()
-	dev := loopdev.Attach(t, t.TempDir(), "", 8<<20)
+	dev := loopdev.Attach(t, filepath.Join(t.TempDir(), "blk.img"), "", 8<<20)
 	major, minor := loopdev.Numbers(t, dev)
 	return dev, major, minor
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
@@ -377,13 +378,13 @@ func TestVMIMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDeleted(t, key)
-	s = scrapeMetrics(t, url)
-	if left := s.of(map[string]string{"name": vmi.Name}); len(left) > 0 {
-		t.Errorf("series of the deleted VMI left: %v", left)
-	}
-	if left := s.of(map[string]string{"vmi": vmi.Name}); len(left) > 0 {
-		t.Errorf("series of the deleted VMI left: %v", left)
-	}
+	// The collector reads the agent's informer cache, which hears of the deletion a moment
+	// after the API server answers NotFound.
+	poll.Until(t, 10*time.Second, "the deleted VMI's series gone", func() (bool, string) {
+		s := scrapeMetrics(t, url)
+		left := append(s.of(map[string]string{"name": vmi.Name}), s.of(map[string]string{"vmi": vmi.Name})...)
+		return len(left) == 0, fmt.Sprintf("series left: %v", left)
+	})
 }
 
 // TestVMIMigrationMetrics: while a live migration (slowed to 16 MiB/s) runs, the source node's

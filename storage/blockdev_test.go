@@ -47,7 +47,7 @@ func TestBlockPaths(t *testing.T) {
 func TestBlockDevices(t *testing.T) {
 	prereq.Root(t)
 	dir := t.TempDir()
-	dev := loopdev.Attach(t, dir, "", 1<<20)
+	dev := loopdev.Attach(t, filepath.Join(dir, "blk.img"), "", 1<<20)
 	img := filepath.Join(dir, "regular.img")
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)

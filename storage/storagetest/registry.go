@@ -18,10 +18,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-// Registry is an in-process OCI registry on 127.0.0.1 (plain HTTP, which clients use for
-// loopback addresses). t.Cleanup stops it.
+// Registry is an in-process OCI registry, on 127.0.0.1 unless StartRegistryAt says otherwise
+// (plain HTTP, which clients use for loopback and private addresses). t.Cleanup stops it.
 type Registry struct {
-	Host    string // 127.0.0.1:PORT
+	Host    string // HOST:PORT
 	handler http.Handler
 
 	srvMu sync.Mutex
@@ -50,15 +50,27 @@ func (r *Registry) Refused() int {
 	return r.refused
 }
 
-// StartRegistry starts a registry.
+// StartRegistry starts a registry on 127.0.0.1.
 func StartRegistry(tb testing.TB) *Registry {
+	tb.Helper()
+	return StartRegistryAt(tb, "127.0.0.1:0")
+}
+
+// StartRegistryAt starts a registry listening on addr (HOST:PORT; port 0 picks one), e.g. a
+// bridge address that pods reach. Clients speak plain HTTP to loopback and private (RFC 1918)
+// hosts.
+func StartRegistryAt(tb testing.TB, addr string) *Registry {
 	tb.Helper()
 	r := &Registry{gets: map[string]int{}, corrupt: map[string]bool{}}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.serve(inner, w, req)
 	})
-	r.srv = httptest.NewServer(r.handler)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatalf("registry on %s: %v", addr, err)
+	}
+	r.srv = serve(l, r.handler)
 	tb.Cleanup(r.Close)
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
@@ -162,9 +174,14 @@ func (r *Registry) Reopen(tb testing.TB) {
 	if err != nil {
 		tb.Fatalf("reopen registry on %s: %v", r.Host, err)
 	}
-	srv := httptest.NewUnstartedServer(r.handler)
+	r.srv = serve(l, r.handler)
+}
+
+// serve starts an HTTP test server for h on l.
+func serve(l net.Listener, h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
 	srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()
-	r.srv = srv
+	return srv
 }

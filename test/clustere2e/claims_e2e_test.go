@@ -182,7 +182,7 @@ func TestClusterClaims(t *testing.T) {
 	if err := os.MkdirAll(pvDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dev := loopdev.Attach(t, c.tmp, "VMLET-BLOCK-CLAIM", 8<<20)
+	dev := loopdev.Attach(t, filepath.Join(c.tmp, "block.img"), "VMLET-BLOCK-CLAIM", 8<<20)
 	localPV(t, "fs-claim", pvDir, corev1.PersistentVolumeFilesystem, "64Mi")
 	localPV(t, "blk-claim", dev, corev1.PersistentVolumeBlock, "8Mi")
 

@@ -3,7 +3,6 @@ package loopdev
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,14 +11,13 @@ import (
 	"github.com/vmlet/vmlet/test/prereq"
 )
 
-// Attach writes a file of size bytes that starts with label into dir, attaches it to a free
-// loop device and returns the device's path. The test's cleanup detaches it and restores the
+// Attach writes the file img, size bytes that start with label, attaches it to a free loop
+// device and returns the device's path. The test's cleanup detaches it and restores the
 // device node's owner and mode.
 //
-// Equivalent to: losetup --find --show FILE; later chown/chmod back and losetup -d DEV.
-func Attach(t testing.TB, dir, label string, size int64) string {
+// Equivalent to: losetup --find --show IMG; later chown/chmod back and losetup -d DEV.
+func Attach(t testing.TB, img, label string, size int64) string {
 	t.Helper()
-	img := filepath.Join(dir, "loop-"+strings.ReplaceAll(t.Name(), "/", "_")+".img")
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,7 @@ func TestRealClusterClaims(t *testing.T) {
 	if err := os.Chown(img, launcherpod.DefaultRunAsUser, launcherpod.DefaultRunAsGroup); err != nil {
 		t.Fatal(err)
 	}
-	dev := loopdev.Attach(t, root, "", 8<<20)
+	dev := loopdev.Attach(t, filepath.Join(root, "block.img"), "", 8<<20)
 	// The claim's device starts as a fresh node's would (loopdev restores it afterwards).
 	if err := os.Chown(dev, 0, 0); err != nil {
 		t.Fatal(err)

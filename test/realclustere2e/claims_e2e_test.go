@@ -111,7 +111,7 @@ func TestVMIOnClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(pvDir) })
-	dev := loopdev.Attach(t, t.TempDir(), "VMLET-REAL-BLOCK", 8<<20)
+	dev := loopdev.Attach(t, filepath.Join(t.TempDir(), "block.img"), "VMLET-REAL-BLOCK", 8<<20)
 	claimPV(t, name+"-fs", pvDir, corev1.PersistentVolumeFilesystem, "64Mi")
 	claimPV(t, name+"-blk", dev, corev1.PersistentVolumeBlock, "8Mi")
 

@@ -82,9 +82,9 @@ func (r *VMIReconciler) volumeDir(uid types.UID) string {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // readRefs reads the Secrets the VMI's cloud-init volumes and image pull secrets name, from the
-// API server (not the cache: the agent does not watch every Secret of the cluster). A started
-// VMI's images are pinned and cached, so a pull secret it can no longer read does not stop it:
-// its pulls go anonymous.
+// API server (not the cache: the agent does not watch every Secret of the cluster). Once the
+// launcher holds a domain (started), the VMI's images are pinned and cached, so a pull secret
+// it can no longer read does not stop it: its pulls go anonymous.
 func (r *VMIReconciler) readRefs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, started bool) (translate.Referenced, error) {
 	refs := translate.Referenced{Secrets: map[string]map[string][]byte{}, PullSecrets: map[string]oci.Credentials{}}
 	reader := r.APIReader

@@ -46,7 +46,7 @@ func (o *observed) backOff() *PullBackOffError {
 // reconciled twice at a time, so nothing else starts its launcher before this pass acts), the
 // Secrets, the translation, the networks and the storage. Storage is looked at (its operation
 // started or its outcome read) only when it can matter: the spec translates, and the launcher
-// runs or everything else it needs to start is there.
+// holds a domain or everything else it needs to start is there.
 func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) *observed {
 	id := string(vmi.UID)
 	o := &observed{runDir: r.Runtime.Dir(id)}
@@ -60,10 +60,12 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 	case found.Exited != nil:
 		o.facts.Launcher = lifecycle.LauncherExited
 		return o // ends the VMI whatever its spec and volumes look like now
-	default:
+	case found.Ready:
 		o.facts.Launcher = lifecycle.LauncherStarted
+	default:
+		o.facts.Launcher = lifecycle.LauncherStarting
 	}
-	started := o.facts.Launcher != lifecycle.LauncherAbsent
+	started := o.facts.Launcher.HoldsDomain()
 	refs, err := r.readRefs(ctx, vmi, started)
 	if err != nil {
 		o.refsErr, o.facts.SecretsUnreadable = err, true

@@ -6,14 +6,23 @@ type Launcher int
 const (
 	// LauncherAbsent means none was started on this node (or it was removed).
 	LauncherAbsent Launcher = iota
-	// LauncherStarted means it runs, ready to answer or not yet.
+	// LauncherStarted means it runs and answers: it may hold a domain.
 	LauncherStarted
 	// LauncherExited means it ran and exited; its exit says how the guest ended.
 	LauncherExited
 	// LauncherUnknown means the runtime could not tell; taken as started, so that nothing is
 	// failed on a guess (EnsureLauncher finds out).
 	LauncherUnknown
+	// LauncherStarting means it was started (its process, or in cluster mode its pod, exists)
+	// but does not answer yet, so it holds no domain: Secrets and storage still decide. A
+	// launcher pod runs only once the node made the VMI's storage (its volume folder), so a
+	// missing pull Secret or a failing pull must be said here, not hidden behind "starting".
+	LauncherStarting
 )
+
+// HoldsDomain reports whether the launcher may hold a domain: it answers, or the runtime
+// cannot tell (then nothing is failed or stopped on a guess).
+func (l Launcher) HoldsDomain() bool { return l == LauncherStarted || l == LauncherUnknown }
 
 // Storage is where the storage of the VMI's boot-time volumes stands (images pulled, overlays,
 // empty disks and the cloud-init ISO made).
@@ -38,7 +47,7 @@ type Facts struct {
 	// Untranslatable means the spec does not translate into a domain on this node.
 	Untranslatable bool
 	// NetworksMissing means a multus network of the VMI is not offered by the node (looked at
-	// only before the launcher starts).
+	// only while the launcher holds no domain).
 	NetworksMissing bool
 	Storage         Storage
 }
@@ -75,7 +84,7 @@ func (s Step) String() string { return stepNames[s] }
 
 // Next decides a pass's step before the domain is looked at.
 func Next(f Facts) Step {
-	started := f.Launcher != LauncherAbsent
+	started := f.Launcher.HoldsDomain()
 	switch {
 	case f.Launcher == LauncherExited:
 		return EndFromExit

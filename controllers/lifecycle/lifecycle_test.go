@@ -24,6 +24,13 @@ func TestNext(t *testing.T) {
 		{"storage failed before start", Facts{Storage: StorageFailed}, FailStorage},
 		{"storage failed while running: decided with the domain", Facts{Launcher: LauncherStarted, Storage: StorageFailed}, EnsureLauncher},
 		{"storage preparing while running", Facts{Launcher: LauncherStarted, Storage: StoragePreparing}, EnsureLauncher},
+		{"starting, all there", Facts{Launcher: LauncherStarting}, EnsureLauncher},
+		{"starting (a launcher pod waits for its volume folder): secret missing", Facts{Launcher: LauncherStarting, SecretsUnreadable: true}, WaitForSecrets},
+		{"starting: pull backing off", Facts{Launcher: LauncherStarting, Storage: StorageBackOff}, BackOffStorage},
+		{"starting: storage preparing", Facts{Launcher: LauncherStarting, Storage: StoragePreparing}, WaitForStorage},
+		{"starting: storage failed", Facts{Launcher: LauncherStarting, Storage: StorageFailed}, FailStorage},
+		{"starting: untranslatable fails (no domain)", Facts{Launcher: LauncherStarting, Untranslatable: true}, FailUntranslatable},
+		{"starting: networks missing", Facts{Launcher: LauncherStarting, NetworksMissing: true}, WaitForNetworks},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

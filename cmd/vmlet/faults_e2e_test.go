@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -261,13 +262,16 @@ func (f *faultVM) paused(t *testing.T, d time.Duration, what string) *vmletv1.Vi
 	})
 }
 
-// agentKillDuringLauncherStart: the sign is the VMI's launcher process appearing; the restarted
-// agent adopts that launcher (no second one) and the start completes.
+// agentKillDuringLauncherStart: the sign is the VMI's launcher process appearing and recorded
+// (launcher.pid names it); the restarted agent adopts that launcher (no second one) and the
+// start completes. (A launcher the agent was killed before recording is not adopted but
+// replaced, its cgroup removed: process TestStartAfterKilledMidStart.)
 func agentKillDuringLauncherStart(t *testing.T, f *faultVM) {
 	var pids []int
-	poll.Until(t, 3*time.Minute, "launcher process for "+f.runDir, func() (bool, string) {
+	poll.Until(t, 3*time.Minute, "launcher process for "+f.runDir+", recorded", func() (bool, string) {
 		pids = launcherPids(t, f.runDir)
-		return len(pids) > 0, "none"
+		b, _ := os.ReadFile(filepath.Join(f.runDir, "launcher.pid"))
+		return len(pids) == 1 && string(b) == strconv.Itoa(pids[0]), fmt.Sprintf("launchers %v, launcher.pid %q", pids, b)
 	})
 	f.killAgent(t)
 	f.a = f.s.start(t)

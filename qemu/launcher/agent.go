@@ -242,6 +242,23 @@ func (a *agentPoller) shutdown() {
 	}
 }
 
+// guestReset reports the agent lost at once: a reset guest's agent is gone with it, and
+// whatever answers next is a new one (its version read again, the old one's processes
+// forgotten). Waiting for a ping to go unanswered would miss a reboot that fits between two
+// pings. The poller looks again at once.
+func (a *agentPoller) guestReset() {
+	if a.isUp() {
+		a.log.Info("guest agent lost", "reason", "guest reset")
+		a.forgetAbandoned()
+		a.forgetVersion()
+		a.setUp(false)
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
 // use runs f with the connection of an answering agent. It holds no lock while f runs: qga
 // puts f's commands in line with everyone else's, one at a time. Errors:
 // ErrAgentNotConnected when the agent does not answer (a command sent got no answer in time,

@@ -220,6 +220,9 @@ func (d *domain) onEvent(e qmp.Event) {
 		state := d.state
 		d.mu.Unlock()
 		d.setState(state, "reset", e.Name)
+		if d.agent != nil {
+			d.agent.guestReset()
+		}
 	case "SHUTDOWN":
 		var data struct {
 			Reason string `json:"reason"`

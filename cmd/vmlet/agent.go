@@ -179,7 +179,7 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		if err != nil {
 			return fmt.Errorf("pod runtime: %w", err)
 		}
-		pods = &podruntime.Runtime{Pods: mgr.GetClient(), Resizer: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg, User: user}
+		pods = &podruntime.Runtime{Pods: mgr.GetClient(), Live: mgr.GetAPIReader(), Resizer: mgr.GetClient(), LauncherRoot: o.launcherRoot, CgroupRoot: cg, User: user}
 		acfg.Runtime, acfg.Pods = pods, podruntime.Networks{Runtime: pods}
 	} else {
 		rt, err := nodeagent.ProcessRuntime(nodeagent.ProcessOptions{

@@ -26,6 +26,11 @@ const LabelVMIUID = launcherpod.LabelVMIUID
 type Runtime struct {
 	// Pods reads this node's launcher pods (the manager's cache).
 	Pods client.Reader
+	// Live reads them from the API server itself, where a cache a moment behind would do harm:
+	// Remove asks it whether the pod is being deleted before it kills a launcher (a VMI failed
+	// because its pod is being deleted can reach the agent before the pod's deletion does).
+	// nil: Pods.
+	Live client.Reader
 	// Resizer writes launcher pods' resize subresource (CPU and memory hotplug); nil: this
 	// agent resizes no pod, and hotplug that needs more resources is refused.
 	Resizer client.SubResourceClientConstructor
@@ -62,8 +67,13 @@ func (r *Runtime) Socket(id string) string { return filepath.Join(r.Dir(id), pro
 
 // pod returns the launcher pod of VMI id, nil if there is none.
 func (r *Runtime) pod(ctx context.Context, id string) (*corev1.Pod, error) {
+	return podOf(ctx, r.Pods, id)
+}
+
+// podOf is the newest launcher pod of id that reader lists.
+func podOf(ctx context.Context, reader client.Reader, id string) (*corev1.Pod, error) {
 	var l corev1.PodList
-	if err := r.Pods.List(ctx, &l, client.MatchingLabels{LabelVMIUID: id}); err != nil {
+	if err := reader.List(ctx, &l, client.MatchingLabels{LabelVMIUID: id}); err != nil {
 		return nil, fmt.Errorf("list launcher pods: %w", err)
 	}
 	var found *corev1.Pod
@@ -267,7 +277,11 @@ var ErrPodTerminating = errors.New("launcher pod terminating within its grace pe
 // that short; ErrPodTerminating then.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if pid := r.serving(id); pid != 0 {
-		if pod, err := r.pod(ctx, id); err == nil && pod != nil && pod.DeletionTimestamp != nil &&
+		live := r.Live
+		if live == nil {
+			live = r.Pods
+		}
+		if pod, err := podOf(ctx, live, id); err == nil && pod != nil && pod.DeletionTimestamp != nil &&
 			time.Now().Before(pod.DeletionTimestamp.Time) {
 			return fmt.Errorf("remove launcher %s: %w", id, ErrPodTerminating)
 		}

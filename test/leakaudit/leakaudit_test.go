@@ -38,10 +38,19 @@ func TestFilesAndProcesses(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "new", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sh", "-c", "sleep 60; true", marker) // no exec: sh keeps the marker
+	// A shell waiting in its builtin read: one process with the marker (no child that, between
+	// fork and exec, would carry the marker too).
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cmd := exec.Command("sh", "-c", "read x", marker)
+	cmd.Stdin = pr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	_ = pr.Close()
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	rep, err := snap.Diff()
 	if err != nil {

@@ -156,7 +156,9 @@ func TestLauncherPodDeletedGuestIgnoresACPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := c.Wait(ctx, testguest.MarkerPowerdownIgnored); err != nil {
-		t.Fatalf("the guest got no power button: %v; console: %s", err, poll.Tail(c.String(), 2000))
+		_, gone := readStart(fp.qemuPid)
+		t.Fatalf("the guest got no power button after %s: %v (QEMU gone: %v; VMI: %s); console: %s", time.Since(t0).Round(time.Millisecond),
+			err, gone, summary(getVMI(t, name)), poll.Tail(c.String(), 2000))
 	}
 	poll.Until(t, grace+launcherpod.GraceMargin+30*time.Second, "QEMU ends", func() (bool, string) {
 		_, err := readStart(fp.qemuPid)

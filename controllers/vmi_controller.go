@@ -32,6 +32,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmimetrics"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/internal/faultpoint"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
 )
@@ -451,6 +452,7 @@ func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachin
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)
 	}
+	faultpoint.Hit("teardown.launcher-removed", "") // the fault matrix's kill mid-teardown
 	if err := r.cleanupNetwork(vmi); err != nil {
 		return err
 	}

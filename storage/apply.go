@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmlet/vmlet/internal/faultpoint"
 	"github.com/vmlet/vmlet/internal/revert"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/storage/oci"
@@ -75,6 +76,7 @@ func (h *Host) Apply(ctx context.Context, p *VMPlan) (*Result, error) {
 			}
 			resolvedPaths[act.Volume] = real
 		}
+		faultpoint.Hit("storage.action-done", string(act.Kind)) // the fault matrix's kill between steps
 	}
 	if err := a.saveState(); err != nil {
 		return nil, &VolumeError{Err: err}

@@ -53,17 +53,29 @@ type agentSetup struct {
 	cpu                     *cpuweight.Hierarchy
 	nodeNetns, podNetnsDir  string
 	resolvConf, guestSource string
+	// extraArgs are more `vmlet agent` flags for every start (e.g. --claim).
+	extraArgs []string
 }
 
 func (s *agentSetup) start(t *testing.T) *agentProc {
 	t.Helper()
-	cmd := exec.Command(s.vmlet, "agent",
+	return s.startWith(t, nil)
+}
+
+// startWith is start with more environment variables for this agent process (e.g. fault
+// points).
+func (s *agentSetup) startWith(t *testing.T, env []string) *agentProc {
+	t.Helper()
+	cmd := exec.Command(s.vmlet, append([]string{"agent",
 		"--kubeconfig", s.env.Kubeconfig, "--node-name", s.node, "--register-node",
 		"--launcher", s.launcher, "--run-root", s.runRoot, "--state-dir", s.stateDir, "--cgroup-parent", s.cg,
 		"--node-netns", s.nodeNetns, "--pod-netns-dir", s.podNetnsDir, "--resolv-conf", s.resolvConf,
-		"--image", guestImage+"="+s.guestSource,
+		"--image", guestImage + "=" + s.guestSource,
 		// Ports the kernel chooses: other packages' vmlet processes may hold the defaults.
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, s.extraArgs...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	p := &agentProc{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {

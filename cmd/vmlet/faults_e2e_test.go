@@ -35,6 +35,9 @@ type faultRow struct {
 	inject      func(t *testing.T, f *faultVM)
 	// deletes: inject deleted the VMI itself.
 	deletes bool
+	// setup, if set, prepares the row before its agent starts: the VMI to create, more agent
+	// flags (f.s.extraArgs), the first agent's environment (f.agentEnv).
+	setup func(t *testing.T, f *faultVM, vmi *vmletv1.VirtualMachineInstance)
 }
 
 // faultTally counts what the matrix did, for its summary line: faults injected, those whose
@@ -53,6 +56,8 @@ type faultVM struct {
 	qemuPid int
 	// injected is how many faults this row injected.
 	injected int64
+	// agentEnv is the environment the row's first agent starts with (after s.start: none).
+	agentEnv []string
 }
 
 // Rows not here, and where they are covered:
@@ -64,14 +69,19 @@ type faultVM struct {
 //   - agent SIGKILL while the VM just runs, with a pause patched while no agent runs:
 //     TestAgentKill9.
 //
-// Not injected yet: agent SIGKILL during an image pull (a FIFO as the layer blob was never
-// opened by the agent: the sign has to come from elsewhere), during storage preparation, a
-// disk or NIC hotplug, and between QEMU's exit and the end of the VMI's teardown (too short a
-// window to hit without a hook); a guest kernel panic (sysrq c: the test guest, panic=-1 and
+// The agent-kill rows of storage, hotplug and teardown are in faults_agentkill_e2e_test.go.
+//
+// Not injected yet: a guest kernel panic (sysrq c: the test guest, panic=-1 and
 // no pvpanic device, was reset by QEMU only minutes later under TCG and the VMI said Ready
 // all along: no deterministic outcome to assert yet).
 var faultRows = []faultRow{
+	imagePullRow(),
+	imagePullDeletedRow(),
+	storagePrepRow(),
 	{name: "agent-kill/launcher-start", inject: agentKillDuringLauncherStart},
+	diskHotplugRow(),
+	nicHotplugRow(),
+	teardownRow(),
 	{name: "agent-kill/pause", waitRunning: true, inject: agentKillDuringPause},
 	{name: "agent-kill/graceful-shutdown", waitRunning: true, inject: agentKillDuringShutdown, deletes: true},
 	{name: "qemu-sigstop", waitRunning: true, inject: qemuStopped},
@@ -119,14 +129,17 @@ func runFaultRow(t *testing.T, r faultRow, s *agentSetup, tally *faultTally) {
 	ctx := context.Background()
 	c := s.env.Client
 	f := &faultVM{s: s, tally: tally}
-	f.a = s.start(t)
+	vmi := guestvmi.VMI(strings.ReplaceAll(r.name, "/", "-"), guestImage)
+	if r.setup != nil {
+		r.setup(t, f, vmi)
+	}
+	f.a = s.startWith(t, f.agentEnv)
 	t.Cleanup(func() {
 		f.a.stop(t)
 		if t.Failed() {
 			t.Logf("agent output:\n%s", tailOf(f.a.out.String()))
 		}
 	})
-	vmi := guestvmi.VMI(strings.ReplaceAll(r.name, "/", "-"), guestImage)
 	if err := c.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,7 @@ func Open(o Options) (*Cache, error) {
 			return nil, fmt.Errorf("open image cache: %w", err)
 		}
 	}
+	c.sweepTmp()
 	return c, nil
 }
 

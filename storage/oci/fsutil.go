@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
@@ -121,4 +122,29 @@ func forceRemoveAll(path string) error {
 		return nil
 	})
 	return os.RemoveAll(path)
+}
+
+// sweepTmp removes what unpackers killed mid-way left in tmp/ (an agent SIGKILLed during a
+// pull leaves its half-unpacked tree there): every entry whose digest lock nobody holds. An
+// unpacker of that digest would also remove it, but only if the image is pulled again.
+func (c *Cache) sweepTmp() {
+	entries, err := os.ReadDir(filepath.Join(c.o.Dir, "tmp"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		hex, _, ok := strings.Cut(e.Name(), "-")
+		if !ok || len(hex) != 64 {
+			continue
+		}
+		path := filepath.Join(c.o.Dir, "locks", "sha256-"+hex+".lock")
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil { // else: being unpacked now
+			_ = forceRemoveAll(filepath.Join(c.o.Dir, "tmp", e.Name()))
+		}
+		f.Close()
+	}
 }

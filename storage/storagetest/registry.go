@@ -32,7 +32,14 @@ type Registry struct {
 	corrupt map[string]bool // digests whose content is served with a flipped byte
 	user    string          // RequireAuth's login; "" serves everyone
 	pass    string
-	refused int // requests answered 401
+	refused int              // requests answered 401
+	holds   map[string]*hold // digests whose GETs stop halfway (Hold)
+}
+
+// hold is one Hold: reached closes when a GET sent half the blob; release lets it finish.
+type hold struct {
+	reached, release chan struct{}
+	once             sync.Once
 }
 
 // RequireAuth makes the registry answer every request without this basic-auth login with 401
@@ -61,7 +68,7 @@ func StartRegistry(tb testing.TB) *Registry {
 // hosts.
 func StartRegistryAt(tb testing.TB, addr string) *Registry {
 	tb.Helper()
-	r := &Registry{gets: map[string]int{}, corrupt: map[string]bool{}}
+	r := &Registry{gets: map[string]int{}, corrupt: map[string]bool{}, holds: map[string]*hold{}}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.serve(inner, w, req)
@@ -87,6 +94,7 @@ func (r *Registry) serve(inner http.Handler, w http.ResponseWriter, req *http.Re
 		r.gets[kind]++
 	}
 	bad := r.corrupt[ref]
+	held := r.holds[ref]
 	user, pass := r.user, r.pass
 	if u, p, ok := req.BasicAuth(); user != "" && (!ok || u != user || p != pass) {
 		r.refused++
@@ -98,21 +106,54 @@ func (r *Registry) serve(inner http.Handler, w http.ResponseWriter, req *http.Re
 		return
 	}
 	r.mu.Unlock()
-	if !bad || req.Method != http.MethodGet {
+	if !bad && held == nil || req.Method != http.MethodGet {
 		inner.ServeHTTP(w, req)
 		return
 	}
 	rec := httptest.NewRecorder()
 	inner.ServeHTTP(rec, req)
 	body := rec.Body.Bytes()
-	if len(body) > 0 {
+	if len(body) > 0 && bad {
 		body[len(body)/2] ^= 0xff
 	}
 	for k, v := range rec.Header() {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(rec.Code)
+	if held != nil {
+		_, _ = w.Write(body[:len(body)/2])
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		held.once.Do(func() { close(held.reached) })
+		select {
+		case <-held.release:
+		case <-req.Context().Done(): // the client went (killed): nothing more to send
+			return
+		}
+		body = body[len(body)/2:]
+	}
 	_, _ = io.Copy(w, bytes.NewReader(body))
+}
+
+// Hold makes GETs of the blob (or manifest) with this digest send half of it and then wait
+// until release is called or the client goes; reached is closed once a GET has sent its half.
+// After release the digest is served whole again. A pulling process can so be caught in the
+// middle of a download.
+func (r *Registry) Hold(digest string) (reached <-chan struct{}, release func()) {
+	h := &hold{reached: make(chan struct{}), release: make(chan struct{})}
+	r.mu.Lock()
+	r.holds[digest] = h
+	r.mu.Unlock()
+	var once sync.Once
+	return h.reached, func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.holds, digest)
+			r.mu.Unlock()
+			close(h.release)
+		})
+	}
 }
 
 // Push uploads img as HOST/repoTag (e.g. "vm/disk:v1") and returns that reference.

@@ -117,11 +117,11 @@ test: deps assets images ## Run the whole test suite against real QEMU, kernel, 
 	@echo "test: go test $(PKGS) (progress: one line per finished test)" >&2
 	go test $(GO_TEST_FLAGS) -p $(GO_TEST_P) -json $(PKGS) | go run ./hack/testreport
 
-# Cycles of make soak's churn (TestNodeChurn; make test runs 30).
-SOAK_CYCLES ?= 200
+# Cycles of make soak's churn (TestNodeChurn; make test runs 200).
+SOAK_CYCLES ?= 2000
 
 .PHONY: soak
-soak: deps assets ## Churn soak: SOAK_CYCLES (200) create/delete cycles of VMIs with random volumes and bindings, then a per-kind leak audit (TestNodeChurn; VMLET_CHURN_SEED=S replays a run).
+soak: deps assets ## Churn soak: SOAK_CYCLES (2000) create/delete cycles of VMIs with random volumes and bindings, then a per-kind leak audit (TestNodeChurn; VMLET_CHURN_SEED=S replays a run).
 	VMLET_CHURN_CYCLES=$(SOAK_CYCLES) go test -run '^TestNodeChurn$$' -count=1 -v -timeout 60m ./controllers/
 
 .PHONY: bench

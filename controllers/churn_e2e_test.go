@@ -30,9 +30,9 @@ import (
 // churnImage is the containerDisk the churn's VMIs may carry (the test guest's data disk).
 const churnImage = "vmlet.dev/churn-data:v1"
 
-// Churn sizes: VMLET_CHURN_CYCLES overrides (make soak: 200), VMLET_CHURN_SEED replays a run.
+// Churn sizes: VMLET_CHURN_CYCLES overrides (make soak: 2,000), VMLET_CHURN_SEED replays a run.
 const (
-	churnCycles  = 30
+	churnCycles  = 200
 	churnWorkers = 2 // VMIs in flight at once: two TCG guests keep a 2-core machine's deadlines
 )
 

@@ -1,12 +1,14 @@
 package network
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -228,4 +230,65 @@ func TestNodeInterruptedCreate(t *testing.T) {
 		t.Errorf("Pods() = %+v, %v; want pod-a", pods, err)
 	}
 	must(t, tn.DeletePod("pod-a"))
+}
+
+// TestNodeBridgeRepaired: the node bridge deleted under running pods is made again by the
+// node's watch (the kernel's deletion event), with every pod veth as its port and traffic
+// between the pods flowing, without any new pod; RepairBridge then has nothing to do, and with
+// no pods left no bridge is made.
+func TestNodeBridgeRepaired(t *testing.T) {
+	tn := newTestNode(t)
+	a, err := tn.CreatePod("pod-a")
+	must(t, err)
+	b, err := tn.CreatePod("pod-b")
+	must(t, err)
+	h, done, err := nsHandle(tn.ns)
+	must(t, err)
+	t.Cleanup(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan error, 8)
+	watched := make(chan error, 1)
+	go func() { watched <- tn.WatchBridge(ctx, time.Hour, func(err error) { reports <- err }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-watched; err != nil {
+			t.Errorf("WatchBridge: %v", err)
+		}
+	})
+	br, err := h.LinkByName(tn.Config().Bridge)
+	must(t, err)
+	must(t, h.LinkDel(br))
+	select {
+	case err := <-reports:
+		if err != nil {
+			t.Fatalf("repair: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deleted bridge was not made again")
+	}
+	br, err = h.LinkByName(tn.Config().Bridge)
+	must(t, err)
+	for _, p := range []PodNetwork{a, b} {
+		l, err := h.LinkByName(p.HostVeth)
+		must(t, err)
+		if l.Attrs().MasterIndex != br.Attrs().Index {
+			t.Errorf("pod %s: veth %s not a port of the new bridge", p.ID, p.HostVeth)
+		}
+	}
+	serveGreeting(listenIn(t, a.NetnsPath, ":7000"))
+	got, err := exchange(b.NetnsPath, netip.AddrPortFrom(a.Addr.Addr(), 7000).String())
+	if want := fmt.Sprintf("hello %s\n", b.Addr.Addr()); err != nil || got != want {
+		t.Errorf("pod b -> pod a over the repaired bridge: %q, %v; want %q", got, err, want)
+	}
+	if made, err := tn.RepairBridge(); made || err != nil {
+		t.Errorf("RepairBridge with the bridge there: %v, %v", made, err)
+	}
+	must(t, tn.DeletePod("pod-a"))
+	must(t, tn.DeletePod("pod-b"))
+	if made, err := tn.RepairBridge(); made || err != nil {
+		t.Errorf("RepairBridge with no pods: %v, %v", made, err)
+	}
+	if _, err := h.LinkByName(tn.Config().Bridge); err == nil {
+		t.Error("a bridge made with no pods")
+	}
 }

@@ -138,6 +138,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		if nn, err = openNetwork(*cfg.Network); err != nil {
 			return nil, err
 		}
+		if err := addBridgeWatch(mgr, nn, cfg.Log.WithName("network")); err != nil {
+			return nil, err
+		}
 	case cfg.Pods != nil:
 		// Someone else's pod networks: no secondary (multus) networks offered.
 		nn = &controllers.NodeNetwork{Pods: cfg.Pods, Secondary: []string{}}

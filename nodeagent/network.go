@@ -1,9 +1,14 @@
 package nodeagent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/network"
@@ -92,4 +97,29 @@ func ParseNetworkFlags(subnet, subnet6, netnsPath string) (NetworkConfig, error)
 		return c, fmt.Errorf("check node network flags: %w", err)
 	}
 	return c, nil
+}
+
+// bridgeResync is how often the bridge watch looks again without a kernel event.
+const bridgeResync = 30 * time.Second
+
+// addBridgeWatch makes the node bridge again whenever it is deleted under running VMs
+// (network.Node.WatchBridge), for as long as the manager runs.
+func addBridgeWatch(mgr manager.Manager, nn *controllers.NodeNetwork, log logr.Logger) error {
+	node, ok := nn.Pods.(*network.Node)
+	if !ok {
+		return nil
+	}
+	r := manager.RunnableFunc(func(ctx context.Context) error {
+		return node.WatchBridge(ctx, bridgeResync, func(err error) {
+			if err != nil {
+				log.Error(err, "the node bridge is gone under running VMs and could not be made again; retried")
+				return
+			}
+			log.Info("the node bridge was deleted under running VMs: made again with their ports")
+		})
+	})
+	if err := mgr.Add(streamsRunnable{r}); err != nil {
+		return fmt.Errorf("add node bridge watch: %w", err)
+	}
+	return nil
 }

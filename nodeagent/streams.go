@@ -83,7 +83,7 @@ func addStreams(mgr ctrl.Manager, cfg Config, nn *controllers.NodeNetwork) error
 	return nil
 }
 
-// streamsRunnable runs without leader election.
+// streamsRunnable runs without leader election (the stream server, the bridge watch).
 type streamsRunnable struct{ manager.RunnableFunc }
 
 func (streamsRunnable) NeedLeaderElection() bool { return false }

@@ -75,14 +75,21 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 	case DomainShutoff:
 		vmistatus.Succeed(vmi)
 	case DomainCrashed:
-		if d.Reason == launcher.ReasonCrashed {
-			// QEMU ended on its own and the launcher is about to exit ExitQEMUDied: the same
-			// end, told the same way whichever the agent sees first (its state or its exit).
+		// QEMU ended on its own (crashed), or the guest panicked (QEMU's run state
+		// guest-panicked, then its exit): the launcher is about to exit ExitQEMUDied or
+		// ExitGuestPanicked. The same end, told the same way whichever the agent sees first
+		// (the state or the exit).
+		switch d.Reason {
+		case launcher.ReasonCrashed:
 			o := vmistatus.Exited(launcher.ExitQEMUDied, "", true)
 			r.fail(vmi, o.Reason, o.Message)
 			return
+		case launcher.ReasonGuestPanicked:
+			o := vmistatus.Exited(launcher.ExitGuestPanicked, "", true)
+			r.fail(vmi, o.Reason, o.Message)
+			return
 		}
-		// QEMU runs but the guest cannot go on (guest-panicked, internal-error).
+		// QEMU runs but the guest cannot go on (internal-error).
 		r.fail(vmi, vmistatus.ReasonDomainCrashed, "the domain crashed: "+d.Reason)
 	default:
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)

@@ -186,6 +186,7 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 		b.add("-vnc", "none")
 		b.opt("-device", "", "VGA", "id", devVideo, "bus", "pcie.0", "addr", addrVideo)
 	}
+	b.panicArgs(spec.Panic)
 	if spec.needsSCSI() {
 		b.opt("-device", "", "virtio-scsi-pci", "id", devSCSI, "bus", "pcie.0", "addr", addrSCSI)
 	}

@@ -15,11 +15,13 @@
 //     device_add, getfd + netdev_add + device_add) by the same code for cold plug, hotplug and
 //     migration targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
 //     device_add on it even before the guest starts; they go on the command line as JSON;
+//   - panic devices (panic.go: ISA pvpanic, pvpanic-pci) and what a guest panic does with
+//     one (-action panic=exit-failure: QEMU exits, ExitGuestPanic);
 //   - the boot order: each device's bootindex, -boot strict=on (the firmware tries the
 //     indexed devices only, as under libvirt), and a system_reset before the guest first runs
 //     when a QMP-attached device has an index (QEMU builds the firmware's boot list at reset);
 //   - the VM: one goroutine owns cmd.Wait, the exit is classified (guest shutdown, host quit,
-//     crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
+//     guest panic, crash), lifecycle operations (Status, Pause, Resume, Reset, Powerdown, Shutdown, Quit,
 //     Kill), hotplug (AddDisk, RemoveDisk, AddNIC, RemoveNIC) with PCIe root-port bookkeeping,
 //     vCPU sockets (SetCPUs, CPUs: cpuhotplug.go) and virtio-mem memory (SetMemory, Memory:
 //     memhotplug.go),

@@ -22,6 +22,7 @@ var (
 		"-mon":     {"chardev", "mode"},
 		"-add-fd":  {"fd", "set"},
 		"-object":  {"", "id", "filename"},
+		"-action":  {"panic"},
 	}
 	deviceKeys = map[string][]string{
 		"isa-serial":         {"", "chardev", "id"},
@@ -32,6 +33,8 @@ var (
 		"virtio-balloon-pci": {"", "id", "bus", "addr", "free-page-reporting"},
 		"pcie-root-port":     {"", "id", "bus", "chassis", "port", "addr", "multifunction"},
 		"VGA":                {"", "id", "bus", "addr"},
+		"pvpanic":            {"", "id"},
+		"pvpanic-pci":        {"", "id", "bus", "addr"},
 	}
 	jsonKeys = map[string][]string{
 		"-blockdev": {"driver", "node-name", "filename", "aio", "cache", "read-only", "file"},

@@ -46,6 +46,9 @@ type Spec struct {
 	MemoryHotplug *MemoryHotplug
 	// Graphics adds a display (VGA) and a VNC server on a unix socket; nil means none.
 	Graphics *Graphics
+	// Panic lists the guest's panic devices, each model at most once (panic.go). With any, a
+	// guest panic makes QEMU exit (ExitGuestPanic); without, the guest cannot tell QEMU.
+	Panic []PanicModel
 	// SCSI adds the virtio-scsi controller even when no disk uses the SCSI bus, so that SCSI
 	// disks can be hotplugged later. It is implied by any SCSI disk in Disks.
 	SCSI bool

@@ -306,6 +306,7 @@ func cloneSpec(spec *Spec) *Spec {
 	c := *spec
 	c.Disks = slices.Clone(spec.Disks)
 	c.NICs = slices.Clone(spec.NICs)
+	c.Panic = slices.Clone(spec.Panic)
 	if spec.Serial != nil {
 		s := *spec.Serial
 		c.Serial = &s

@@ -82,6 +82,9 @@ func (s *Spec) Validate() error {
 	if err := s.validateDevices(); err != nil {
 		return err
 	}
+	if err := s.validatePanic(); err != nil {
+		return err
+	}
 	return s.validateSockets()
 }
 

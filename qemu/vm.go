@@ -73,6 +73,11 @@ const (
 	ExitGuestShutdown ExitReason = "guest-shutdown"
 	// ExitHostQuit: QEMU was told to quit (quit command, SIGTERM) and exited 0.
 	ExitHostQuit ExitReason = "host-quit"
+	// ExitGuestPanic: the guest panicked and told QEMU through a panic device (SHUTDOWN event
+	// with reason guest-panic); QEMU then exits PanicExitStatus (-action panic=exit-failure,
+	// see panicArgs), or 0 under QEMU's own default action (panic=shutdown), which would
+	// otherwise read as the guest powering off.
+	ExitGuestPanic ExitReason = "guest-panic"
 	// ExitCrash: QEMU died from a signal (including vmlet's own SIGKILL, see Killed) or exited
 	// with a non-zero status.
 	ExitCrash ExitReason = "crash"
@@ -92,6 +97,10 @@ type ExitInfo struct {
 	Stderr string
 	At     time.Time
 }
+
+// shutdownGuestPanic is the SHUTDOWN event's reason after a guest panic (QAPI ShutdownCause
+// guest-panic).
+const shutdownGuestPanic = "guest-panic"
 
 type shutdownEvent struct {
 	Guest  bool   `json:"guest"`
@@ -185,6 +194,8 @@ func classifyExit(p *process, sd *shutdownEvent, killed bool, stderr string) Exi
 	}
 	info.Code = p.state.ExitCode()
 	switch {
+	case sd != nil && sd.Reason == shutdownGuestPanic && (info.Code == 0 || info.Code == PanicExitStatus):
+		info.Reason = ExitGuestPanic
 	case info.Code != 0:
 		info.Reason = ExitCrash
 	case sd != nil && sd.Guest:

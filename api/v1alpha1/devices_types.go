@@ -43,10 +43,51 @@ type Devices struct {
 	// additional factors of the VirtualMachineInstance, like the number of guest CPUs.
 	// +optional
 	NetworkInterfaceMultiQueue *bool `json:"networkInterfaceMultiqueue,omitempty"`
+	// PanicDevices provides additional crash information when a guest crashes: a guest kernel
+	// that panics tells QEMU through the device, QEMU stops and the VMI ends Failed with reason
+	// GuestPanicked (libvirt's default on_crash, destroy, which KubeVirt keeps). Each model at
+	// most once. Without a panic device the host is not told of a panic: what follows is the
+	// guest's own choice (Linux's panic= reboots it, which the VMI survives, or hangs it).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:XValidation:rule="self.size() < 2 || (has(self[0].model) ? self[0].model : 'isa') != (has(self[1].model) ? self[1].model : 'isa')",message="each panic device model may be listed once (a missing model is isa)"
+	PanicDevices []PanicDevice `json:"panicDevices,omitempty"`
 }
 
 // Rng represents the random device passed from host.
 type Rng struct{}
+
+// PanicDeviceModel is the kind of a panic device. KubeVirt's enum is hyperv, isa and pvpanic;
+// vmlet provides isa (QEMU's ISA pvpanic device at I/O port 0x505, which Linux drives with
+// pvpanic-mmio through its ACPI node QEMU0001) and pvpanic (QEMU's pvpanic-pci, driven by
+// pvpanic-pci), as libvirt maps them. hyperv (the Hyper-V crash MSRs, hv-crash) is refused:
+// QEMU implements them only under KVM, for Windows guests, and vmlet has no Hyper-V
+// enlightenments.
+// +kubebuilder:validation:MaxLength=16
+// +kubebuilder:validation:Enum=hyperv;isa;pvpanic
+// +kubebuilder:validation:XValidation:rule="self != 'hyperv'",message="the hyperv panic device is not supported by vmlet (Hyper-V crash MSRs need KVM and Hyper-V enlightenments): use isa or pvpanic"
+type PanicDeviceModel string
+
+// Panic device models (KubeVirt's names).
+const (
+	// PanicDeviceHyperv is refused by the API (see PanicDeviceModel).
+	PanicDeviceHyperv PanicDeviceModel = "hyperv"
+	// PanicDeviceISA is QEMU's ISA pvpanic device (-device pvpanic), libvirt's default model on
+	// x86_64.
+	PanicDeviceISA PanicDeviceModel = "isa"
+	// PanicDevicePvpanic is QEMU's PCI pvpanic device (-device pvpanic-pci).
+	PanicDevicePvpanic PanicDeviceModel = "pvpanic"
+)
+
+// PanicDevice is a device through which the guest tells the host that it panicked.
+type PanicDevice struct {
+	// Model specifies what type of panic device is provided.
+	// The panic model used when this attribute is missing depends on the hypervisor and guest
+	// arch: isa here (x86_64). One of: isa, pvpanic (hyperv is KubeVirt's, not vmlet's).
+	// +optional
+	Model *PanicDeviceModel `json:"model,omitempty"`
+}
 
 // DiskBus is the bus a disk is attached to.
 type DiskBus string

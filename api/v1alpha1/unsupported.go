@@ -79,7 +79,6 @@ var UnsupportedFields = []UnsupportedField{
 	{"spec.domain.devices", "blockMultiQueue", KindBoolean},
 	{"spec.domain.devices", "gpus", KindArray},
 	{"spec.domain.devices", "downwardMetrics", KindObject},
-	{"spec.domain.devices", "panicDevices", KindArray},
 	{"spec.domain.devices", "filesystems", KindArray},
 	{"spec.domain.devices", "hostDevices", KindArray},
 	{"spec.domain.devices", "clientPassthrough", KindObject},

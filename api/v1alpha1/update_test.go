@@ -62,6 +62,7 @@ func TestSpecUpdates(t *testing.T) {
 		{"change a volume", set("spec.volumes[0].containerDisk", "image", "example.org/other:1"), "spec.volumes"},
 		{"change a port", set("spec.domain.devices.interfaces[0].ports[0]", "port", int64(8080)), "spec.domain.devices.interfaces"},
 		{"add rng", set("spec.domain.devices", "rng", map[string]any{}), "spec.domain.devices"},
+		{"add a panic device", set("spec.domain.devices", "panicDevices", []any{map[string]any{"model": "pvpanic"}}), "spec.domain.devices"},
 		{"change the network", set("spec.networks[0].pod", "vmNetworkCIDR", "10.1.0.0/24"), "spec.networks"},
 		{"add a nodeSelector", set("spec", "nodeSelector", map[string]any{"zone": "a"}), "spec"},
 		{"add a toleration", set("spec", "tolerations", []any{map[string]any{"key": "dedicated", "operator": "Exists"}}), "spec"},

@@ -71,9 +71,9 @@ type faultVM struct {
 //
 // The agent-kill rows of storage, hotplug and teardown are in faults_agentkill_e2e_test.go.
 //
-// Not injected yet: a guest kernel panic (sysrq c: the test guest, panic=-1 and
-// no pvpanic device, was reset by QEMU only minutes later under TCG and the VMI said Ready
-// all along: no deterministic outcome to assert yet).
+// A guest kernel panic is injected (guest-panic, faults_panic_e2e_test.go) on a VMI with a
+// panic device, the only way a guest tells the host; a guest without one reboots by its own
+// panic= setting and the VMI runs on (controllers TestVMIGuestPanicWithoutPanicDevice).
 var faultRows = []faultRow{
 	imagePullRow(),
 	imagePullDeletedRow(),
@@ -82,10 +82,13 @@ var faultRows = []faultRow{
 	diskHotplugRow(),
 	nicHotplugRow(),
 	teardownRow(),
+	bridgeDeletedRow(),
+	otherSubnetRow(),
 	{name: "agent-kill/pause", waitRunning: true, inject: agentKillDuringPause},
 	{name: "agent-kill/graceful-shutdown", waitRunning: true, inject: agentKillDuringShutdown, deletes: true},
 	{name: "qemu-sigstop", waitRunning: true, inject: qemuStopped},
 	{name: "apiserver-etcd", ownAPI: true, waitRunning: true, inject: controlPlaneFaults},
+	{name: "guest-panic", waitRunning: true, inject: guestPanic, setup: withPanicDevice},
 }
 
 // TestFaultMatrix injects real process faults (SIGKILL of the node agent at named moments,

@@ -67,6 +67,8 @@ func translateArgv(t *testing.T, ns, name, cmdline, cpuModel, machine, uuid, dis
 	nic := masqIface("default")
 	nic.MacAddress, nic.Model = mac, model
 	d.Devices.Interfaces = []vmletv1.Interface{nic}
+	pvpanic := vmletv1.PanicDevicePvpanic
+	d.Devices.PanicDevices = []vmletv1.PanicDevice{{Model: &pvpanic}, {}}
 	vmi.Spec.Networks = []vmletv1.Network{podNet("default")}
 	vmi.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: name, UID: testUID}
 
@@ -96,6 +98,7 @@ var optionKeys = map[string][]string{
 	"virtserialport": {"", "bus", "chardev", "name", "id"}, "virtio-rng-pci": {"", "rng", "id", "bus", "addr"},
 	"virtio-scsi-pci": {"", "id", "bus", "addr"}, "virtio-balloon-pci": {"", "id", "bus", "addr", "free-page-reporting"},
 	"pcie-root-port": {"", "id", "bus", "chassis", "port", "addr", "multifunction"}, "VGA": {"", "id", "bus", "addr"},
+	"-action": {"panic"}, "pvpanic": {"", "id"}, "pvpanic-pci": {"", "id", "bus", "addr"},
 }
 
 func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
@@ -177,6 +180,10 @@ func checkArgv(t *testing.T, s *qemu.Spec, args []string, user []string) {
 	}
 	if s.Agent != nil {
 		want["virtio-serial-pci"], want["virtserialport"] = 1, 1
+	}
+	want["pvpanic"], want["pvpanic-pci"] = 1, 1 // the VMI asks for both
+	if devices["pvpanic"]+devices["pvpanic-pci"] > 0 && !slices.Contains(args, "-action") {
+		t.Fatalf("panic devices without -action: %q", args)
 	}
 	for drv, n := range want {
 		if devices[drv] != n {

@@ -113,6 +113,9 @@ func Translate(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Referenced
 		s.RNG = true
 	}
 	s.Balloon = memBalloon(vmi)
+	if s.Panic, err = panicDevices(vmi); err != nil {
+		return nil, err
+	}
 	s.Graphics = display(vmi, env.RunDir)
 	if d.Devices.AutoattachSerialConsole == nil || *d.Devices.AutoattachSerialConsole {
 		s.Serial = &qemu.Serial{

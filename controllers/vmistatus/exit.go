@@ -31,6 +31,8 @@ func Exited(code int, signal string, known bool) Outcome {
 		return fail(ReasonForcedShutdown, ExitMeaning(launcher.ExitForced))
 	case code == launcher.ExitQEMUDied:
 		return fail(ReasonQEMUDied, "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log")
+	case code == launcher.ExitGuestPanicked:
+		return fail(ReasonGuestPanicked, "the guest kernel panicked (its panic device told QEMU) and the VM was stopped")
 	}
 	return fail(ReasonLauncherFailed, fmt.Sprintf("the launcher exited with status %d; see its launcher.log", code))
 }
@@ -48,6 +50,8 @@ func ExitMeaning(code int32) string {
 		return "the guest did not power off within its grace period and was stopped by force"
 	case launcher.ExitQEMUDied:
 		return "QEMU ended unexpectedly"
+	case launcher.ExitGuestPanicked:
+		return "the guest kernel panicked"
 	case 128 + 9: // SIGKILL, as a container runtime reports it
 		return "killed, e.g. out of memory"
 	}

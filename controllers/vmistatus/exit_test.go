@@ -22,6 +22,8 @@ func TestExited(t *testing.T) {
 			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "ForcedShutdown", Message: "the guest did not power off within its grace period and was stopped by force"}},
 		{"qemu died", launcher.ExitQEMUDied, "", true,
 			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "QEMUDied", Message: "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log"}},
+		{"guest panicked", launcher.ExitGuestPanicked, "", true,
+			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "GuestPanicked", Message: "the guest kernel panicked (its panic device told QEMU) and the VM was stopped"}},
 		{"launcher error", launcher.ExitError, "", true,
 			vmistatus.Outcome{Phase: vmletv1.Failed, Reason: "LauncherFailed", Message: "the launcher exited with status 1; see its launcher.log"}},
 		{"usage", launcher.ExitUsage, "", true,
@@ -54,8 +56,9 @@ func TestExitMeaning(t *testing.T) {
 		{launcher.ExitUsage, "bad launcher command line"},
 		{launcher.ExitForced, "the guest did not power off within its grace period and was stopped by force"},
 		{launcher.ExitQEMUDied, "QEMU ended unexpectedly"},
+		{launcher.ExitGuestPanicked, "the guest kernel panicked"},
 		{137, "killed, e.g. out of memory"},
-		{5, ""},
+		{6, ""},
 	} {
 		if got := vmistatus.ExitMeaning(tt.code); got != tt.want {
 			t.Errorf("ExitMeaning(%d) = %q, want %q", tt.code, got, tt.want)

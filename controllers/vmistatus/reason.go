@@ -17,9 +17,14 @@ const (
 	ReasonSELinuxLabelFailed Reason = "SELinuxLabelFailed"
 	// ReasonQEMUDied: QEMU ended while the launcher ran it (crashed or killed).
 	ReasonQEMUDied Reason = "QEMUDied"
-	// ReasonDomainCrashed: QEMU runs but the guest cannot go on (guest-panicked,
-	// internal-error). A QEMU that ended is QEMUDied, however the agent learns it.
+	// ReasonDomainCrashed: QEMU runs but the guest cannot go on (internal-error). A QEMU that
+	// ended is QEMUDied, however the agent learns it.
 	ReasonDomainCrashed Reason = "DomainCrashed"
+	// ReasonGuestPanicked: the guest kernel panicked and told QEMU through its panic device
+	// (spec.domain.devices.panicDevices), and QEMU was stopped, as libvirt's default on_crash
+	// (destroy) stops it. KubeVirt ends such a VMI Failed too (domain reason Panicked, Event
+	// "Stopped": "The VirtualMachineInstance crashed."). Also the Warning Event's reason.
+	ReasonGuestPanicked Reason = "GuestPanicked"
 	// ReasonLauncherKilled: a signal killed the launcher.
 	ReasonLauncherKilled Reason = "LauncherKilled"
 	// ReasonLauncherGone: the launcher exited while no agent watched it.

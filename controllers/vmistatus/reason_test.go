@@ -18,6 +18,7 @@ func TestReasonStrings(t *testing.T) {
 		{vmistatus.ReasonStopped, "Stopped"},
 		{vmistatus.ReasonQEMUDied, "QEMUDied"},
 		{vmistatus.ReasonDomainCrashed, "DomainCrashed"},
+		{vmistatus.ReasonGuestPanicked, "GuestPanicked"},
 		{vmistatus.ReasonLauncherKilled, "LauncherKilled"},
 		{vmistatus.ReasonLauncherGone, "LauncherGone"},
 		{vmistatus.ReasonLauncherFailed, "LauncherFailed"},

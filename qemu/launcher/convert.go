@@ -67,6 +67,9 @@ func SpecFromProto(p *pb.DomainSpec, paths Paths) (*qemu.Spec, NetNS, error) {
 	if p.GetGraphics() {
 		s.Graphics = &qemu.Graphics{Socket: paths.VNCSocket()}
 	}
+	for _, m := range p.GetPanic() {
+		s.Panic = append(s.Panic, qemu.PanicModel(m))
+	}
 	if b := p.GetBalloon(); b != nil {
 		s.Balloon = &qemu.Balloon{StatsPeriodSeconds: int(b.GetStatsPeriodSeconds()), FreePageReporting: b.GetFreePageReporting()}
 	}
@@ -103,6 +106,9 @@ func SpecToProto(s *qemu.Spec, ns NetNS) *pb.DomainSpec {
 	}
 	if s.Boot != (qemu.Boot{}) {
 		p.Boot = &pb.Boot{Kernel: s.Boot.Kernel, Initrd: s.Boot.Initrd, Cmdline: s.Boot.Cmdline}
+	}
+	for _, m := range s.Panic {
+		p.Panic = append(p.Panic, string(m))
 	}
 	if b := s.Balloon; b != nil {
 		p.Balloon = &pb.Balloon{StatsPeriodSeconds: int32(b.StatsPeriodSeconds), FreePageReporting: b.FreePageReporting}

@@ -29,6 +29,7 @@ func TestSpecConversion(t *testing.T) {
 		Serial:       &qemu.Serial{Socket: testPaths.ConsoleSocket(), LogFile: testPaths.SerialLog()},
 		Agent:        &qemu.Agent{Socket: testPaths.AgentSocket()},
 		RNG:          true,
+		Panic:        []qemu.PanicModel{qemu.PanicPCI, qemu.PanicISA},
 		Balloon:      &qemu.Balloon{StatsPeriodSeconds: 10, FreePageReporting: true},
 		Graphics:     &qemu.Graphics{Socket: testPaths.VNCSocket()},
 		SCSI:         true,

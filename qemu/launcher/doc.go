@@ -32,6 +32,8 @@
 //	                or the Kill RPC
 //	4 ExitQEMUDied  QEMU ended without the launcher asking: crash, killed from outside,
 //	                error exit, or "quit" typed on qmp-debug.sock
+//	5 ExitGuestPanicked  the guest panicked and told QEMU through its panic device
+//	                (qemu.Spec.Panic); QEMU exited at once (libvirt's on_crash destroy)
 //
 // A pod's terminationGracePeriodSeconds must exceed the launcher's grace period plus ≈45 s
 // (quit, then SIGKILL and reaping).

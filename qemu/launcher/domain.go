@@ -71,7 +71,7 @@ func mapStatus(status string) (pb.State, string) {
 	case "shutdown":
 		return pb.State_STATE_SHUTTING_DOWN, ""
 	case "guest-panicked":
-		return pb.State_STATE_CRASHED, "guest-panicked"
+		return pb.State_STATE_CRASHED, ReasonGuestPanicked
 	case "internal-error":
 		return pb.State_STATE_CRASHED, "internal-error"
 	default: // debug, save-vm, restore-vm, colo: stopped for a reason of QEMU's own

@@ -23,17 +23,25 @@ const (
 	// fails or is cancelled), or quit on a command the launcher did not send (e.g. "quit"
 	// typed on qmp-debug.sock).
 	ExitQEMUDied = 4
+	// ExitGuestPanicked: the guest kernel panicked and told QEMU through its panic device; QEMU
+	// exited at once (libvirt's default on_crash, destroy).
+	ExitGuestPanicked = 5
 )
 
 // ReasonCrashed is the Exit reason, and the CRASHED domain state's reason, of a QEMU that ended
 // on its own (crashed or killed): the launcher reports the state, then exits ExitQEMUDied.
 const ReasonCrashed = "crashed"
 
+// ReasonGuestPanicked is the Exit reason, and the CRASHED domain state's reason, of a guest
+// that panicked: QEMU's run state guest-panicked while it still runs, then the exit
+// (ExitGuestPanicked).
+const ReasonGuestPanicked = "guest-panicked"
+
 // Exit is how the launcher ended.
 type Exit struct {
 	Code int
 	// Reason: "guest-shutdown", "migrated", "no-domain", "forced", "killed", "crashed",
-	// "qemu-quit", "migration-failed" (a target whose incoming migration failed),
+	// "guest-panicked", "qemu-quit", "migration-failed" (a target whose incoming migration failed),
 	// "startup-failed", "api-failed".
 	Reason string
 	// Detail is human text (QEMU's exit status, signal, stderr tail).
@@ -62,6 +70,10 @@ func classifyExit(info qemu.ExitInfo, intent stopIntent, incomingPending bool) E
 		ex.Code, ex.Reason = ExitQEMUDied, "migration-failed"
 	case intent == stopMigrated && (info.Reason != qemu.ExitCrash || info.Killed):
 		ex.Code, ex.Reason = ExitOK, "migrated"
+	case info.Reason == qemu.ExitGuestPanic:
+		// Whatever the launcher was doing (a shutdown's grace period included): the guest
+		// panicked, and that is how it ended.
+		ex.Code, ex.Reason = ExitGuestPanicked, ReasonGuestPanicked
 	case info.Reason == qemu.ExitGuestShutdown:
 		ex.Code, ex.Reason = ExitOK, "guest-shutdown"
 	case intent == stopKill && info.Killed:

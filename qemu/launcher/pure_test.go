@@ -64,6 +64,9 @@ func TestClassifyExit(t *testing.T) {
 		{"target whose migration failed", qemu.ExitInfo{Reason: qemu.ExitCrash, Code: 1}, stopNone, ExitQEMUDied, "migration-failed", true},
 		{"target killed while waiting", qemu.ExitInfo{Reason: qemu.ExitCrash, Killed: true}, stopKill, ExitForced, "killed", true},
 		{"migrated target powered off", qemu.ExitInfo{Reason: qemu.ExitGuestShutdown}, stopNone, ExitOK, "guest-shutdown", false},
+		{"guest panicked", qemu.ExitInfo{Reason: qemu.ExitGuestPanic, Code: 1}, stopNone, ExitGuestPanicked, "guest-panicked", false},
+		{"guest panicked in the grace period", qemu.ExitInfo{Reason: qemu.ExitGuestPanic, Code: 1}, stopShutdown, ExitGuestPanicked, "guest-panicked", false},
+		{"guest panicked under panic=shutdown", qemu.ExitInfo{Reason: qemu.ExitGuestPanic}, stopNone, ExitGuestPanicked, "guest-panicked", false},
 	}
 	for _, c := range cases {
 		ex := classifyExit(c.info, c.intent, c.incoming)

@@ -277,7 +277,7 @@ func (d *domain) supervise() {
 	d.stderr.Close()
 	ex := classifyExit(info, intent, d.migratingIn())
 	state := pb.State_STATE_SHUTOFF
-	if ex.Reason == "crashed" {
+	if ex.Reason == ReasonCrashed || ex.Reason == ReasonGuestPanicked {
 		state = pb.State_STATE_CRASHED
 	}
 	d.setAgent(false)

@@ -229,7 +229,11 @@ type DomainSpec struct {
 	MemoryHotplug *MemoryHotplug `protobuf:"bytes,19,opt,name=memory_hotplug,json=memoryHotplug,proto3" json:"memory_hotplug,omitempty"`
 	// graphics adds a display device and a VNC server on sockets/vnc.sock (KubeVirt's
 	// autoattachGraphicsDevice); false: no display at all.
-	Graphics      bool `protobuf:"varint,20,opt,name=graphics,proto3" json:"graphics,omitempty"`
+	Graphics bool `protobuf:"varint,20,opt,name=graphics,proto3" json:"graphics,omitempty"`
+	// panic lists the guest's panic devices, each model once: "isa" (QEMU's ISA pvpanic) or "pci"
+	// (pvpanic-pci). With any, a guest panic makes QEMU exit and the launcher exit
+	// ExitGuestPanicked (reason "guest-panicked"); without, the guest cannot tell QEMU.
+	Panic         []string `protobuf:"bytes,21,rep,name=panic,proto3" json:"panic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +406,13 @@ func (x *DomainSpec) GetGraphics() bool {
 		return x.Graphics
 	}
 	return false
+}
+
+func (x *DomainSpec) GetPanic() []string {
+	if x != nil {
+		return x.Panic
+	}
+	return nil
 }
 
 // MemoryHotplug is the virtio-mem region of a domain. memory_mib (DomainSpec) is the boot
@@ -1434,8 +1445,8 @@ type Domain struct {
 	// reason refines state: "user" (paused through the API or a QMP stop), "start-paused",
 	// "migration", "postmigrate", "io-error", "reset", "guest-panicked"; for SHUTTING_DOWN the
 	// QEMU SHUTDOWN reason ("guest-shutdown", "host-qmp-quit", ...); for SHUTOFF and CRASHED
-	// the launcher's exit reason ("guest-shutdown", "forced", "killed", "crashed", "migrated",
-	// "qemu-quit", "migration-failed", "start-failed").
+	// the launcher's exit reason ("guest-shutdown", "forced", "killed", "crashed",
+	// "guest-panicked", "migrated", "qemu-quit", "migration-failed", "start-failed").
 	Reason          string   `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Accel           string   `protobuf:"bytes,4,opt,name=accel,proto3" json:"accel,omitempty"`
 	AccelReason     string   `protobuf:"bytes,5,opt,name=accel_reason,json=accelReason,proto3" json:"accel_reason,omitempty"`
@@ -5826,7 +5837,7 @@ var File_qemu_launcher_api_v1_launcher_proto protoreflect.FileDescriptor
 
 const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\n" +
-	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\xb0\x05\n" +
+	"#qemu/launcher/api/v1/launcher.proto\x12\x11vmlet.launcher.v1\"\xc6\x05\n" +
 	"\n" +
 	"DomainSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -5852,7 +5863,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fstart_paused\x18\x11 \x01(\bR\vstartPaused\x124\n" +
 	"\aballoon\x18\x12 \x01(\v2\x1a.vmlet.launcher.v1.BalloonR\aballoon\x12G\n" +
 	"\x0ememory_hotplug\x18\x13 \x01(\v2 .vmlet.launcher.v1.MemoryHotplugR\rmemoryHotplug\x12\x1a\n" +
-	"\bgraphics\x18\x14 \x01(\bR\bgraphics\"j\n" +
+	"\bgraphics\x18\x14 \x01(\bR\bgraphics\x12\x14\n" +
+	"\x05panic\x18\x15 \x03(\tR\x05panic\"j\n" +
 	"\rMemoryHotplug\x12\x17\n" +
 	"\amax_mib\x18\x01 \x01(\x05R\x06maxMib\x12#\n" +
 	"\rrequested_mib\x18\x02 \x01(\x05R\frequestedMib\x12\x1b\n" +

@@ -1,0 +1,68 @@
+package qemu
+
+import "fmt"
+
+// PanicModel is a guest panic device (libvirt's <panic model=...>): the guest kernel's
+// pvpanic driver writes to it when it panics, and QEMU emits GUEST_PANICKED.
+type PanicModel string
+
+// Panic device models.
+const (
+	// PanicISA is QEMU's ISA pvpanic device (-device pvpanic) at its default I/O port 0x505,
+	// described to the guest by the ACPI node QEMU0001 (Linux: pvpanic-mmio). libvirt's
+	// model='isa'.
+	PanicISA PanicModel = "isa"
+	// PanicPCI is QEMU's pvpanic-pci (PCI 1b36:0011; Linux: pvpanic-pci) at a fixed pcie.0
+	// address. libvirt's model='pvpanic'.
+	PanicPCI PanicModel = "pci"
+)
+
+// QEMU names of the panic devices and the pvpanic-pci's fixed address.
+const (
+	devPanicISA = "panic_isa"
+	devPanicPCI = "panic_pci"
+	addrPanic   = "0xa"
+)
+
+// PanicExitStatus is QEMU's exit status after a guest panic with a panic device (-action
+// panic=exit-failure).
+const PanicExitStatus = 1
+
+// validatePanic checks the panic devices: known models, each at most once.
+func (s *Spec) validatePanic() error {
+	seen := map[PanicModel]bool{}
+	for i, m := range s.Panic {
+		field := fmt.Sprintf("panic[%d]", i)
+		switch m {
+		case PanicISA, PanicPCI:
+		default:
+			return specErr(field, string(m), `must be "isa" or "pci"`)
+		}
+		if seen[m] {
+			return specErr(field, string(m), "listed twice")
+		}
+		seen[m] = true
+	}
+	return nil
+}
+
+// panicArgs plans the panic devices and what a panic does. With any device, a guest panic
+// makes QEMU emit GUEST_PANICKED and SHUTDOWN (reason guest-panic) and exit with
+// PanicExitStatus (-action panic=exit-failure, QEMU ≥ 7.1): the VM ends as libvirt's default
+// on_crash (destroy) ends it, and the exit can never read as the guest powering off (QEMU's
+// default, panic=shutdown, exits 0 like a poweroff). Without a device the guest cannot tell
+// QEMU of a panic at all, so no -action is emitted and the argv is unchanged.
+func (b *argv) panicArgs(models []PanicModel) {
+	if len(models) == 0 {
+		return
+	}
+	b.opt("-action", "panic", "exit-failure")
+	for _, m := range models {
+		switch m {
+		case PanicISA:
+			b.opt("-device", "", "pvpanic", "id", devPanicISA)
+		case PanicPCI:
+			b.opt("-device", "", "pvpanic-pci", "id", devPanicPCI, "bus", "pcie.0", "addr", addrPanic)
+		}
+	}
+}

@@ -54,6 +54,8 @@ func TestNodeFaults(t *testing.T) {
 		{"state folder full during disk hotplug", faultFullAtHotplug},
 		{"truncated image cache entry", faultCorruptCache},
 		{"launcher socket replaced", faultSocketReplaced},
+		{"symlink planted where a disk is written", faultSymlinkDisk},
+		{"symlink planted where a log is written", faultSymlinkLog},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {

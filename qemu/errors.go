@@ -36,6 +36,10 @@ var (
 	// ErrUnsafe: the operation is known to damage the guest in this configuration (see the
 	// operation's documentation for the evidence).
 	ErrUnsafe = errors.New("unsafe in this configuration")
+	// ErrUnsafePath: a log vmlet opens in a VM's run folder (the serial log, the QMP log) or
+	// one of its folders is a symlink or not what it should be; someone with the folder
+	// owner's uid planted it. Nothing was opened through it.
+	ErrUnsafePath = errors.New("symlink or foreign file in the run folder")
 )
 
 // SpecError says which field of a spec is wrong and why. It wraps ErrInvalidSpec.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmlet/vmlet/internal/revert"
 )
 
@@ -56,7 +58,7 @@ func openChildFiles(spec *Spec, qmpSocket string) (_ *childFiles, err error) {
 			return nil, err
 		}
 		if s.LogFile != "" {
-			f, err := os.OpenFile(s.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+			f, err := OpenLog(s.LogFile, 0o640)
 			if err != nil {
 				return nil, fmt.Errorf("open serial log: %w", err)
 			}
@@ -90,6 +92,25 @@ func openChildFiles(spec *Spec, qmpSocket string) (_ *childFiles, err error) {
 	}
 	r.Success()
 	return c, nil
+}
+
+// OpenLog opens (creating it with mode) a log for appending, never through a symlink: the run
+// folder's owner is every launcher's user, and any of their processes may have planted one
+// there pointing at another VM's disk. O_NONBLOCK keeps a planted FIFO from blocking the open;
+// only a regular file is taken (else ErrUnsafePath). Equivalent to: test ! -L PATH && >>PATH
+func OpenLog(path string, mode os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, mode)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s: %w", path, ErrUnsafePath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, ErrUnsafePath)
+	}
+	return f, nil
 }
 
 // removeAll removes paths in reverse creation order; a missing path is fine.

@@ -115,7 +115,7 @@ func (a *applier) created(path string) {
 // earlier Apply.
 func (a *applier) prepareDir() error {
 	dir := a.p.VMDir
-	switch b, err := os.ReadFile(filepath.Join(dir, stateFile)); {
+	switch b, err := readNoFollow(filepath.Join(dir, stateFile), maxStateBytes); {
 	case err == nil:
 		if err := json.Unmarshal(b, &a.st); err != nil {
 			return fmt.Errorf("read %s: %w", stateFile, err)
@@ -160,15 +160,8 @@ func (a *applier) saveState() error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", stateFile, err)
 	}
-	tmp := filepath.Join(a.p.VMDir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", stateFile, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(a.p.VMDir, stateFile)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", stateFile, err)
-	}
-	return nil
+	// Never through a symlink the VM's user planted at either name (writeNew).
+	return writeNew(filepath.Join(a.p.VMDir, stateFile), filepath.Join(a.p.VMDir, stateFile+".tmp"), b, 0o600)
 }
 
 // Cleanup removes a VM folder made by Apply and everything in it (overlays, empty disks,

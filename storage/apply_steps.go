@@ -97,9 +97,11 @@ func (a *applier) empty(ctx context.Context, act Action) error {
 // createQCOW2 keeps an existing image that matches (same as planned) and refuses one that does
 // not (ErrConflict: it may hold someone's data); otherwise it creates the image under a
 // temporary name and renames it into place, so a crash never leaves a half-made file there.
+// An existing entry is inspected without following a symlink: the VM's user owns the folder
+// and may have swapped its disk for a link to another VM's disk or to a file of root's.
 func (a *applier) createQCOW2(ctx context.Context, path string, o qemuimg.CreateOptions, matches func(*qemuimg.Info) bool) error {
 	if _, err := os.Lstat(path); err == nil {
-		info, err := a.h.QemuImg.Info(ctx, path)
+		info, err := inspectInside(ctx, a.h.QemuImg, a.p.VMDir, path)
 		if err != nil {
 			return err
 		}

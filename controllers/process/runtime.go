@@ -151,6 +151,13 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 		return State{}, fmt.Errorf("make run dir: %w", err)
 	}
 	undo.Add(func() { _ = os.RemoveAll(dir) })
+	// Opened before the folder is handed over, and never through a symlink: once the
+	// launcher's user owns it, any process of that user may plant one at this name.
+	logf, err := openLog(filepath.Join(dir, logFile))
+	if err != nil {
+		return State{}, err
+	}
+	defer logf.Close()
 	if !r.User.Root() {
 		if err := r.handOver(dir); err != nil {
 			return State{}, err
@@ -181,11 +188,6 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 		}
 		undo.Add(func() { _ = vm.Remove(context.Background()) }) // after the kill below
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return State{}, fmt.Errorf("open launcher log: %w", err)
-	}
-	defer logf.Close()
 	cmd := exec.Command(r.Binary, s.Args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -217,7 +219,7 @@ func (r *Runtime) start(_ context.Context, s Spec) (State, error) {
 			return State{}, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+	if err := writeRecord(dir, pidFile, []byte(strconv.Itoa(cmd.Process.Pid))); err != nil {
 		return State{}, fmt.Errorf("write pid file: %w", err)
 	}
 	undo.Success()
@@ -332,7 +334,7 @@ func (r *Runtime) reap(id string, cmd *exec.Cmd, done chan struct{}) {
 	}
 	_ = err // the exit status is in ProcessState
 	if b, jerr := json.Marshal(ex); jerr == nil {
-		_ = os.WriteFile(filepath.Join(r.Dir(id), exitFile), b, 0o600)
+		_ = writeRecord(r.Dir(id), exitFile, b)
 	}
 	r.mu.Lock()
 	delete(r.children, id)
@@ -346,7 +348,7 @@ func (r *Runtime) reap(id string, cmd *exec.Cmd, done chan struct{}) {
 // State reports a launcher's state from its run folder: ErrNotFound when it has none.
 func (r *Runtime) State(id string) (State, error) {
 	dir := r.Dir(id)
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	b, err := readRecord(filepath.Join(dir, pidFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return State{}, fmt.Errorf("launcher %s: %w", id, ErrNotFound)
 	}
@@ -384,7 +386,7 @@ func (r *Runtime) State(id string) (State, error) {
 
 // readExit reads the exit file reap wrote, or returns nil.
 func readExit(dir string) *Exit {
-	b, err := os.ReadFile(filepath.Join(dir, exitFile))
+	b, err := readRecord(filepath.Join(dir, exitFile))
 	if err != nil {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/vmlet/vmlet/qemu"
 )
 
 // Names inside the run dir. The node agent watches ReadySocket appear (controllers/process
@@ -117,11 +119,18 @@ func (p Paths) check() error {
 	return nil
 }
 
-// prepare creates the folders (0700; existing ones are chmodded).
+// prepare creates the folders (0700; existing ones are chmodded). An existing one must be a
+// folder, not a symlink to one: every launcher's user could have planted it (the logs would go
+// where it points).
 func (p Paths) prepare() error {
 	for _, d := range p.Dirs() {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create dir: %w", err)
+		}
+		if fi, err := os.Lstat(d); err != nil {
+			return fmt.Errorf("create dir: %w", err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("create dir %s: %w", d, qemu.ErrUnsafePath)
 		}
 		if err := os.Chmod(d, 0o700); err != nil {
 			return fmt.Errorf("chmod dir: %w", err)

@@ -100,7 +100,7 @@ func (s *starter) openTaps(*revert.Reverter) error {
 
 func (s *starter) startQEMU(r *revert.Reverter) error {
 	l := s.l
-	stderr, err := os.OpenFile(l.paths.QEMULog(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	stderr, err := qemu.OpenLog(l.paths.QEMULog(), 0o600) // never through a planted symlink
 	if err != nil {
 		return fmt.Errorf("open qemu log: %w", err)
 	}

@@ -1,0 +1,76 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// A non-root launcher owns its run folder, and every launcher shares that user: any of their
+// processes may plant a symlink (or a FIFO) at a name the agent, which is root, reads or writes
+// there. These helpers never open through one.
+
+// ErrNotRegular is returned for a run folder record that is a symlink or not a regular file.
+var ErrNotRegular = errors.New("not a regular file (a symlink or something planted)")
+
+// maxRecordBytes bounds a pid or exit record.
+const maxRecordBytes = 4096
+
+// openLog opens (creating) the launcher's log for appending, refusing a symlink (O_NOFOLLOW)
+// and anything but a regular file (O_NONBLOCK: a planted FIFO does not block the open).
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("open launcher log %s: %w", path, ErrNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open launcher log: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open launcher log %s: %w", path, ErrNotRegular)
+	}
+	return f, nil
+}
+
+// writeRecord replaces dir/name by a file holding b (0600): written into a fresh temporary
+// file (O_EXCL, a random name) and renamed over name, which replaces a planted symlink itself
+// rather than writing through it.
+func writeRecord(dir, name string, b []byte) error {
+	f, err := os.CreateTemp(dir, "."+name+".tmp-")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// readRecord reads a small record file, refusing a symlink and anything but a regular file.
+// A missing file is os.ErrNotExist.
+func readRecord(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
+	}
+	return io.ReadAll(io.LimitReader(f, maxRecordBytes))
+}

@@ -294,7 +294,7 @@ func faultSymlinkDisk(t *testing.T, tally *faultTally) {
 	before := auditNode(t)
 	ag := &restartable{t: t, opts: opts}
 	defer ag.stop()
-	a := ag.start()
+	ag.start()
 	var vmis [2]*vmletv1.VirtualMachineInstance
 	var pids [2]int64
 	for i, name := range []string{"symdisk-a", "symdisk-b"} {
@@ -332,7 +332,7 @@ func faultSymlinkDisk(t *testing.T, tally *faultTally) {
 	mustRename(t, diskA, diskA+".aside")
 	plantLink(t, can.path, diskA)
 	w := watchFile(t, can.path, watchAll)
-	a = ag.start()
+	a := ag.start()
 	c := waitNotSynchronizedAny(t, keyA, time.Minute)
 	t.Logf("empty disk → canary, agent restarted: %s: %s", c.Reason, c.Message)
 	if c.Reason != storage.ReasonPathNotAllowed {
@@ -405,7 +405,7 @@ func faultSymlinkDisk(t *testing.T, tally *faultTally) {
 	can.check(t, "claim disk.img → canary")
 	mustRemove(t, filepath.Join(cl["sym-hot-3"].Path, storage.ClaimImage))
 	ag.stop()
-	a = ag.start()
+	ag.start()
 	waitVolumes(t, keyA, vmletv1.VolumeReady, "hot1", "hot2", "hot3")
 	untouched("claim disk.img → canary")
 

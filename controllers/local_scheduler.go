@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -202,6 +203,9 @@ func (s *LocalScheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil
 	}
 	if err := s.Client.Status().Update(ctx, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil // deleted meanwhile: nothing to place
+		}
 		return ctrl.Result{}, fmt.Errorf("update status: %w", err)
 	}
 	if node != "" {

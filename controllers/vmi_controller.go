@@ -273,6 +273,9 @@ func (r *VMIReconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachi
 		return r.evict(vmi)
 	}
 	if err := patchFinalizer(ctx, r.Client, vmi, true); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil // deleted before it was ever started here
+		}
 		return ctrl.Result{}, err
 	}
 	// Observe, decide, act.

@@ -487,7 +487,13 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 		case now := <-tick.C:
 			st, err := ml.MigrationStatus(ctx)
 			if err != nil {
-				continue // the finalize call reports what matters
+				// No answer is no progress either: QEMU's monitor is silent while its final
+				// stage holds QEMU's lock on a write that a cut link blocks (stop-and-copy).
+				// The finalize call reports the rest.
+				if !postcopy && now.Sub(moved) >= o.progress {
+					cancel("no progress for " + o.progress.String() + " (progressTimeout)")
+				}
+				continue
 			}
 			m.setStatus(st)
 			o.wake()

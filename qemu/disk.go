@@ -10,8 +10,9 @@ import (
 // AddDisk hotplugs a disk: blockdev-add of its file and format nodes, then device_add of a
 // virtio-blk-pci on a free PCIe root port (d.Port, or the first free one) or a scsi-hd/scsi-cd
 // on the virtio-scsi controller. SATA disks cannot be hotplugged (ErrNotHotpluggable). If a
-// step fails, the earlier ones are undone. It returns when QEMU has added the device; the guest
-// notices a moment later.
+// step fails, the earlier ones are undone. Once begun, the steps run to the end even if ctx
+// is cancelled (committed). It returns when QEMU has added the device; the guest notices a
+// moment later.
 //
 // QMP: blockdev-add, blockdev-add, device_add.
 func (vm *VM) AddDisk(ctx context.Context, d Disk) error {
@@ -32,6 +33,8 @@ func (vm *VM) AddDisk(ctx context.Context, d Disk) error {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
 	d.Port = port
+	ctx, cancel := committed(ctx)
+	defer cancel()
 	return vm.attachDisk(ctx, d)
 }
 

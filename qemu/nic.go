@@ -10,7 +10,8 @@ import (
 
 // AddNIC hotplugs a virtio-net-pci NIC on a free PCIe root port (n.Port, or the first free
 // one): the tap fds go to QEMU over SCM_RIGHTS (getfd), then netdev_add type=tap (vhost off)
-// and device_add. With TapName, QEMU opens the tap itself. Failed steps are undone. The caller
+// and device_add. With TapName, QEMU opens the tap itself. Failed steps are undone; once
+// begun, the steps run to the end even if ctx is cancelled (committed). The caller
 // keeps ownership of n.TapFDs and may close them when AddNIC returns.
 //
 // QMP: getfd (per queue), netdev_add, device_add.
@@ -25,6 +26,8 @@ func (vm *VM) AddNIC(ctx context.Context, n NIC) error {
 		return fmt.Errorf("add nic %s: %w", n.ID, err)
 	}
 	n.Port = port
+	ctx, cancel := committed(ctx)
+	defer cancel()
 	return vm.attachNIC(ctx, n)
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -106,7 +107,7 @@ func (t Tool) CreateQCOW2(ctx context.Context, path string, o CreateOptions) err
 	if err := checkPath(path); err != nil {
 		return fmt.Errorf("create image: %w", err)
 	}
-	args := []string{"create", "-q", "-f", "qcow2"}
+	var opts, tail []string // qemu-img create -q -f qcow2 OPTS FILE TAIL
 	switch {
 	case o.Backing != "":
 		if err := checkPath(o.Backing); err != nil {
@@ -115,17 +116,23 @@ func (t Tool) CreateQCOW2(ctx context.Context, path string, o CreateOptions) err
 		if o.BackingFormat != "raw" && o.BackingFormat != "qcow2" {
 			return fmt.Errorf("create overlay %s: backing format %q: %w", path, o.BackingFormat, errors.ErrUnsupported)
 		}
-		args = append(args, "-F", o.BackingFormat, "-b", o.Backing, path)
+		opts = []string{"-F", o.BackingFormat, "-b", o.Backing}
 	case o.SizeBytes > 0:
-		args = append(args, path, strconv.FormatInt(o.SizeBytes, 10))
+		tail = []string{strconv.FormatInt(o.SizeBytes, 10)}
 	default:
 		return fmt.Errorf("create image %s: size %d: %w", path, o.SizeBytes, errors.ErrUnsupported)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	// The file is claimed here (O_EXCL: nothing that was there, a planted symlink included, is
+	// used) and qemu-img gets the claimed file itself, /proc/<pid>/fd/<fd>, never the path
+	// again: the folder may belong to the VM's user, who could swap the name for a symlink
+	// between this open and qemu-img's.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("create image: %w", err)
 	}
-	f.Close()
+	defer f.Close()
+	file := "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(f.Fd()))
+	args := append(append(append([]string{"create", "-q", "-f", "qcow2"}, opts...), file), tail...)
 	if _, err := t.run(ctx, false, args...); err != nil {
 		os.Remove(path)
 		return fmt.Errorf("create image %s: %w", path, err)

@@ -485,20 +485,15 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 			res.err = errors.Join(ctx.Err(), res.err)
 			return end(res)
 		case now := <-tick.C:
-			st, err := ml.MigrationStatus(ctx)
-			if err != nil {
-				// No answer is no progress either: QEMU's monitor is silent while its final
-				// stage holds QEMU's lock on a write that a cut link blocks (stop-and-copy).
-				// The finalize call reports the rest.
-				if !postcopy && now.Sub(moved) >= o.progress {
-					cancel("no progress for " + o.progress.String() + " (progressTimeout)")
+			// An unanswered read is no progress, and the time-based decisions below still
+			// apply: QEMU's monitor can be silent for long (its final stage holds QEMU's lock
+			// on a write that a cut link blocks), and the finalize call reports the rest.
+			if st, err := ml.MigrationStatus(ctx); err == nil {
+				m.setStatus(st)
+				o.wake()
+				if lowest < 0 || st.Remaining < lowest || st.Iterations > iter {
+					lowest, iter, moved = st.Remaining, st.Iterations, now
 				}
-				continue
-			}
-			m.setStatus(st)
-			o.wake()
-			if lowest < 0 || st.Remaining < lowest || st.Iterations > iter {
-				lowest, iter, moved = st.Remaining, st.Iterations, now
 			}
 			switch {
 			case postcopy:

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/qemu"
 )
 
 // A non-root launcher owns its run folder, and every launcher shares that user: any of their
@@ -20,19 +22,12 @@ var ErrNotRegular = errors.New("not a regular file (a symlink or something plant
 // maxRecordBytes bounds a pid or exit record.
 const maxRecordBytes = 4096
 
-// openLog opens (creating) the launcher's log for appending, refusing a symlink (O_NOFOLLOW)
-// and anything but a regular file (O_NONBLOCK: a planted FIFO does not block the open).
+// openLog opens (creating) the launcher's log for appending, never through a symlink nor into
+// anything but a regular file (qemu.OpenLog).
 func openLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("open launcher log %s: %w", path, ErrNotRegular)
-	}
+	f, err := qemu.OpenLog(path, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open launcher log: %w", err)
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("open launcher log %s: %w", path, ErrNotRegular)
 	}
 	return f, nil
 }

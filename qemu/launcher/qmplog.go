@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vmlet/vmlet/qemu"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/qemu/qmp"
@@ -58,10 +56,7 @@ func openQMPLog(path string, maxSize int64, keep int) (*qmpLog, error) {
 
 func (l *qmpLog) open() error {
 	// Never through a symlink (every launcher's user may plant one here) nor into a FIFO.
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
-	if errors.Is(err, unix.ELOOP) {
-		return fmt.Errorf("open qmp log %s: %w", l.path, qemu.ErrUnsafePath)
-	}
+	f, err := qemu.OpenLog(l.path, 0o600)
 	if err != nil {
 		return fmt.Errorf("open qmp log: %w", err)
 	}
@@ -69,10 +64,6 @@ func (l *qmpLog) open() error {
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("stat qmp log: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return fmt.Errorf("open qmp log %s: %w", l.path, qemu.ErrUnsafePath)
 	}
 	l.f, l.size = f, st.Size()
 	return nil

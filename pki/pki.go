@@ -164,10 +164,10 @@ func (ca *CA) Issue(node Node, o IssueOptions) (*Cert, error) {
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
-	usage := x509.KeyUsageDigitalSignature
-	if _, ok := key.(*rsa.PrivateKey); ok {
-		usage |= x509.KeyUsageKeyEncipherment // RSA key exchange; meaningless for ECDSA
-	}
+	// Key encipherment is meaningless for an ECDSA key, but QEMU (10.0; crypto/tlscredsx509.c)
+	// refuses a certificate whose critical key usage lacks it ("usage does not permit key
+	// encipherment"), and Go always marks key usage critical.
+	usage := x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: node.Name, Organization: []string{"vmlet"}},
 		NotBefore:             now.Add(-backdate),
@@ -207,6 +207,11 @@ func (ca *CA) CheckNode(cert *x509.Certificate, node Node, now time.Time) error 
 	}
 	if !slices.Equal(cert.DNSNames, []string{node.Name}) {
 		return fmt.Errorf("check certificate: %w: names %v, want %s", ErrInvalid, cert.DNSNames, node.Name)
+	}
+	// Certificates vmlet issued before QEMU 10 lack key encipherment, which QEMU 10 requires:
+	// they are issued again.
+	if need := x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment; cert.KeyUsage&need != need {
+		return fmt.Errorf("check certificate: %w: key usage %b lacks digital signature or key encipherment", ErrInvalid, cert.KeyUsage)
 	}
 	var have, want []netip.Addr
 	for _, ip := range cert.IPAddresses {

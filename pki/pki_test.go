@@ -42,7 +42,7 @@ func TestTLSIssueKeyTypes(t *testing.T) {
 					t.Errorf("rsa cert: key %T usage %b", c.Cert.PublicKey, c.Cert.KeyUsage)
 				}
 			default:
-				if _, ok := c.Cert.PublicKey.(*ecdsa.PublicKey); !ok || c.Cert.KeyUsage != x509.KeyUsageDigitalSignature {
+				if _, ok := c.Cert.PublicKey.(*ecdsa.PublicKey); !ok || c.Cert.KeyUsage != x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment {
 					t.Errorf("ecdsa cert: key %T usage %b", c.Cert.PublicKey, c.Cert.KeyUsage)
 				}
 			}
@@ -136,22 +136,26 @@ func TestTLSCheckNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	old := *c.Cert // as vmlet issued ECDSA certificates before QEMU 10 required key encipherment
+	old.KeyUsage = x509.KeyUsageDigitalSignature
 	for _, tc := range []struct {
 		name string
 		ca   *CA
+		cert *x509.Certificate
 		node Node
 		at   time.Time
 		err  error
 	}{
-		{"ok", ca, nodeA, t0, nil},
-		{"addresses in another order", ca, Node{Name: "node-a", Addrs: []netip.Addr{nodeA.Addrs[1], nodeA.Addrs[0]}}, t0, nil},
-		{"another ca", other, nodeA, t0, ErrNotSigned},
-		{"renamed", ca, Node{Name: "node-b", Addrs: nodeA.Addrs}, t0, ErrInvalid},
-		{"address gone", ca, Node{Name: "node-a", Addrs: nodeA.Addrs[:1]}, t0, ErrInvalid},
-		{"address added", ca, Node{Name: "node-a", Addrs: append([]netip.Addr{netip.MustParseAddr("192.0.2.11")}, nodeA.Addrs...)}, t0, ErrInvalid},
-		{"expired", ca, nodeA, t0.Add(NodeLifetime + time.Hour), ErrInvalid},
+		{"ok", ca, c.Cert, nodeA, t0, nil},
+		{"no key encipherment", ca, &old, nodeA, t0, ErrInvalid},
+		{"addresses in another order", ca, c.Cert, Node{Name: "node-a", Addrs: []netip.Addr{nodeA.Addrs[1], nodeA.Addrs[0]}}, t0, nil},
+		{"another ca", other, c.Cert, nodeA, t0, ErrNotSigned},
+		{"renamed", ca, c.Cert, Node{Name: "node-b", Addrs: nodeA.Addrs}, t0, ErrInvalid},
+		{"address gone", ca, c.Cert, Node{Name: "node-a", Addrs: nodeA.Addrs[:1]}, t0, ErrInvalid},
+		{"address added", ca, c.Cert, Node{Name: "node-a", Addrs: append([]netip.Addr{netip.MustParseAddr("192.0.2.11")}, nodeA.Addrs...)}, t0, ErrInvalid},
+		{"expired", ca, c.Cert, nodeA, t0.Add(NodeLifetime + time.Hour), ErrInvalid},
 	} {
-		if err := tc.ca.CheckNode(c.Cert, tc.node, tc.at); !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+		if err := tc.ca.CheckNode(tc.cert, tc.node, tc.at); !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 			t.Errorf("%s: CheckNode = %v, want %v", tc.name, err, tc.err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmlet/vmlet/qemu/accel"
 	"github.com/vmlet/vmlet/qemu/qmp"
 )
 
@@ -113,6 +112,7 @@ func (vm *VM) cpuStatus(slots []hotpluggableCPU) CPUStatus {
 		if !alive[id] {
 			delete(vm.cpuUnplugging, id)
 			delete(vm.cpuDevs, id)
+			vm.cpuUnplugged = true
 		}
 	}
 	st.Sockets, st.UnplugPending = len(present), len(pending)
@@ -127,11 +127,10 @@ func (vm *VM) cpuStatus(slots []hotpluggableCPU) CPUStatus {
 // and reports the rest as CPUStatus.UnplugPending (no error: the requests stay pending in QEMU
 // and complete whenever the guest lets go). Socket 0 stays. ctx bounds the QMP commands.
 //
-// Unplugs under TCG are refused with ErrUnsafe: QEMU 7.2 (Debian 1:7.2+dfsg-7+deb12u18)
-// aborts with heap corruption ("free(): invalid pointer", "corrupted size vs. prev_size")
-// within seconds after a TCG vCPU was ejected, with or without MTTCG, and a migration
-// started after one fails the same way (reproduced on the bare emulator with device_add,
-// device_del, DEVICE_DELETED and then idling or migrate). Plugging is fine.
+// Under TCG (see tcg_vcpus.go) unplugs are refused with ErrUnsafe where QEMU crashes after
+// one (TCGUnplugCrashes: before QEMU 10), and a plug is refused with ErrUnsafe once a vCPU was
+// unplugged in this QEMU's life (it could no longer migrate, and past maxcpus vCPUs made it
+// aborts); nothing is sent then.
 //
 // QMP: query-hotpluggable-cpus, device_add/device_del, event DEVICE_DELETED.
 func (vm *VM) SetCPUs(ctx context.Context, sockets int, unplugWait time.Duration) (CPUStatus, error) {
@@ -148,10 +147,14 @@ func (vm *VM) SetCPUs(ctx context.Context, sockets int, unplugWait time.Duration
 	if err != nil {
 		return CPUStatus{}, err
 	}
-	if vm.resolved.Accel == accel.TCG && slices.ContainsFunc(slots, func(s hotpluggableCPU) bool {
+	if TCGUnplugCrashes(string(vm.resolved.Accel), vm.version) && slices.ContainsFunc(slots, func(s hotpluggableCPU) bool {
 		return s.Props.Socket >= sockets && s.QOMPath != ""
 	}) {
-		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: vcpu hot-unplug under tcg crashes qemu (7.2) shortly after the guest ejects", sockets, ErrUnsafe)
+		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: vcpu hot-unplug under tcg crashes qemu %s shortly after the guest ejects (fixed in qemu 10)", sockets, ErrUnsafe, vm.version)
+	}
+	plugs := slices.ContainsFunc(slots, func(s hotpluggableCPU) bool { return s.Props.Socket < sockets && s.QOMPath == "" })
+	if plugs && tcgPlugAfterUnplugRefused(vm.resolved.Accel, vm.cpuWasUnplugged()) {
+		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: under tcg a vcpu plugged after a vcpu unplug leaves qemu unable to migrate and can abort it: restart or migrate the VM, then plug", sockets, ErrUnsafe)
 	}
 	deleted, unsub := vm.mon.Subscribe(func(e qmp.Event) bool { _, ok := CPUUnplugged(e); return ok })
 	defer unsub()
@@ -235,6 +238,13 @@ func (vm *VM) watchCPUUnplugs(events <-chan qmp.Event) {
 	}
 }
 
+// cpuWasUnplugged reports whether a vCPU was unplugged since QEMU started.
+func (vm *VM) cpuWasUnplugged() bool {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.cpuUnplugged
+}
+
 func (vm *VM) recordCPU(id string, socket int) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
@@ -247,6 +257,9 @@ func (vm *VM) recordCPU(id string, socket int) {
 func (vm *VM) forgetCPU(id string) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
+	if _, ok := vm.cpuDevs[id]; ok {
+		vm.cpuUnplugged = true
+	}
 	delete(vm.cpuDevs, id)
 	delete(vm.cpuUnplugging, id)
 }

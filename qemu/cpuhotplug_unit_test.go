@@ -137,16 +137,67 @@ func TestSetCPUsPlugUnplugPending(t *testing.T) {
 	}
 }
 
+// Under TCG with QEMU 10 vCPUs unplug, and once one was unplugged a plug is refused without a
+// word to QEMU (QEMU could no longer migrate); an unplug still goes. Under KVM it plugs.
+func TestSetCPUsTCGPlugAfterUnplug(t *testing.T) {
+	vm, srv := fakeVM(t)
+	vm.spec.CPU = CPU{Model: "qemu64", Sockets: 1, MaxSockets: 4}
+	vm.resolved.Accel = accel.TCG
+	vm.version = "10.0.2"
+	f := newFakeCPUs(t, srv, 4)
+	f.eject["cpu_s1_c0_t0"], f.eject["cpu_s2_c0_t0"], f.eject["cpu_s3_c0_t0"] = true, true, true
+	for _, step := range []struct {
+		sockets int
+		refused bool
+	}{{4, false}, {4, false}, {2, false}, {3, true}, {4, true}, {2, false}, {1, false}} {
+		n := len(sent(srv))
+		st, err := vm.SetCPUs(unitCtx(t), step.sockets, time.Second)
+		if step.refused {
+			if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "after a vcpu unplug") {
+				t.Fatalf("SetCPUs(%d) after an unplug: %v, want ErrUnsafe saying why", step.sockets, err)
+			}
+			for _, c := range sent(srv)[n:] {
+				if !strings.HasPrefix(c, "query-hotpluggable-cpus") {
+					t.Errorf("refused SetCPUs(%d) sent %s", step.sockets, c)
+				}
+			}
+			continue
+		}
+		if err != nil || st.Sockets != step.sockets {
+			t.Fatalf("SetCPUs(%d) = %+v, %v", step.sockets, st, err)
+		}
+	}
+	vm.resolved.Accel = accel.KVM
+	if st, err := vm.SetCPUs(unitCtx(t), 3, time.Second); err != nil || st.Sockets != 3 {
+		t.Errorf("SetCPUs(3) under kvm after an unplug: %+v, %v", st, err)
+	}
+}
+
+func TestTCGUnplugCrashes(t *testing.T) {
+	for _, c := range []struct {
+		accel, version string
+		want           bool
+	}{
+		{"tcg", "7.2.22", true}, {"tcg", "9.2.0", true}, {"tcg", "", true}, {"tcg", "x.1", true},
+		{"tcg", "10.0.2", false}, {"tcg", "11.0.0", false}, {"kvm", "7.2.22", false},
+	} {
+		if got := TCGUnplugCrashes(c.accel, c.version); got != c.want {
+			t.Errorf("TCGUnplugCrashes(%q, %q) = %v, want %v", c.accel, c.version, got, c.want)
+		}
+	}
+}
+
 func TestSetCPUsRefusals(t *testing.T) {
 	vm, srv := fakeVM(t)
 	vm.spec.CPU = CPU{Model: "qemu64", Sockets: 1, MaxSockets: 2}
 	vm.resolved.Accel = accel.TCG
+	vm.version = "7.2.22"
 	newFakeCPUs(t, srv, 2)
 	if _, err := vm.SetCPUs(unitCtx(t), 2, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := vm.SetCPUs(unitCtx(t), 1, time.Second); !errors.Is(err, ErrUnsafe) {
-		t.Errorf("unplug under tcg: %v, want ErrUnsafe", err)
+		t.Errorf("unplug under tcg on qemu 7.2: %v, want ErrUnsafe", err)
 	}
 	var se *SpecError
 	for _, n := range []int{0, 3} {

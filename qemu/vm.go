@@ -42,6 +42,7 @@ type VM struct {
 	// cpuUnplugging those whose device_del the guest has not completed yet.
 	cpuDevs       map[string]int
 	cpuUnplugging map[string]bool
+	cpuUnplugged  bool // a vCPU was unplugged since start (tcg_vcpus.go)
 	// memRequestedMiB is the virtio-mem requested size last set (memhotplug.go).
 	memRequestedMiB int
 

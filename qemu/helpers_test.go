@@ -250,3 +250,14 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// hostQEMUVersion is the "major.minor.micro" of the emulator on PATH, as `--version` says it.
+func hostQEMUVersion(t testing.TB) string {
+	t.Helper()
+	v, err := Version(ctxT(t, opTimeout), DefaultBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
+}

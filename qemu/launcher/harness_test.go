@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/test/logbuf"
@@ -328,4 +329,17 @@ func (w *dirWatch) waitFor(ctx context.Context, name string, abort <-chan struct
 			}
 		}
 	}
+}
+
+// hostQEMUVersion is the "major.minor.micro" of the emulator on PATH, as `--version` says it.
+func hostQEMUVersion(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := qemu.Version(ctx, qemu.DefaultBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
 }

@@ -31,7 +31,8 @@ type MigrationConfiguration struct {
 	// +optional
 	UnsafeMigrationOverride *bool `json:"unsafeMigrationOverride,omitempty"`
 	// AllowAutoConverge lets QEMU throttle the guest's vCPUs when it dirties memory faster
-	// than the link carries (false). Refused under TCG (qemu.ErrUnsafe): the migration fails.
+	// than the link carries (false). Refused under TCG on QEMU before 9.0 (qemu.ErrUnsafe): the
+	// migration fails.
 	// +optional
 	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
 	// AllowPostCopy lets a migration that would time out switch to post-copy (false).

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/test/testguest"
@@ -57,9 +58,12 @@ func TestMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Auto-converge corrupts TCG guests (see qemu.VM.SetMigrationCaps): refused, source intact.
-	if err := src.client.Migrate(ctx, uri, &pb.MigrationOptions{AutoConverge: true}); !errors.Is(err, launcher.ErrUnsafe) {
-		t.Errorf("migrate with auto-converge under tcg: %v, want ErrUnsafe", err)
+	// Auto-converge corrupts TCG guests on QEMU before 9.0 (see qemu.VM.SetMigrationCaps):
+	// refused there, source intact.
+	if qemu.LiveMigrationLosesWrites(d.GetAccel(), d.GetQemuVersion()) {
+		if err := src.client.Migrate(ctx, uri, &pb.MigrationOptions{AutoConverge: true}); !errors.Is(err, launcher.ErrUnsafe) {
+			t.Errorf("migrate with auto-converge under tcg: %v, want ErrUnsafe", err)
+		}
 	}
 	if td, err := dst.client.GetDomain(ctx); err != nil || td.GetState() != pb.State_STATE_MIGRATING_IN {
 		t.Fatalf("target state %v (%v), want MIGRATING_IN", td.GetState(), err)

@@ -1,11 +1,14 @@
 package qemu
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vmlet/vmlet/qemu/qmp"
 )
 
 // TestPanicArgv: each panic device is planned as its own -device with vmlet's id (and the
@@ -119,5 +122,32 @@ func TestClassifyExitPanic(t *testing.T) {
 				t.Errorf("shutdown reason %q", info.ShutdownReason)
 			}
 		})
+	}
+}
+
+// TestShutdownFrom: a GUEST_PANICKED of action poweroff stands for the SHUTDOWN (guest-panic)
+// QEMU sends next; the real SHUTDOWN replaces it; a pause action or an earlier SHUTDOWN is not
+// overridden.
+func TestShutdownFrom(t *testing.T) {
+	ev := func(name, data string) qmp.Event { return qmp.Event{Name: name, Data: json.RawMessage(data)} }
+	quit := &shutdownEvent{Reason: "host-qmp-quit"}
+	tests := []struct {
+		name string
+		e    qmp.Event
+		prev *shutdownEvent
+		want *shutdownEvent
+	}{
+		{"panic, poweroff", ev("GUEST_PANICKED", `{"action":"poweroff","info":{"type":"hyper-v"}}`), nil, &shutdownEvent{Guest: true, Reason: "guest-panic"}},
+		{"panic, pause", ev("GUEST_PANICKED", `{"action":"pause"}`), nil, nil},
+		{"panic after a shutdown", ev("GUEST_PANICKED", `{"action":"poweroff"}`), quit, nil},
+		{"shutdown", ev("SHUTDOWN", `{"guest":true,"reason":"guest-panic"}`), &shutdownEvent{Guest: true, Reason: "guest-panic"}, &shutdownEvent{Guest: true, Reason: "guest-panic"}},
+		{"shutdown, garbage", ev("SHUTDOWN", `[`), nil, nil},
+		{"other event", ev("RESET", `{}`), nil, nil},
+	}
+	for _, tt := range tests {
+		got := shutdownFrom(tt.e, tt.prev)
+		if (got == nil) != (tt.want == nil) || got != nil && *got != *tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -202,7 +202,7 @@ func (s *starter) connectQMP(ctx context.Context) error {
 	}
 	s.vm.mon = mon
 	s.vm.version = greetingVersion(mon)
-	events, unsub := mon.Subscribe(func(e qmp.Event) bool { return e.Name == "SHUTDOWN" })
+	events, unsub := mon.Subscribe(func(e qmp.Event) bool { return e.Name == "SHUTDOWN" || e.Name == "GUEST_PANICKED" })
 	go s.vm.watchShutdown(events, unsub)
 	if s.spec.CPU.cpuHotplug() {
 		cpus, _ := mon.Subscribe(func(e qmp.Event) bool { _, ok := CPUUnplugged(e); return ok })

@@ -146,11 +146,36 @@ func (vm *VM) watchShutdown(events <-chan qmp.Event, cancel func()) {
 	defer close(vm.eventsDone)
 	defer cancel()
 	for e := range events {
-		var s shutdownEvent
-		if json.Unmarshal(e.Data, &s) == nil {
-			vm.shutdown.Store(&s)
+		if s := shutdownFrom(e, vm.shutdown.Load()); s != nil {
+			vm.shutdown.Store(s)
 		}
 	}
+}
+
+// shutdownFrom is what event e (SHUTDOWN or GUEST_PANICKED) says of how QEMU will end, given
+// what was seen before (prev), or nil if it says nothing new. A GUEST_PANICKED whose action is
+// poweroff (-action panic=exit-failure or shutdown) announces the SHUTDOWN of reason
+// guest-panic that QEMU sends next: it counts as that SHUTDOWN until the real one arrives, so
+// that a panic's exit is still told apart from a crash if QEMU exits before the SHUTDOWN event
+// reaches the monitor (CI once classified a pvpanic guest's exit as a crash). Pure.
+func shutdownFrom(e qmp.Event, prev *shutdownEvent) *shutdownEvent {
+	switch e.Name {
+	case "SHUTDOWN":
+		var s shutdownEvent
+		if json.Unmarshal(e.Data, &s) != nil {
+			return nil
+		}
+		return &s
+	case "GUEST_PANICKED":
+		var p struct {
+			Action string `json:"action"`
+		}
+		if prev != nil || json.Unmarshal(e.Data, &p) != nil || p.Action != "poweroff" {
+			return nil
+		}
+		return &shutdownEvent{Guest: true, Reason: shutdownGuestPanic}
+	}
+	return nil
 }
 
 // eventDrainTimeout bounds how long supervise waits for the monitor to report EOF after QEMU

@@ -19,10 +19,16 @@ import (
 // dirty tracking of vCPU writes; device writes are always tracked. An unreadable version
 // counts as affected. Pure.
 func LiveMigrationLosesWrites(accelKind, version string) bool {
+	return tcgBefore(accelKind, version, 9)
+}
+
+// tcgBefore reports whether accelKind is TCG and QEMU version ("major.minor.micro") is older
+// than major; an unreadable version counts as older. Pure.
+func tcgBefore(accelKind, version string, major int) bool {
 	if accelKind != string(accel.TCG) {
 		return false
 	}
-	major, _, _ := strings.Cut(version, ".")
-	n, err := strconv.Atoi(major)
-	return err != nil || n < 9
+	m, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(m)
+	return err != nil || n < major
 }

@@ -1,11 +1,6 @@
 package qemu
 
-import (
-	"strconv"
-	"strings"
-
-	"github.com/vmlet/vmlet/qemu/accel"
-)
+import "github.com/vmlet/vmlet/qemu/accel"
 
 // Limits of vCPU hotplug under TCG, measured on the bare emulator here (device_add, the guest
 // onlining the vCPU, device_del, the guest ejecting it, then idling, plugging or migrating):
@@ -28,12 +23,7 @@ import (
 // TCGUnplugCrashes reports whether unplugging a vCPU crashes QEMU version ("major.minor.micro")
 // running under accelerator accelKind. Pure.
 func TCGUnplugCrashes(accelKind, version string) bool {
-	if accelKind != string(accel.TCG) {
-		return false
-	}
-	major, _, _ := strings.Cut(version, ".")
-	n, err := strconv.Atoi(major)
-	return err != nil || n < 10
+	return tcgBefore(accelKind, version, 10)
 }
 
 // tcgPlugAfterUnplugRefused reports whether plugging a vCPU is refused for a QEMU under

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,8 +75,12 @@ func getVMI(t *testing.T, name string) *vmletv1.VirtualMachineInstance {
 	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &vmi); err != nil {
 		t.Fatal(err)
 	}
+	vmiNames.Store(string(vmi.UID), vmi.Name)
 	return &vmi
 }
+
+// vmiNames maps the UIDs of the VMIs the tests read to their names (teardown names leftovers).
+var vmiNames sync.Map
 
 // waitVMI waits until cond holds for the VMI and returns it.
 func waitVMI(t *testing.T, name string, d time.Duration, what string, cond func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {

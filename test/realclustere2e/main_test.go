@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,7 @@ func teardown(removeState bool) error {
 		// Run and volume folders are the agent's to remove with each VMI.
 		for _, d := range []string{launcherRoot, volumeRoot} {
 			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
-				errs = append(errs, fmt.Errorf("%s holds %d entries after every VMI was deleted", d, len(ents)))
+				errs = append(errs, fmt.Errorf("%s holds %d entries after every VMI was deleted: %s", d, len(ents), describeLeft(ctx, d, ents)))
 			}
 		}
 		if out, err := cl.Kubectl(ctx, "delete", "-k", filepath.Join(repo, "config", "realcluster"), "--wait", "--timeout=3m"); err != nil {
@@ -188,4 +189,36 @@ func need(t *testing.T) {
 	if cl == nil {
 		t.Fatal("no cluster (TestMain did not start one)")
 	}
+}
+
+// describeLeft names what was left in folder d (entries are VMI UIDs), with each entry's age and
+// contents and the agent's log lines about it, so that a leak seen once can be explained.
+func describeLeft(ctx context.Context, d string, ents []os.DirEntry) string {
+	logs, _ := cl.Kubectl(ctx, "logs", "-n", "vmlet-system", "daemonset/vmlet-agent", "--tail=-1")
+	var b strings.Builder
+	for _, e := range ents {
+		p := filepath.Join(d, e.Name())
+		fmt.Fprintf(&b, "\n  %s", e.Name())
+		keys := []string{e.Name()}
+		if n, ok := vmiNames.Load(e.Name()); ok {
+			fmt.Fprintf(&b, " (VMI %s)", n)
+			keys = append(keys, n.(string))
+		}
+		if fi, err := os.Lstat(p); err == nil {
+			fmt.Fprintf(&b, " (%s, modified %s ago)", fi.Mode(), time.Since(fi.ModTime()).Round(time.Millisecond))
+		}
+		if sub, err := os.ReadDir(p); err == nil {
+			names := make([]string, 0, len(sub))
+			for _, s := range sub {
+				names = append(names, s.Name())
+			}
+			fmt.Fprintf(&b, " holds [%s]", strings.Join(names, " "))
+		}
+		for _, l := range strings.Split(string(logs), "\n") {
+			if slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(l, k) }) {
+				fmt.Fprintf(&b, "\n    agent: %s", l)
+			}
+		}
+	}
+	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -57,9 +58,13 @@ type VMIReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	NodeName string
-	Runtime  LauncherRuntime
-	Dial     Dialer
-	Args     LauncherArgs
+	// VMICaches hold VMIs the manager's cache may not (cluster mode: the VMIs migrating to or
+	// from this node, nodeagent.MigrationCaches); their events reconcile too. Client must read
+	// them (nodeagent.UnionVMIs).
+	VMICaches []cache.Cache
+	Runtime   LauncherRuntime
+	Dial      Dialer
+	Args      LauncherArgs
 	// Env returns the node facts the translation needs for a VMI's run folder.
 	Env func(runDir string) translate.NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
@@ -128,14 +133,23 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})); err != nil {
 		return fmt.Errorf("add storage operations: %w", err)
 	}
+	here := func(vmi *vmletv1.VirtualMachineInstance) bool {
+		return vmi.Status.NodeName == r.NodeName || roleOf(vmi, r.NodeName) != roleNone
+	}
 	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		vmi, ok := o.(*vmletv1.VirtualMachineInstance)
-		return ok && (vmi.Status.NodeName == r.NodeName || roleOf(vmi, r.NodeName) != roleNone)
+		return ok && here(vmi)
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("vmi-node").
 		For(&vmletv1.VirtualMachineInstance{}, builder.WithPredicates(onNode)).
-		WatchesRawSource(source.Channel(r.wakeup, &handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{})).
+		WatchesRawSource(source.Channel(r.wakeup, &handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{}))
+	for _, c := range r.VMICaches {
+		b = b.WatchesRawSource(source.Kind(c, &vmletv1.VirtualMachineInstance{},
+			&handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{},
+			predicate.NewTypedPredicateFuncs(here)))
+	}
+	return b.
 		// Different VMIs reconcile in parallel (one VMI never does): a slow image pull or a
 		// guest slow to release a disk must not hold every other VMI up. Shared state (launcher
 		// connections, network attachments, the runtime) is behind mutexes.

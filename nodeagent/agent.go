@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmlet/vmlet/controllers"
@@ -72,7 +73,10 @@ type Config struct {
 	// vmistream) on Streams.Listener with Streams.TLS, published as the Node's
 	// controllers.AnnotStreamsAddress.
 	Streams *StreamsConfig
-	Log     logr.Logger
+	// VMICaches hold VMIs the manager's cache does not (MigrationCaches); the manager's
+	// client must read them too (UnionVMIs).
+	VMICaches []cache.Cache
+	Log       logr.Logger
 }
 
 // StreamsConfig is where and how the agent serves VMI streams.
@@ -164,6 +168,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, cfg Config) (*Agent, error) {
 		},
 		Migration: migrationNet(cfg),
 		SELinux:   nodeSELinux(facts, cfg.Storage),
+		VMICaches: cfg.VMICaches,
 	}
 	r.SELinux.LogState(cfg.Log)
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -52,6 +53,8 @@ type agentOptions struct {
 	// streamsAddr is where the VMI streams of the subresources API are served ("" off);
 	// streamsAdvertise what is published instead of it.
 	streamsAddr, streamsAdvertise string
+	// migrationAddress is the node's address for live migrations ("" none).
+	migrationAddress string
 	// devicePlugins runs the kubelet device plugin (pod runtime); devicePluginDir is the
 	// kubelet's device-plugins folder, devicePluginCount the devices per resource.
 	devicePlugins     bool
@@ -112,6 +115,7 @@ bindings in the pod's network namespace (made by the cluster's CNI) and drives Q
 		"; vmlet controller marks the node unschedulable after three intervals without one")
 	f.StringVar(&o.streamsAddr, "streams-bind-address", "", fmt.Sprintf("where the VMI streams of the subresources API (console, VNC, QMP, port-forward) are served, mTLS (config/agent: :%d); empty: off", nodeagent.DefaultStreamsPort))
 	f.StringVar(&o.streamsAdvertise, "streams-advertise-address", "", "streams address published on the Node ("+controllers.AnnotStreamsAddress+"); empty: the bound one, a wildcard host published as the Node's InternalIP")
+	f.StringVar(&o.migrationAddress, "migration-address", "", "this node's IP address for live migrations: the agents relay QEMU's stream between them (config/agent passes the node's host IP); empty: the node neither sends nor receives migrations")
 	f.BoolVar(&o.devicePlugins, "device-plugins", true, "pod runtime: run the kubelet device plugin advertising "+
 		strings.Join([]string{launcherpod.ResourceKVM, launcherpod.ResourceTun, launcherpod.ResourceVhostNet}, ", ")+
 		" where this node has them (kvm only where KVM is usable), which launcher pods request")
@@ -150,8 +154,20 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	if err != nil {
 		return err
 	}
+	// The VMIs migrating to or from this node are in caches of their own (the manager's holds
+	// this node's); the agent reads them all through one client.
+	migrating, err := nodeagent.MigrationCaches(cfg, scheme, o.nodeName)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme: scheme,
+		NewClient: func(c *rest.Config, co client.Options) (client.Client, error) {
+			if co.Cache != nil && co.Cache.Reader != nil {
+				co.Cache.Reader = nodeagent.UnionVMIs(co.Cache.Reader, migrating)
+			}
+			return client.New(c, co)
+		},
 		// vmlet serves both itself, on listeners opened above (health.AddMetrics/AddProbes).
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -168,8 +184,17 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
+	for _, c := range migrating {
+		if err := mgr.Add(c); err != nil {
+			return fmt.Errorf("add migration cache: %w", err)
+		}
+	}
 	acfg := nodeagent.Config{NodeName: o.nodeName, Storage: sc, TCGCacheMiB: tcgMiB, Register: o.register, Log: log,
-		HeartbeatInterval: o.heartbeat, MetricsAddress: cmp.Or(o.advertise, boundAddr(o.serve.metricsAddr, mln))}
+		HeartbeatInterval: o.heartbeat, MetricsAddress: cmp.Or(o.advertise, boundAddr(o.serve.metricsAddr, mln)),
+		VMICaches: migrating}
+	if acfg.NodeAddress, acfg.MigrationCreds, err = agentMigration(cfg, o, user, log); err != nil {
+		return err
+	}
 	if mln == nil {
 		acfg.MetricsAddress = ""
 	}

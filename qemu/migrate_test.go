@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmlet/vmlet/qemu/accel"
+	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
 )
@@ -131,17 +132,16 @@ func afterMigration(t testing.TB, src, dst *testVM, uptimeBefore float64, token 
 	// QEMU reports the migration completed (query-migrate, the MIGRATION event) a moment before
 	// its migration thread moves the source from finish-migrate to postmigrate; no event marks
 	// that step, so it is polled (QEMU 10 post-copy, seen once in CI).
-	for {
+	poll.Until(t, opTimeout, "source in postmigrate", func() (bool, string) {
 		st, err := src.Status(ctx)
-		if err == nil && st.Status == "postmigrate" {
-			break
+		if err == nil && st.Status == "finish-migrate" {
+			return false, st.Status
 		}
-		if err != nil || st.Status != "finish-migrate" || ctx.Err() != nil {
+		if err != nil || st.Status != "postmigrate" {
 			t.Errorf("source status = %+v, %v; want postmigrate", st, err)
-			break
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true, ""
+	})
 	if st, err := dst.Status(ctx); err != nil || !st.Running {
 		t.Fatalf("target status = %+v, %v; want running", st, err)
 	}

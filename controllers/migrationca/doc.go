@@ -1,10 +1,11 @@
-// Package migrationca keeps cluster mode's migration CA in a Secret: `vmlet controller` makes it
-// once (EnsureCA) and node agents read it (ReadCA) to issue their node's certificate (package
-// pki), which QEMU's TLS migration stream and NBD disk copy use on both ends. Local mode keeps
-// its CA in files under its state folder instead (pki.LoadOrCreateCA).
+// Package migrationca keeps cluster mode's migration CA in a Secret (package casecret): `vmlet
+// controller` is to make it once (EnsureCA; not called yet, as there are no target launcher
+// pods) and node agents read it (ReadCA) to issue their node's certificate (package pki), which
+// QEMU's TLS migration stream and NBD disk copy use on both ends. Local mode keeps its CA in
+// files under its state folder instead (pki.LoadOrCreateCA).
 //
-// Every node agent can read the CA's key (a Secret in vmlet-system that only the agent's and the
-// controller's service accounts may get): a node can mint a certificate for any node name and
-// address. Node agents run as root on their nodes with every VM's disks at hand, so this adds
-// little; per-node certificates minted by the controller would close it (README, Not yet).
+// Every node agent can read the CA's key (a Secret in vmlet-system; the agents' role may get
+// Secrets): a node can mint a certificate for any node name and address. Node agents run as root
+// on their nodes with every VM's disks at hand, so this adds little; per-node certificates
+// minted by the controller would close it (README, Not yet).
 package migrationca

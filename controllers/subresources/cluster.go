@@ -9,10 +9,10 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmlet/vmlet/controllers/casecret"
 	"github.com/vmlet/vmlet/pki"
 )
 
@@ -32,27 +32,9 @@ const (
 // EnsureClusterCA reads the CA from its Secret, creating it when missing (a replica that
 // loses the race reads the winner's), and publishes its certificate in the ConfigMap.
 func EnsureClusterCA(ctx context.Context, c client.Client) (*pki.CA, error) {
-	key := client.ObjectKey{Namespace: ServiceNamespace, Name: CAName}
-	sec := &corev1.Secret{}
-	err := c.Get(ctx, key, sec)
-	if apierrors.IsNotFound(err) {
-		ca, nerr := pki.NewCA(pki.CAOptions{CommonName: "vmlet subresources CA"})
-		if nerr != nil {
-			return nil, nerr
-		}
-		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM}}
-		err = c.Create(ctx, sec)
-		if apierrors.IsAlreadyExists(err) {
-			err = c.Get(ctx, key, sec)
-		}
-	}
+	ca, err := casecret.Ensure(ctx, c, client.ObjectKey{Namespace: ServiceNamespace, Name: CAName}, "vmlet subresources CA")
 	if err != nil {
-		return nil, fmt.Errorf("subresources ca secret: %w", err)
-	}
-	ca, err := pki.ParseCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
-	if err != nil {
-		return nil, fmt.Errorf("subresources ca secret: %w", err)
+		return nil, fmt.Errorf("subresources ca: %w", err)
 	}
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ServiceNamespace, Name: CAName}, Data: map[string]string{CAConfigKey: string(ca.CertPEM)}}

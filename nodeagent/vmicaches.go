@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,12 +21,15 @@ import (
 // VMI that is not on its node yet, the source cleans up after the VMI left it. Like KubeVirt's
 // virt-handler, which watches its node's VMIs and its migration targets separately. Add them to
 // the manager (they are Runnables), read through UnionVMIs, and watch them (Config.VMICaches).
-func MigrationCaches(cfg *rest.Config, scheme *k8sruntime.Scheme, node string) ([]cache.Cache, error) {
+// base gives the scheme, and the HTTP client and REST mapper to share with the manager's cache.
+func MigrationCaches(cfg *rest.Config, base cache.Options, node string) ([]cache.Cache, error) {
 	var cs []cache.Cache
 	for _, key := range []string{migration.LabelTargetNode, migration.LabelSourceNode} {
-		c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		o := base
+		o.ByObject = map[client.Object]cache.ByObject{
 			&vmletv1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{key: node})},
-		}})
+		}
+		c, err := cache.New(cfg, o)
 		if err != nil {
 			return nil, fmt.Errorf("cache of VMIs labelled %s=%s: %w", key, node, err)
 		}

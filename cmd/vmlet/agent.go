@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -155,13 +158,22 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 		return err
 	}
 	// The VMIs migrating to or from this node are in caches of their own (the manager's holds
-	// this node's); the agent reads them all through one client.
-	migrating, err := nodeagent.MigrationCaches(cfg, scheme, o.nodeName)
+	// this node's, with the same REST mapper); the agent reads them all through one client.
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("api client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("api client: %w", err)
+	}
+	migrating, err := nodeagent.MigrationCaches(cfg, cache.Options{Scheme: scheme, HTTPClient: httpClient, Mapper: mapper}, o.nodeName)
 	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme: scheme,
+		Scheme:         scheme,
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil },
 		NewClient: func(c *rest.Config, co client.Options) (client.Client, error) {
 			if co.Cache != nil && co.Cache.Reader != nil {
 				co.Cache.Reader = nodeagent.UnionVMIs(co.Cache.Reader, migrating)

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
@@ -182,7 +183,10 @@ func failureReason(t *testing.T, key client.ObjectKey, want string) *vmletv1.Vir
 		if ms == nil {
 			return false, "no migrationState"
 		}
-		return strings.Contains(ms.FailureReason, want), ms.FailureReason
+		// Mode, configuration and progress say which way a migration went when the reason
+		// is not the one expected (a pre-copy that reached its last stage, a stale config).
+		return strings.Contains(ms.FailureReason, want), fmt.Sprintf("%s (mode %q, configuration %s, progress %s)",
+			ms.FailureReason, ms.Mode, describe(ms.MigrationConfiguration), describe(ms.Progress))
 	})
 	return m
 }
@@ -492,4 +496,13 @@ func TestMigrationSourceKilledAfterSwitchover(t *testing.T) {
 	}
 	guestShell(t, n.b, vmi, "kill -0 "+pid)
 	waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
+}
+
+// describe is v as JSON, for a test's failure message.
+func describe(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

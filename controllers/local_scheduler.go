@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
@@ -269,20 +270,20 @@ func (s *LocalScheduler) nodeReader() client.Reader {
 	return s.Client
 }
 
-// PickTarget chooses the node a migration of vmi goes to: as PickNode, its current node
-// excluded (migration.Picker).
-func (s *LocalScheduler) PickTarget(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (string, error) {
+// PickTarget chooses the node a migration of req.VMI goes to: as PickNode, its current node
+// excluded (migration.Picker). The target's agent starts its launcher: no pod is named.
+func (s *LocalScheduler) PickTarget(ctx context.Context, req migration.TargetRequest) (migration.Target, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	nodes, err := s.candidates(ctx)
 	if err != nil {
-		return "", err
+		return migration.Target{}, err
 	}
-	node, why := PickNode(nodes, vmi, vmi.Status.NodeName)
+	node, why := PickNode(nodes, req.VMI, req.VMI.Status.NodeName)
 	if node == "" {
-		return "", errors.New(why)
+		return migration.Target{}, errors.New(why)
 	}
-	return node, nil
+	return migration.Target{Node: node}, nil
 }
 
 // taintString is a taint as kubectl writes it: key[=value]:effect.

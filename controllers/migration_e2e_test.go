@@ -124,11 +124,11 @@ func startTwoNodesOpts(t testing.TB, sources map[string]string, set func(*agentO
 		t.Fatal(err)
 	}
 	mc := &migration.Controller{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vmlet-migration"), APIReader: mgr.GetAPIReader(),
-		Pick: func(_ context.Context, v *vmletv1.VirtualMachineInstance) (string, error) {
-			if v.Status.NodeName == testNode {
-				return secondNode, nil
+		Pick: func(_ context.Context, req migration.TargetRequest) (migration.Target, error) {
+			if req.VMI.Status.NodeName == testNode {
+				return migration.Target{Node: secondNode}, nil
 			}
-			return testNode, nil
+			return migration.Target{Node: testNode}, nil
 		}}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

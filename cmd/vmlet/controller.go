@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -22,6 +24,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/health"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/migration"
+	"github.com/vmlet/vmlet/controllers/migrationca"
 	"github.com/vmlet/vmlet/controllers/translate"
 )
 
@@ -48,7 +51,8 @@ func controllerCmd() *cobra.Command {
 VirtualMachineInstance gets a launcher pod (guest memory + vmlet's measured overhead, node
 selector for nodes whose vmlet agent is up), kube-scheduler places it, and the VMI is handed to
 that node's agent (status.nodeName). A failed or deleted pod fails the VMI; a finished or deleted
-VMI's pod is deleted. Run one replica, or several with --leader-elect.`,
+VMI's pod is deleted. A live migration gets a target launcher pod, placed off the source node.
+Run one replica, or several with --leader-elect.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runController(cmd.Context(), f)
 		},
@@ -128,15 +132,15 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the launcher pod controller: %w", err)
 	}
-	// Migrations are admitted and followed here; target launcher pods are not made yet (no
-	// Pick): an admitted migration fails with NoTargetNode (README, Not yet).
-	mc := &migration.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-migration")}
+	// Migrations are admitted here; each gets a target launcher pod (the same options as the
+	// VMIs' pods), which kube-scheduler places off the source node.
+	tp := &migration.TargetPods{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Pods: f.pods}
+	mc := &migration.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-migration"),
+		Pick: tp.Pick, Pods: tp}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
 	}
-	// Drains by taint (vmlet.dev/drain:NoSchedule): the same controller as in local mode; the
-	// migrations it creates fail with NoTargetNode here until target launcher pods exist, and
-	// are retried with back-off.
+	// Drains by taint (vmlet.dev/drain:NoSchedule): the same controller as in local mode.
 	ec := &evacuation.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-evacuation")}
 	if err := ec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the evacuation controller: %w", err)
@@ -156,8 +160,23 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err := serve(mgr, mln, pln, ready); err != nil {
 		return err
 	}
+	ensureMigrationCA(ctx, cfg, scheme)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// ensureMigrationCA makes the cluster's migration CA (a Secret the node agents issue their
+// migration certificates from) when there is none. A failure is logged, not fatal: VMIs run
+// without it, only migrations between nodes need it (the agents read it on first use).
+func ensureMigrationCA(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme) {
+	log := ctrl.Log.WithName("migration-ca")
+	c, err := client.New(cfg, client.Options{Scheme: scheme}) // the manager's cache is not started yet
+	if err == nil {
+		_, err = migrationca.EnsureCA(ctx, c)
+	}
+	if err != nil {
+		log.Error(err, "no migration CA: node agents cannot issue migration certificates until it exists")
+	}
 }

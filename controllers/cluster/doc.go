@@ -5,6 +5,14 @@
 // deleted. The node agent takes over a VMI once status.nodeName names its node; from then on
 // this controller only watches the pod for failure.
 //
+// Live migration (package migration makes the target launcher pods): a target pod is not the
+// VMI's pod, and its failure or deletion is the migration's, not the VMI's (the migration
+// controller deletes it when the migration fails), until the target's agent takes the VMI
+// over by writing its node into status.nodeName. Then the target pod is the VMI's pod
+// (status.launcher.pod) and the source pod is extra, deleted. The source launcher exits by
+// itself once it handed the guest over: its pod ending after migrationState.completed, before
+// the takeover, is waited out (TakeoverPoll), unless the target pod is gone too.
+//
 // NodeController is KubeVirt's virt-controller node controller: a Node whose agent stopped
 // beating for three of its heartbeat intervals gets vmlet.dev/schedulable=false (so no new
 // launcher pod lands there) and a NodeUnresponsive Event; its VMIs get Ready=False

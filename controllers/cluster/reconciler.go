@@ -45,6 +45,10 @@ type Reconciler struct {
 	AgentGrace time.Duration
 }
 
+// TakeoverPoll is how often a VMI whose migration completed is looked at while its source's
+// launcher pod ended and its target's agent has not taken it over yet.
+const TakeoverPoll = 5 * time.Second
+
 // DefaultAgentGrace is the default Reconciler.AgentGrace. The agent hears of a launcher's
 // exit at once (its pod informer), so this only matters when the agent is not running.
 const DefaultAgentGrace = 10 * time.Second
@@ -114,9 +118,20 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 	case vmistatus.IsFinal(vmi.Status.Phase):
 		return 0, r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
 	}
-	pod, extra := pick(vmi, pods)
-	if err := r.deletePods(ctx, vmi, extra, "a VMI has one launcher pod"); err != nil {
+	pod, extra, targets := pick(vmi, pods)
+	why := "a VMI has one launcher pod"
+	if ms := vmi.Status.MigrationState; pod != nil && ms != nil && ms.Completed && pod.Spec.NodeName == ms.TargetNode {
+		why = "the VMI migrated to node " + ms.TargetNode + " (" + pod.Name + ")"
+	}
+	if err := r.deletePods(ctx, vmi, extra, why); err != nil {
 		return 0, err
+	}
+	switch wait, lost := handover(vmi, pod, targets); {
+	case wait:
+		return TakeoverPoll, nil // the takeover (a status write) wakes it sooner
+	case lost != "":
+		r.fail(vmi, vmistatus.ReasonLauncherPodFailed, lost)
+		return 0, nil
 	}
 	if pod == nil {
 		if name := podName(vmi); name != "" || vmi.Status.NodeName != "" {

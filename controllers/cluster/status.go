@@ -33,6 +33,9 @@ func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Po
 		}
 		return
 	case vmi.Status.NodeName != "":
+		if pod.Spec.NodeName == vmi.Status.NodeName {
+			setPodName(vmi, pod.Name) // a migration's target pod, once its agent took the VMI over
+		}
 		return // the node agent's from here on
 	}
 	setPodName(vmi, pod.Name)
@@ -111,10 +114,20 @@ func podFailure(pod *corev1.Pod) string {
 }
 
 // pick chooses the VMI's pod among pods (normally one): the one on the VMI's node, else the one
-// its status names, else the oldest. The others are extra.
-func pick(vmi *vmletv1.VirtualMachineInstance, pods []corev1.Pod) (*corev1.Pod, []corev1.Pod) {
+// its status names, else the oldest. The others are extra, except migration target pods that
+// are not the VMI's (ownTarget): the migration controller made them and deletes them when
+// their migration fails, so they are returned apart, neither the VMI's pod nor extra.
+func pick(vmi *vmletv1.VirtualMachineInstance, all []corev1.Pod) (pod *corev1.Pod, extra, targets []corev1.Pod) {
+	var pods []corev1.Pod
+	for _, p := range all {
+		if launcherpod.MigrationTarget(&p) != "" && !ownTarget(vmi, &p) {
+			targets = append(targets, p)
+		} else {
+			pods = append(pods, p)
+		}
+	}
 	if len(pods) == 0 {
-		return nil, nil
+		return nil, nil, targets
 	}
 	sort.SliceStable(pods, func(i, j int) bool {
 		ri, rj := rank(vmi, &pods[i]), rank(vmi, &pods[j])
@@ -126,7 +139,52 @@ func pick(vmi *vmletv1.VirtualMachineInstance, pods []corev1.Pod) (*corev1.Pod, 
 		}
 		return pods[i].Name < pods[j].Name
 	})
-	return &pods[0], pods[1:]
+	return &pods[0], pods[1:], targets
+}
+
+// ownTarget reports whether the migration target pod p is the VMI's own pod: its status names
+// it (it took the VMI over earlier), or the agent of p's node took the VMI over for the
+// migration p was made for (status.nodeName is migrationState.targetNode) and the status does
+// not name it yet.
+func ownTarget(vmi *vmletv1.VirtualMachineInstance, p *corev1.Pod) bool {
+	if p.Name == podName(vmi) {
+		return true
+	}
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.MigrationUID == launcherpod.MigrationTarget(p) && ms.TargetNode != "" &&
+		vmi.Status.NodeName == ms.TargetNode && p.Spec.NodeName == ms.TargetNode
+}
+
+// migratedAway reports whether the VMI's migration completed (the guest left its source) and
+// its target's agent has not taken it over yet: the source's launcher exits by itself then.
+func migratedAway(vmi *vmletv1.VirtualMachineInstance) bool {
+	ms := vmi.Status.MigrationState
+	return ms != nil && ms.Completed && !ms.Failed && ms.TargetNode != "" &&
+		vmi.Status.NodeName != "" && vmi.Status.NodeName != ms.TargetNode
+}
+
+// handover says what to do with a VMI whose migration completed before its target's agent took
+// it over (migratedAway) when its launcher pod (nil: gone) ended: the source launcher exits
+// once it handed the guest over, so that is no failure. wait: the target pod lives, look again
+// once the takeover is written. lost: the target pod is gone or ended too, and the guest with
+// it (why).
+func handover(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod, targets []corev1.Pod) (wait bool, lost string) {
+	if !migratedAway(vmi) || (pod != nil && !podEnded(pod)) {
+		return false, ""
+	}
+	ms := vmi.Status.MigrationState
+	for i := range targets {
+		if t := &targets[i]; launcherpod.MigrationTarget(t) == ms.MigrationUID && !podEnded(t) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("migration %s handed the guest to node %s, but its target launcher pod ended or is gone before that node's agent took the VMI over",
+		ms.MigrationUID, ms.TargetNode)
+}
+
+// podEnded reports whether a launcher pod ended or is being deleted.
+func podEnded(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded || !p.DeletionTimestamp.IsZero()
 }
 
 func rank(vmi *vmletv1.VirtualMachineInstance, p *corev1.Pod) int {

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +25,25 @@ const (
 	AppName = "vmlet-launcher"
 	// AnnotVMIName carries the VMI's name whatever its length.
 	AnnotVMIName = "vmlet.dev/vmi-name"
+	// LabelMigrationUID carries, on a migration target's launcher pod, the UID of the
+	// VirtualMachineInstanceMigration it was made for (package migration's TargetPods).
+	LabelMigrationUID = "vmlet.dev/migration-uid"
+	// LabelMigrationRole says what a migration's launcher pod is: MigrationRoleTarget. A pod
+	// without it is a VMI's own launcher pod, or a target that became it (the target's agent
+	// took the VMI over, and the pod keeps its labels).
+	LabelMigrationRole = "vmlet.dev/migration-role"
+	// MigrationRoleTarget is LabelMigrationRole's value on a migration target's pod.
+	MigrationRoleTarget = "target"
 )
+
+// MigrationTarget is the UID of the migration the pod was made for as its target (labels
+// LabelMigrationRole and LabelMigrationUID); "" when it is no migration target.
+func MigrationTarget(pod *corev1.Pod) types.UID {
+	if pod.Labels[LabelMigrationRole] != MigrationRoleTarget {
+		return ""
+	}
+	return types.UID(pod.Labels[LabelMigrationUID])
+}
 
 // Node labels the pod selects on. They are the node agent heartbeat's labels
 // (controllers.LabelSchedulable, controllers.LabelKVM), repeated here so that this package does

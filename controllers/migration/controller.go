@@ -2,6 +2,7 @@ package migration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -35,15 +36,43 @@ const vmiNameIndex = "spec.vmiName"
 // deleted, as KubeVirt's garbage collection does.
 const KeepFinished = 5
 
+// AbortSettle is how long a deleted migration that ended keeps its finalizer while its
+// abortStatus still says Aborting: the source's agent says how the abort went.
+const AbortSettle = 30 * time.Second
+
 // SchedulingTimeout fails a migration whose target cannot be placed for this long (KubeVirt's
 // unschedulable-target-pod timeout).
 const SchedulingTimeout = 5 * time.Minute
 
-// Picker chooses the node a vmi migrates to (never its current node); an error says why none
-// can take it (the scheduler's message).
-type Picker func(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (string, error)
+// Picker places a migration's target (never on the vmi's current node); an error says why no
+// node takes it yet (the scheduler's message). Controller.schedule calls it on every pass until
+// it returns a node, so it must be idempotent.
+type Picker func(ctx context.Context, req TargetRequest) (Target, error)
+
+// TargetRequest is what a Picker places a target for.
+type TargetRequest struct {
+	Migration *vmletv1.VirtualMachineInstanceMigration
+	VMI       *vmletv1.VirtualMachineInstance
+	// Config is the configuration the migration runs with (the cluster's, with the matching
+	// MigrationPolicy's fields over it).
+	Config vmletv1.MigrationConfiguration
+}
+
+// Target is where a migration's target runs.
+type Target struct {
+	Node string
+	// Pod is the target's launcher pod (migrationState.targetPod): cluster mode's; empty in
+	// local mode, where the target's agent names its launcher.
+	Pod string
+	// SourcePod is the vmi's launcher pod the picker found on the source node
+	// (migrationState.sourcePod); empty means the one the vmi's status names.
+	SourcePod string
+}
 
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstances,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstances/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=vmlet.dev,resources=virtualmachineinstancemigrations/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
@@ -55,9 +84,14 @@ type Picker func(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (stri
 type Controller struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	// Pick places migration targets. Local mode picks among its nodes; nil fails every
-	// migration with NoTargetNode (cluster mode places no target launcher pods yet).
+	// Pick places migration targets: local mode picks among its nodes
+	// (controllers.LocalScheduler.PickTarget), cluster mode makes target launcher pods
+	// (TargetPods.Pick); nil fails every migration with NoTargetNode.
 	Pick Picker
+	// Pods is set in cluster mode, where Pick is Pods.Pick: the controller then watches
+	// target launcher pods (a bind wakes the migration waiting for it) and deletes the target
+	// pod of a migration that failed, was aborted or deleted (TargetPods.Release).
+	Pods *TargetPods
 	// APIReader reads the configuration ConfigMap, the MigrationPolicies and the vmi's
 	// Namespace (uncached: read once when a migration is scheduled, not watched); nil means
 	// Client.
@@ -74,11 +108,14 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		}); err != nil {
 		return fmt.Errorf("index migrations by vmi: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("vmi-migration").
 		For(&vmletv1.VirtualMachineInstanceMigration{}).
-		Watches(&vmletv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(c.forVMI)).
-		Complete(c)
+		Watches(&vmletv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(c.forVMI))
+	if c.Pods != nil {
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.forTargetPod))
+	}
+	return b.Complete(c)
 }
 
 // forVMI maps a vmi to its migrations.
@@ -153,6 +190,11 @@ func (c *Controller) step(ctx context.Context, m *vmletv1.VirtualMachineInstance
 	case vmletv1.MigrationSucceeded, vmletv1.MigrationFailed:
 		if vmi != nil && vmi.Status.MigrationState != nil && vmi.Status.MigrationState.MigrationUID == m.UID {
 			m.Status.MigrationState = vmi.Status.MigrationState.DeepCopy() // the nodes' last word
+		}
+		if m.Status.Phase == vmletv1.MigrationFailed {
+			if err := c.release(ctx, m, vmi); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		if controllerutil.RemoveFinalizer(m, Finalizer) {
 			return ctrl.Result{}, c.Client.Update(ctx, m)
@@ -241,18 +283,8 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 		return ctrl.Result{}, nil
 	}
 	if c.Pick == nil {
-		c.fail(m, ReasonNoTarget, "this mode cannot place migration targets yet (cluster mode makes no target launcher pods; local mode with --nodes 2 or more migrates)")
+		c.fail(m, ReasonNoTarget, "this controller was started without a way to place migration targets")
 		return ctrl.Result{}, nil
-	}
-	target, err := c.Pick(ctx, vmi)
-	if err != nil {
-		since := phaseTime(m, vmletv1.MigrationScheduling)
-		if c.now().Sub(since) >= SchedulingTimeout {
-			c.fail(m, ReasonTargetTimeout, fmt.Sprintf("no node could take the target for %s: %v", SchedulingTimeout, err))
-			return ctrl.Result{}, nil
-		}
-		setCondition(m, "TargetScheduled", false, ReasonNoTarget, err.Error())
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	cfg, err := c.config(ctx)
 	if err != nil {
@@ -267,14 +299,39 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 	if pol != nil {
 		cfg, policyName = ApplyPolicy(cfg, &pol.Spec), &pol.Name
 	}
+	t, err := c.Pick(ctx, TargetRequest{Migration: m, VMI: vmi, Config: cfg})
+	if errors.Is(err, ErrTargetPodEnded) {
+		c.fail(m, ReasonMigrationFailed, err.Error())
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		since := phaseTime(m, vmletv1.MigrationScheduling)
+		if c.now().Sub(since) >= SchedulingTimeout {
+			c.fail(m, ReasonTargetTimeout, fmt.Sprintf("no node could take the target for %s: %v", SchedulingTimeout, err))
+			return ctrl.Result{}, nil
+		}
+		setCondition(m, "TargetScheduled", false, ReasonNoTarget, err.Error())
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	target := t.Node
 	noPostCopy, err := c.effectivePostCopy(ctx, &cfg, target)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := c.label(ctx, vmi, target); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	sourcePod := t.SourcePod
+	if sourcePod == "" {
+		sourcePod = launcherPod(vmi)
+	}
 	orig := vmi.DeepCopy()
 	vmi.Status.MigrationState = &vmletv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: m.UID, SourceNode: vmi.Status.NodeName, TargetNode: target,
-		SourcePod: launcherPod(vmi), MigrationConfiguration: &cfg, Mode: vmletv1.MigrationPreCopy,
+		SourcePod: sourcePod, TargetPod: t.Pod, MigrationConfiguration: &cfg, Mode: vmletv1.MigrationPreCopy,
 		MigrationPolicyName: policyName,
 	}
 	vmi.Status.MigrationMethod = Migratable(vmi).Method
@@ -296,6 +353,36 @@ func (c *Controller) schedule(ctx context.Context, m *vmletv1.VirtualMachineInst
 	}
 	c.Recorder.Eventf(m, vmi, corev1.EventTypeNormal, "Scheduled", "Migrate", "migrating vmi %s from node %s to node %s (%s)", vmi.Name, vmi.Status.NodeName, target, how)
 	return ctrl.Result{}, nil
+}
+
+// label puts LabelSourceNode and LabelTargetNode on the vmi (a merge patch of its labels) so
+// that both node agents see it; a no-op when it carries them already.
+// Equivalent to: `kubectl label vmi NAME vmlet.dev/migration-source-node=SRC
+// vmlet.dev/migration-target-node=DST --overwrite`.
+func (c *Controller) label(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, target string) error {
+	want := map[string]string{LabelSourceNode: vmi.Status.NodeName, LabelTargetNode: target}
+	if vmi.Labels[LabelSourceNode] == want[LabelSourceNode] && vmi.Labels[LabelTargetNode] == want[LabelTargetNode] {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels": want, "resourceVersion": vmi.ResourceVersion, // optimistic: the node it leaves is this vmi's node
+	}})
+	if err != nil {
+		return fmt.Errorf("encode the label patch: %w", err)
+	}
+	if err := c.Client.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("label the vmi with its migration's nodes: %w", err)
+	}
+	return nil
+}
+
+// release deletes what Pick placed for migration m, which ended without its target taking the
+// vmi over (cluster mode: its target launcher pod).
+func (c *Controller) release(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) error {
+	if c.Pods == nil {
+		return nil
+	}
+	return c.Pods.Release(ctx, m, vmi)
 }
 
 // follow mirrors the vmi's migrationState and derives the phase from it.
@@ -352,6 +439,17 @@ func (c *Controller) abort(ctx context.Context, m *vmletv1.VirtualMachineInstanc
 			}
 			return ctrl.Result{}, nil // the vmi's change wakes us
 		}
+		if ms := vmi.Status.MigrationState; ms != nil && ms.MigrationUID == m.UID && ms.AbortRequested && ms.AbortStatus == vmletv1.MigrationAbortInProgress {
+			// Ended, but the target said so first (its stream was cut): the source's word on
+			// the abort follows, and is the migration's last (bounded: a source agent that is
+			// gone never says it).
+			if end := ms.EndTimestamp; end == nil || c.now().Sub(end.Time) < AbortSettle {
+				return ctrl.Result{RequeueAfter: time.Second}, nil // the vmi's change wakes us sooner
+			}
+		}
+	}
+	if err := c.release(ctx, m, vmi); err != nil {
+		return ctrl.Result{}, err
 	}
 	controllerutil.RemoveFinalizer(m, Finalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(c.Client.Update(ctx, m))

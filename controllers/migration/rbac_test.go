@@ -30,7 +30,7 @@ import (
 // generated ClusterRole (config/rbac/role.yaml, impersonated), reads the MigrationPolicies and
 // the vmi's Namespace when it schedules a migration against a real API server, and hands the
 // nodes the configuration of the policy that wins by KubeVirt's precedence, its name in
-// migrationState.migrationPolicyName.
+// migrationState.migrationPolicyName; it labels the vmi with the migration's nodes (patch).
 func TestPolicyWithControllerRole(t *testing.T) {
 	prereq.APIServer(t)
 	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme}})
@@ -41,28 +41,7 @@ func TestPolicyWithControllerRole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	data, err := os.ReadFile(filepath.Join(apienv.RepoRoot(), "config", "rbac", "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(data, role); err != nil {
-		t.Fatalf("decode role.yaml: %v", err)
-	}
-	const user = "vmlet-controller-test"
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-	}
-	for _, o := range []client.Object{role, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	imp := rest.CopyConfig(env.Config)
-	imp.Impersonate = rest.ImpersonationConfig{UserName: user}
-	asController, err := client.New(imp, client.Options{Scheme: env.Scheme})
+	asController, err := client.New(controllerRole(ctx, t, env), client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +83,9 @@ func TestPolicyWithControllerRole(t *testing.T) {
 
 	c := &migration.Controller{
 		Client: asController, Recorder: events.NewFakeRecorder(100),
-		Pick: func(context.Context, *vmletv1.VirtualMachineInstance) (string, error) { return "node-b", nil },
+		Pick: func(context.Context, migration.TargetRequest) (migration.Target, error) {
+			return migration.Target{Node: "node-b"}, nil
+		},
 	}
 	key := client.ObjectKeyFromObject(m)
 	for i := 0; m.Status.Phase != vmletv1.MigrationScheduled; i++ {
@@ -122,10 +103,41 @@ func TestPolicyWithControllerRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := vmi.Status.MigrationState
+	if vmi.Labels[migration.LabelSourceNode] != "node-a" || vmi.Labels[migration.LabelTargetNode] != "node-b" || vmi.Labels["app"] != "db" {
+		t.Errorf("vmi labels %v: want the migration's nodes next to its own", vmi.Labels)
+	}
 	if got := ptr.Deref(ms.MigrationPolicyName, ""); got != "b-team-db" {
 		t.Errorf("migrationPolicyName %q, want b-team-db (two matching labels over a-everything's none)", got)
 	}
 	if cfg := ms.MigrationConfiguration; cfg.BandwidthPerMigration.Cmp(resource.MustParse("1Mi")) != 0 || *cfg.CompletionTimeoutPerGiB != migration.DefaultCompletionTimeoutPerGiB {
 		t.Errorf("recorded bandwidth %s, completionTimeoutPerGiB %d: want b-team-db's 1Mi over the cluster's default %d", cfg.BandwidthPerMigration, *cfg.CompletionTimeoutPerGiB, migration.DefaultCompletionTimeoutPerGiB)
 	}
+}
+
+// controllerRole binds the generated ClusterRole (config/rbac/role.yaml) to a user and returns
+// a configuration that impersonates that user: the controller's permissions, no more.
+func controllerRole(ctx context.Context, t *testing.T, env *apienv.Env) *rest.Config {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(apienv.RepoRoot(), "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		t.Fatalf("decode role.yaml: %v", err)
+	}
+	const user = "vmlet-controller-test"
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imp := rest.CopyConfig(env.Config)
+	imp.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return imp
 }

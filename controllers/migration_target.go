@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -45,6 +47,11 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		if err != nil {
 			if ls, serr := r.Runtime.State(id); serr == nil && ls.Exited != nil {
 				r.targetFailed(vmi, "the target launcher exited during the migration: "+exitText(ls.Exited))
+				return ctrl.Result{}, nil
+			}
+			if status.Code(err) == codes.Unavailable {
+				// Its pod's exit may not be reported yet (cluster mode): the socket says enough.
+				r.targetFailed(vmi, fmt.Sprintf("the target launcher went away during the migration (its process ended or was killed): %v", err))
 				return ctrl.Result{}, nil
 			}
 			r.targetFailed(vmi, fmt.Sprintf("incoming migration (%s): %v", st.Status, err))
@@ -184,7 +191,11 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	}
 	completion, progress := timeouts(vmi, spec, copied) // the source's limits: it computes the same
 	keepPaused := vmi.Spec.Paused
-	listen := &targetListen{addr: r.Migration.Addr.String(), ports: ports, pod: "launcher/" + r.NodeName}
+	pod := ms.TargetPod // cluster mode: the target launcher pod the controller made
+	if pod == "" {
+		pod = "launcher/" + r.NodeName // local mode: this agent's launcher process
+	}
+	listen := &targetListen{addr: r.Migration.Addr.String(), ports: ports, pod: pod}
 	m := &migrationRun{migration: ms.MigrationUID, stop: stopAll, received: len(receive) > 0, listen: listen}
 	r.startRun(vmi.UID, m, func(ctx context.Context, _ *migrationRun) (MigrationStatus, error) {
 		// With disks the target stays paused after the stream: ResumeTarget, once the

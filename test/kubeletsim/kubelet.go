@@ -48,6 +48,11 @@ type Kubelet struct {
 	// nodes: they run on the host's /dev, filtered by the agent's device program.
 	Devices     []string
 	DeviceCount int
+	// HostRoot is the folder that stands for this node's root filesystem: a hostPath volume's
+	// path P is HostRoot/P here, so that two simulated nodes on one machine have their own
+	// hostPath folders (their agents are given the same roots under HostRoot). Empty: the
+	// machine's own paths. Claims' paths (claims.go) are not moved: they are shared storage.
+	HostRoot string
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podProc
@@ -74,6 +79,9 @@ func (k *Kubelet) SetupWithManager(mgr ctrl.Manager) error {
 		return ok && p.Spec.NodeName == k.NodeName
 	})
 	if err := k.setupDevices(mgr); err != nil {
+		return err
+	}
+	if err := k.setupNodeLifecycle(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("sim-kubelet").
@@ -130,7 +138,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) (err error) {
 	if bin == "" {
 		return fmt.Errorf("pod %s: no binary for command %q", pod.Name, c.Command)
 	}
-	paths, err := hostPaths(pod, c)
+	paths, err := hostPaths(pod, c, k.HostRoot)
 	if err != nil {
 		return err
 	}
@@ -303,9 +311,9 @@ func (k *Kubelet) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// hostPaths maps the container's hostPath mount paths to their folders, making
+// hostPaths maps the container's hostPath mount paths to their folders (under root), making
 // DirectoryOrCreate folders.
-func hostPaths(pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
+func hostPaths(pod *corev1.Pod, c corev1.Container, root string) (map[string]string, error) {
 	vols := map[string]*corev1.HostPathVolumeSource{}
 	for _, v := range pod.Spec.Volumes {
 		if v.HostPath != nil {
@@ -314,10 +322,12 @@ func hostPaths(pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
 	}
 	m := map[string]string{}
 	for _, vm := range c.VolumeMounts {
-		hp := vols[vm.Name]
-		if hp == nil {
+		src := vols[vm.Name]
+		if src == nil {
 			continue // a claim (claims resolves it)
 		}
+		hp := src.DeepCopy()
+		hp.Path = filepath.Join("/", root, hp.Path)
 		switch {
 		case hp.Type != nil && *hp.Type == corev1.HostPathDirectoryOrCreate:
 			if err := os.MkdirAll(hp.Path, 0o755); err != nil {

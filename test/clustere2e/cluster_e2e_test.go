@@ -97,7 +97,9 @@ type cluster struct {
 	podCgroups                           string
 	podNetns                             string
 	kubelet                              *kubeletsim.Kubelet
-	procs                                []*proc
+	// others are the nodes after the first (clusterOptions.nodes), whose fields above are.
+	others []*simNode
+	procs  []*proc
 }
 
 type proc struct {
@@ -114,6 +116,10 @@ type clusterOptions struct {
 	// subresources is the controller's --subresources-bind-address ("": off); with it the
 	// agent serves VMI streams on a loopback port.
 	subresources string
+	// nodes is how many nodes the cluster has (0: 1). With 2 or more each agent relays live
+	// migrations on 127.0.0.1 (--migration-address), and the nodes after the first are
+	// simNodes: an agent and a kubeletsim with hostPath folders of their own.
+	nodes int
 }
 
 func startCluster(t *testing.T) *cluster { return startClusterWith(t, clusterOptions{}) }
@@ -122,7 +128,7 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
 	prereq.Root(t)
 	prereq.QEMU(t)
-	tmp, err := os.MkdirTemp("", "vmlet-cluster-")
+	tmp, err := os.MkdirTemp("", "vc-") // short: node 2's sockets are under <its root><tmp>/l/<uid>
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +182,15 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	if o.subresources != "" {
 		c.agentArgs = append(c.agentArgs, "--streams-bind-address", "127.0.0.1:0")
 	}
+	if o.nodes > 1 {
+		c.agentArgs = append(c.agentArgs, "--migration-address", "127.0.0.1")
+	}
 	c.startAgent(t)
+	names := []string{nodeName}
+	for i := 2; i <= o.nodes; i++ {
+		n := c.addNode(t, i, guest, suffix)
+		names = append(names, n.name)
+	}
 
 	mgr, err := ctrl.NewManager(env.Config, manager.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -190,7 +204,13 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	if err := c.kubelet.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&kubeletsim.Scheduler{Client: mgr.GetClient(), NodeName: nodeName}).SetupWithManager(mgr); err != nil {
+	for _, n := range c.others {
+		n.kubelet.Client = mgr.GetClient()
+		if err := n.kubelet.SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (&kubeletsim.Scheduler{Client: mgr.GetClient(), Nodes: names}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,6 +228,18 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 		defer scancel()
 		if err := c.kubelet.Stop(sctx); err != nil {
 			t.Errorf("stop kubelet: %v", err)
+		}
+		for _, n := range c.others {
+			if err := n.kubelet.Stop(sctx); err != nil {
+				t.Errorf("stop kubelet of %s: %v", n.name, err)
+			}
+		}
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(c.tmp, "*.log")) // the launcher pods' (kubeletsim)
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("launcher pod %s output:\n%s", strings.TrimSuffix(filepath.Base(l), ".log"), poll.Tail(string(b), 3000))
+			}
 		}
 	})
 	return c

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/guestvmi"
@@ -193,4 +195,67 @@ func (c *cluster) guestCount(t *testing.T, v *vmletv1.VirtualMachineInstance) in
 		return err == nil, out
 	})
 	return n
+}
+
+// TestClusterDrain: the drain taint (vmlet.dev/drain:NoSchedule, what `vmctl drain` puts on a
+// node) moves a LiveMigrate VMI to the other node by a migration the evacuation controller
+// creates, with a target launcher pod there; the drained node is left clean and the guest's
+// process keeps counting.
+func TestClusterDrain(t *testing.T) {
+	c := startClusterWith(t, clusterOptions{nodes: 2})
+	ctx := context.Background()
+	cl := c.env.Client
+	second := c.others[0].name
+	vmi := guestvmi.VMI("drained", guestImage)
+	live := vmletv1.EvictionStrategyLiveMigrate
+	vmi.Spec.EvictionStrategy = &live
+	vmi.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default",
+		InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Masquerade: &vmletv1.InterfaceMasquerade{}}}}
+	vmi.Spec.Networks = []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{Pod: &vmletv1.PodNetwork{}}}}
+	if err := cl.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(vmi)
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), vmi) })
+	ready := c.waitVMI(t, key, 3*time.Minute, "Ready with its guest agent", func(v *vmletv1.VirtualMachineInstance) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) &&
+			meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceAgentConnected)
+	})
+	if ready.Status.NodeName != nodeName {
+		t.Fatalf("vmi on %q, want %s", ready.Status.NodeName, nodeName)
+	}
+	pid := strings.TrimSpace(c.guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
+	sourcePod := c.launcherPod(t, string(vmi.UID))
+
+	node := &corev1.Node{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: evacuation.TaintKey, Effect: corev1.TaintEffectNoSchedule})
+	if err := cl.Patch(ctx, node, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // untaint: the node is the package's
+		n := &corev1.Node{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: nodeName}, n); err == nil {
+			p := client.MergeFrom(n.DeepCopy())
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == evacuation.TaintKey })
+			_ = cl.Patch(context.Background(), n, p)
+		}
+		var l vmletv1.VirtualMachineInstanceMigrationList
+		if err := cl.List(context.Background(), &l, client.InNamespace(vmi.Namespace)); err == nil {
+			for i := range l.Items {
+				_ = cl.Delete(context.Background(), &l.Items[i])
+			}
+		}
+	})
+	v := c.waitVMI(t, key, 4*time.Minute, "moved to "+second, func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.NodeName == second && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) &&
+			v.Status.MigrationState != nil && v.Status.MigrationState.Completed
+	})
+	if got := strings.TrimSpace(c.guestShell(t, v, "kill -0 "+pid+" && echo ok")); got != "ok" {
+		t.Fatalf("counter process %s gone after the drain", pid)
+	}
+	c.waitNodeClean(t, nodeName, vmi, sourcePod)
 }

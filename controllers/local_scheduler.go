@@ -270,8 +270,8 @@ func (s *LocalScheduler) nodeReader() client.Reader {
 	return s.Client
 }
 
-// PickTarget chooses the node a migration of req.VMI goes to: as PickNode, its current node
-// excluded (migration.Picker). The target's agent starts its launcher: no pod is named.
+// PickTarget chooses the node a migration of req.VMI goes to: as PickNode with the migration's
+// addedNodeSelector, its current node excluded (migration.Picker). The target's agent starts its launcher: no pod is named.
 func (s *LocalScheduler) PickTarget(ctx context.Context, req migration.TargetRequest) (migration.Target, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,7 +279,12 @@ func (s *LocalScheduler) PickTarget(ctx context.Context, req migration.TargetReq
 	if err != nil {
 		return migration.Target{}, err
 	}
-	node, why := PickNode(nodes, req.VMI, req.VMI.Status.NodeName)
+	vmi := req.VMI
+	if added := req.Migration.Spec.AddedNodeSelector; len(added) > 0 {
+		vmi = vmi.DeepCopy()
+		vmi.Spec.NodeSelector = migration.AddNodeSelector(vmi.Spec.NodeSelector, added)
+	}
+	node, why := PickNode(nodes, vmi, vmi.Status.NodeName)
 	if node == "" {
 		return migration.Target{}, errors.New(why)
 	}

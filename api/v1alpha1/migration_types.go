@@ -43,6 +43,14 @@ type VirtualMachineInstanceMigrationSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	VMIName string `json:"vmiName"`
+
+	// AddedNodeSelector restricts the nodes the migration's target may run on, in addition to
+	// the vmi's own nodeSelector and affinity (KubeVirt's field): a node must carry these
+	// labels too. On a key the vmi's nodeSelector also sets, the vmi's value wins: it can only
+	// narrow the choice, never bypass the vmi's constraints.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	AddedNodeSelector map[string]string `json:"addedNodeSelector,omitempty"`
 }
 
 // VirtualMachineInstanceMigrationPhase is a label for the condition of a

@@ -200,8 +200,28 @@ func TargetPod(req TargetRequest, source *corev1.Pod, o launcherpod.Options) (*c
 	pod.Labels = maps.Clone(pod.Labels)
 	pod.Labels[launcherpod.LabelMigrationUID] = string(req.Migration.UID)
 	pod.Labels[launcherpod.LabelMigrationRole] = launcherpod.MigrationRoleTarget
+	pod.Spec.NodeSelector = AddNodeSelector(pod.Spec.NodeSelector, req.Migration.Spec.AddedNodeSelector)
 	avoidNode(&pod.Spec, vmi.Status.NodeName)
 	return pod, nil
+}
+
+// AddNodeSelector is selector with the migration's addedNodeSelector: its keys that selector
+// lacks are added, the others keep selector's values (it narrows the target's nodes, never
+// widens them). selector is not changed. Pure.
+func AddNodeSelector(selector, added map[string]string) map[string]string {
+	if len(added) == 0 {
+		return selector
+	}
+	out := maps.Clone(selector)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range added {
+		if _, ok := out[k]; !ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // avoidNode adds a required node affinity term requirement that keeps the pod off node.

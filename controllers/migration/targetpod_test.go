@@ -3,6 +3,7 @@ package migration_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,23 @@ func TestTargetPod(t *testing.T) {
 	if got, want := pod.Spec.SecurityContext.SELinuxOptions, (&corev1.SELinuxOptions{Type: "virt_launcher.process", Level: "s0:c1,c2"}); !cmp.Equal(got, want) {
 		t.Errorf("seLinuxOptions %+v, want %+v (the source's type and level)", got, want)
 	}
+
+	// addedNodeSelector narrows the target's nodes: its new keys are added, the vmi's win.
+	vmiKey := ""
+	for k := range source.Spec.NodeSelector {
+		vmiKey = k
+	}
+	m.Spec.AddedNodeSelector = map[string]string{"rack": "b", vmiKey: "overridden"}
+	pod, err = migration.TargetPod(req, source, podOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := maps.Clone(source.Spec.NodeSelector)
+	want["rack"] = "b"
+	if d := cmp.Diff(want, pod.Spec.NodeSelector); d != "" {
+		t.Errorf("nodeSelector with addedNodeSelector (-want +got):\n%s", d)
+	}
+	m.Spec.AddedNodeSelector = nil
 
 	req.Config.MatchSELinuxLevelOnMigration = ptr.To(false)
 	pod, err = migration.TargetPod(req, source, podOpts)
@@ -303,5 +321,26 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 			t.Fatalf("%s: not reached within a minute; last seen: %s", what, seen)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestAddNodeSelector(t *testing.T) {
+	vmi := map[string]string{"zone": "a"}
+	for _, c := range []struct {
+		name       string
+		sel, added map[string]string
+		want       map[string]string
+	}{
+		{"nothing added", vmi, nil, vmi},
+		{"a new key", vmi, map[string]string{"rack": "b"}, map[string]string{"zone": "a", "rack": "b"}},
+		{"the vmi's key wins", vmi, map[string]string{"zone": "c"}, map[string]string{"zone": "a"}},
+		{"no selector of its own", nil, map[string]string{"rack": "b"}, map[string]string{"rack": "b"}},
+	} {
+		if got := migration.AddNodeSelector(c.sel, c.added); !cmp.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	if len(vmi) != 1 || vmi["zone"] != "a" {
+		t.Errorf("the vmi's selector changed: %v", vmi)
 	}
 }

@@ -17,14 +17,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/test/guestvmi"
 	"github.com/vmlet/vmlet/test/poll"
 )
 
-// TestClusterMigrationFaults: a cluster-mode migration slowed to 1 MiB/s is (1) aborted by
-// deleting its VirtualMachineInstanceMigration, and (2) failed by killing its target launcher
-// pod's processes mid-stream. Each time the guest keeps running on its node (Ready, its counter
+// TestClusterMigrationFaults: a migration whose addedNodeSelector no node matches waits in
+// Scheduling with the scheduler's message and its target pod goes with it; a cluster-mode
+// migration slowed to 1 MiB/s is (1) aborted by deleting its VirtualMachineInstanceMigration,
+// and (2) failed by killing its target launcher pod's processes mid-stream. Each time the guest keeps running on its node (Ready, its counter
 // counting), the migration says why it ended, the target launcher pod is deleted and the
 // target node keeps nothing of the VMI.
 func TestClusterMigrationFaults(t *testing.T) {
@@ -89,6 +91,39 @@ func TestClusterMigrationFaults(t *testing.T) {
 		})
 		c.waitNodeClean(t, second.name, vmi, target)
 	}
+
+	t.Run("an addedNodeSelector no node matches", func(t *testing.T) {
+		m := &vmletv1.VirtualMachineInstanceMigration{}
+		m.Namespace, m.Name, m.Spec.VMIName = vmi.Namespace, "nowhere", vmi.Name
+		m.Spec.AddedNodeSelector = map[string]string{"example.com/rack": "nowhere"}
+		if err := cl.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Delete(context.Background(), m) })
+		poll.Until(t, time.Minute, "the scheduler's word in TargetScheduled", func() (bool, string) {
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(m.Status.Conditions, "TargetScheduled")
+			return m.Status.Phase == vmletv1.MigrationScheduling && c != nil && c.Status == "False" && strings.Contains(c.Message, "node affinity/selector"),
+				fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+		})
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.MatchingLabels{launcherpod.LabelMigrationUID: string(m.UID)}); err != nil || len(pods.Items) != 1 {
+			t.Fatalf("target pods: %d, %v; want 1", len(pods.Items), err)
+		}
+		if got := pods.Items[0].Spec.NodeSelector["example.com/rack"]; got != "nowhere" {
+			t.Errorf("target pod nodeSelector %v, want the added example.com/rack=nowhere", pods.Items[0].Spec.NodeSelector)
+		}
+		if err := cl.Delete(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		target := pods.Items[0]
+		poll.Until(t, time.Minute, "target pod deleted", func() (bool, string) {
+			err := cl.Get(ctx, client.ObjectKeyFromObject(&target), &corev1.Pod{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
 
 	t.Run("deleting the migration aborts it", func(t *testing.T) {
 		m, target := streaming(t, "aborted")

@@ -96,7 +96,9 @@ type cluster struct {
 	launcherRoot, volumeRoot, imageCache string
 	podCgroups                           string
 	podNetns                             string
-	kubelet                              *kubeletsim.Kubelet
+	// cniNetns is the namespace (ip netns name) of the first node's pod bridge.
+	cniNetns string
+	kubelet  *kubeletsim.Kubelet
 	// others are the nodes after the first (clusterOptions.nodes), whose fields above are.
 	others []*simNode
 	procs  []*proc
@@ -151,6 +153,7 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	t.Cleanup(func() { _ = os.Remove(c.podCgroups) })
 	// The CNI's node bridge lives in a namespace of the test's own: guests reach nothing else.
 	nsName := "vmlet-cl-" + suffix
+	c.cniNetns = nsName
 	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}

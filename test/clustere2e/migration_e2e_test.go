@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -40,7 +42,8 @@ func TestClusterMigration(t *testing.T) {
 	second := c.others[0].name
 	vmi := guestvmi.VMI("migrating", guestImage)
 	vmi.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default",
-		InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Masquerade: &vmletv1.InterfaceMasquerade{}}}}
+		InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Masquerade: &vmletv1.InterfaceMasquerade{}},
+		Ports:                  []vmletv1.Port{{Name: "echo", Port: 8080, Protocol: vmletv1.ProtocolTCP}}}}
 	vmi.Spec.Networks = []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{Pod: &vmletv1.PodNetwork{}}}}
 	if err := cl.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
@@ -57,6 +60,12 @@ func TestClusterMigration(t *testing.T) {
 	}
 	pid := c.guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!")
 	pid = strings.TrimSpace(pid)
+	// A server in the guest on the declared port: reached at the launcher pod's address from
+	// the node's pod network, before and after each migration (masquerade: the guest keeps its
+	// own address, the new pod forwards the port).
+	token := "vmlet-" + randomSuffix()
+	c.guestShell(t, ready, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &")
+	c.waitServed(t, ready, token)
 
 	from := ready
 	sourcePod := c.launcherPod(t, string(vmi.UID))
@@ -114,6 +123,7 @@ func TestClusterMigration(t *testing.T) {
 			n := c.guestCount(t, v)
 			return n > before, fmt.Sprintf("count %d, was %d before the migration", n, before)
 		})
+		c.waitServed(t, v, token)
 		c.waitNodeClean(t, from.Status.NodeName, vmi, sourcePod)
 		from, sourcePod = v, pod
 	}
@@ -152,6 +162,18 @@ func (c *cluster) waitNodeClean(t *testing.T, node string, vmi *vmletv1.VirtualM
 			}
 		}
 		return true, ""
+	})
+}
+
+// waitServed waits until port 8080 of v's launcher pod answers token from its node's pod
+// network (socat in the namespace of the node's pod bridge).
+func (c *cluster) waitServed(t *testing.T, v *vmletv1.VirtualMachineInstance, token string) {
+	t.Helper()
+	ip := v.Status.Interfaces[0].IP
+	ns := c.cniNetnsOf(v.Status.NodeName)
+	poll.Until(t, time.Minute, fmt.Sprintf("%s:8080 answering from %s", ip, ns), func() (bool, string) {
+		out, err := exec.Command("ip", "netns", "exec", ns, "socat", "-T", "5", "-", "TCP:"+net.JoinHostPort(ip, "8080")+",connect-timeout=3").CombinedOutput()
+		return strings.TrimSpace(string(out)) == token, fmt.Sprintf("%q %v", out, err)
 	})
 }
 

@@ -22,6 +22,7 @@ type simNode struct {
 	name, hostRoot                       string
 	launcherRoot, volumeRoot, imageCache string
 	podCgroups, podNetns                 string
+	cniNetns                             string // its pod bridge's namespace (ip netns name)
 	agentArgs                            []string
 	agent                                *proc
 	kubelet                              *kubeletsim.Kubelet
@@ -65,6 +66,7 @@ func (c *cluster) addNode(t *testing.T, i int, guest, suffix string) *simNode {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsName).Run() })
+	n.cniNetns = nsName
 	// 198.19.118.0/24 is the first node's (network.DefaultNodeSubnet); node i takes the i-1st
 	// /24 after it.
 	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(118 + i - 1), 0}), 24)
@@ -93,4 +95,15 @@ func (c *cluster) roots(name string) (launcherRoot, volumeRoot, podCgroups, podN
 		}
 	}
 	return c.launcherRoot, c.volumeRoot, c.podCgroups, c.podNetns
+}
+
+// cniNetns is the namespace (ip netns name) of node name's pod bridge: where the node reaches
+// its pods' addresses.
+func (c *cluster) cniNetnsOf(name string) string {
+	for _, n := range c.others {
+		if n.name == name {
+			return n.cniNetns
+		}
+	}
+	return c.cniNetns
 }

@@ -32,7 +32,7 @@ func TestMigrationOnOneNode(t *testing.T) {
 	if err := kc.Get(ctx, client.ObjectKey{Namespace: migrationca.Namespace, Name: migrationca.SecretName}, &corev1.Secret{}); err != nil {
 		t.Errorf("migration CA Secret %s/%s: %v", migrationca.Namespace, migrationca.SecretName, err)
 	}
-	v := waitVMI(t, b.name, time.Minute, "LiveMigratable", func(v *vmletv1.VirtualMachineInstance) bool {
+	waitVMI(t, b.name, time.Minute, "LiveMigratable", func(v *vmletv1.VirtualMachineInstance) bool {
 		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
 	})
 	name := b.name + "-m"
@@ -40,7 +40,9 @@ func TestMigrationOnOneNode(t *testing.T) {
 		"\n  namespace: default\nspec:\n  vmiName: "+b.name+"\n", "create", "-f", "-")
 	key := client.ObjectKey{Namespace: "default", Name: name}
 	m := &vmletv1.VirtualMachineInstanceMigration{}
-	t.Cleanup(func() { _ = kc.Delete(context.Background(), &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: objMeta(name)}) })
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: objMeta(name)})
+	})
 	poll.Until(t, 2*time.Minute, name+": the scheduler's word on its target", func() (bool, string) {
 		if err := kc.Get(ctx, key, m); err != nil {
 			return false, err.Error()
@@ -64,7 +66,7 @@ func TestMigrationOnOneNode(t *testing.T) {
 		err := kc.Get(ctx, client.ObjectKeyFromObject(&target), &corev1.Pod{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	v = getVMI(t, b.name)
+	v := getVMI(t, b.name)
 	if v.Status.Phase != vmletv1.Running || v.Status.NodeName != cl.NodeName || v.Status.Launcher == nil || v.Status.Launcher.Pod != b.pod.Name {
 		t.Errorf("after the migration's deletion: %s, launcher %+v", summary(v), v.Status.Launcher)
 	}

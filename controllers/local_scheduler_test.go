@@ -1,12 +1,18 @@
 package controllers_test
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers"
+	"github.com/vmlet/vmlet/controllers/migration"
 )
 
 func TestPickNode(t *testing.T) {
@@ -106,5 +112,38 @@ func TestUntolerated(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: Untolerated = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPickTargetAddedNodeSelector: local mode's migration picker honours the migration's
+// addedNodeSelector (on the local nodes' labels), and says why when no node has them.
+func TestPickTargetAddedNodeSelector(t *testing.T) {
+	scheme := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, vmletv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vmi := &vmletv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm", UID: "u1"}}
+	vmi.Status.NodeName, vmi.Status.Phase = "a", vmletv1.Running
+	s := &controllers.LocalScheduler{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmi).Build(),
+		Nodes: []controllers.LocalNode{{Name: "a", Labels: map[string]string{"rack": "1"}}, {Name: "b", Labels: map[string]string{"rack": "1"}},
+			{Name: "c", Labels: map[string]string{"rack": "2"}}}}
+	pick := func(added map[string]string) (string, error) {
+		m := &vmletv1.VirtualMachineInstanceMigration{Spec: vmletv1.VirtualMachineInstanceMigrationSpec{VMIName: "vm", AddedNodeSelector: added}}
+		tg, err := s.PickTarget(context.Background(), migration.TargetRequest{Migration: m, VMI: vmi})
+		return tg.Node, err
+	}
+	if n, err := pick(map[string]string{"rack": "2"}); err != nil || n != "c" {
+		t.Errorf("rack 2: %q, %v; want c", n, err)
+	}
+	if n, err := pick(map[string]string{"rack": "1"}); err != nil || n != "b" {
+		t.Errorf("rack 1: %q, %v; want b (a is the source)", n, err)
+	}
+	if n, err := pick(map[string]string{"rack": "3"}); err == nil {
+		t.Errorf("rack 3: picked %q, want an error", n)
+	}
+	if vmi.Spec.NodeSelector != nil {
+		t.Errorf("the vmi's nodeSelector changed: %v", vmi.Spec.NodeSelector)
 	}
 }

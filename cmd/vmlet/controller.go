@@ -34,12 +34,15 @@ type controllerFlags struct {
 	serve *serveFlags
 	// subresourcesAddr is where the aggregated subresources API is served ("" off).
 	subresourcesAddr string
-	heartbeat        time.Duration
-	leaderElect      bool
-	leaderElectNS    string
-	leaderElectID    string
-	developmentLog   bool
-	agentGrace       time.Duration
+	// evictionAddr is where the eviction webhook is served ("" off); evictionURL is the URL
+	// it is registered at instead of the Service (a controller outside the cluster).
+	evictionAddr, evictionURL string
+	heartbeat                 time.Duration
+	leaderElect               bool
+	leaderElectNS             string
+	leaderElectID             string
+	developmentLog            bool
+	agentGrace                time.Duration
 }
 
 func controllerCmd() *cobra.Command {
@@ -80,6 +83,8 @@ Run one replica, or several with --leader-elect.`,
 	fs.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's own namespace)")
 	fs.StringVar(&f.leaderElectID, "leader-election-id", "vmlet-controller.vmlet.dev", "name of the leader Lease")
 	fs.BoolVar(&f.developmentLog, "dev-log", false, "human-readable development logs instead of JSON")
+	fs.StringVar(&f.evictionAddr, "eviction-webhook-bind-address", "", "where the admission webhook on launcher pods' evictions is served (config/controller: :9443, which the Service vmlet-system/vmlet-webhook targets): kubectl drain then migrates VMIs by their evictionStrategy; empty: off")
+	fs.StringVar(&f.evictionURL, "eviction-webhook-url", "", "register the eviction webhook at this https URL instead of the Service vmlet-system/vmlet-webhook (a controller outside the cluster)")
 	fs.StringVar(&f.subresourcesAddr, "subresources-bind-address", "", "where the aggregated subresources.vmlet.dev API is served (config/controller: :8443, which the Service vmlet-system/vmlet-subresources targets); empty: off")
 	fs.DurationVar(&f.agentGrace, "agent-grace", cluster.DefaultAgentGrace, "how long a VMI whose launcher pod ended is left to its node agent (which knows why) before this controller fails it")
 	return c
@@ -141,7 +146,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return fmt.Errorf("set up the migration controller: %w", err)
 	}
 	// Drains by taint (vmlet.dev/drain:NoSchedule): the same controller as in local mode.
-	ec := &evacuation.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-evacuation")}
+	ec := &evacuation.Controller{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("vmlet-evacuation"), PDBs: true}
 	if err := ec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the evacuation controller: %w", err)
 	}
@@ -149,6 +154,9 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Recorder: mgr.GetEventRecorder("vmlet-node-controller"), Interval: f.heartbeat}
 	if err := nc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the node controller: %w", err)
+	}
+	if err := addEvictionWebhook(ctx, mgr, f.evictionAddr, f.evictionURL); err != nil {
+		return err
 	}
 	if err := addSubresources(ctx, mgr, f.subresourcesAddr); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,9 @@ type Controller struct {
 	APIReader client.Reader
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// PDBs keeps a PodDisruptionBudget per VMI that must not be evicted (cluster mode, where a
+	// kubelet evicts pods: PDB); local mode has no evictions.
+	PDBs bool
 }
 
 // SetupWithManager registers the controller: Nodes, and the VMIs and migrations that change
@@ -98,7 +102,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := c.Client.List(ctx, &vl); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list VMIs: %w", err)
 	}
-	in := Input{Node: node.Name, Drained: Drained(node.Spec.Taints), Now: c.now()}
+	in := Input{Node: node.Name, Drained: Drained(node.Spec.Taints), Cordoned: node.Spec.Unschedulable, Now: c.now()}
 	var marked []vmletv1.VirtualMachineInstance // evacuated from here, now elsewhere
 	for _, v := range vl.Items {
 		switch {
@@ -108,19 +112,29 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			marked = append(marked, v)
 		}
 	}
-	if in.Drained {
+	evacuating := in.Drained || (in.Cordoned && slices.ContainsFunc(in.VMIs, func(v vmletv1.VirtualMachineInstance) bool { return Marked(&v, node.Name) }))
+	if evacuating || (c.PDBs && len(in.VMIs) > 0) {
 		var err error
 		if in.Default, in.Config, err = config(ctx, c.reader()); err != nil {
 			c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "InvalidConfiguration", "Evacuate", "%v", err)
 			return ctrl.Result{}, err
 		}
+	}
+	var errs []error
+	if c.PDBs {
+		for i := range in.VMIs {
+			if err := c.syncPDB(ctx, &in.VMIs[i], in.Default); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if evacuating {
 		var ml vmletv1.VirtualMachineInstanceMigrationList
 		if err := c.reader().List(ctx, &ml); err != nil {
 			return ctrl.Result{}, fmt.Errorf("list migrations: %w", err)
 		}
 		in.Migrations = ml.Items
 	}
-	var errs []error
 	var res ctrl.Result
 	byName := map[string]*vmletv1.VirtualMachineInstance{}
 	for i := range in.VMIs {

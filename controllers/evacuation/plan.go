@@ -78,6 +78,9 @@ type Input struct {
 	// Node is the node; Drained whether it carries the drain taint.
 	Node    string
 	Drained bool
+	// Cordoned is the node's spec.unschedulable (kubectl cordon, the first step of kubectl
+	// drain): its Marked VMIs are evacuated too.
+	Cordoned bool
 	// Default is the cluster's evictionStrategy (nil: None).
 	Default *vmletv1.EvictionStrategy
 	// VMIs are the VMIs whose status.nodeName is Node.
@@ -123,7 +126,15 @@ func Drained(taints []corev1.Taint) bool {
 	return false
 }
 
-// Plan decides what the drain does to each of in.VMIs, in name order. Migrations are created
+// Marked reports whether vmi must leave node although the node has no drain taint: the
+// eviction webhook marked it (status.evacuationNodeName) when its launcher pod's eviction was
+// asked for (kubectl drain, which cordons the node first; uncordoning it cancels). Pure.
+func Marked(vmi *vmletv1.VirtualMachineInstance, node string) bool {
+	return vmi.Status.EvacuationNodeName == node && vmi.Status.NodeName == node
+}
+
+// Plan decides what the drain does to each of in.VMIs (on a node without the drain taint only
+// those Marked on a cordoned node), in name order. Migrations are created
 // only for as many VMIs as there are free slots: every migration that has not ended takes one
 // (pending ones too, so that the drain never queues more than can run), cluster-wide and from
 // this node. Pure.
@@ -160,8 +171,9 @@ func Plan(in Input) []Decision {
 	for i := range vmis {
 		vmi := &vmis[i]
 		d := Decision{Namespace: vmi.Namespace, Name: vmi.Name, Action: None}
+		evacuated := in.Drained || (in.Cordoned && Marked(vmi, in.Node))
 		switch s := Strategy(vmi, in.Default); {
-		case !in.Drained, vmistatus.IsFinal(vmi.Status.Phase), !vmi.DeletionTimestamp.IsZero():
+		case !evacuated, vmistatus.IsFinal(vmi.Status.Phase), !vmi.DeletionTimestamp.IsZero():
 		case s == vmletv1.EvictionStrategyExternal:
 			d.Action, d.Message = External, "evictionStrategy External: left to an external controller"
 		case s != vmletv1.EvictionStrategyLiveMigrate && s != vmletv1.EvictionStrategyLiveMigrateIfPossible:

@@ -85,6 +85,25 @@ func TestPlanStrategies(t *testing.T) {
 	}
 }
 
+// TestPlanMarked: on a cordoned node without the drain taint, the VMIs the eviction webhook
+// marked (status.evacuationNodeName = the node) are evacuated as on a drained node, and only
+// they; uncordoning ends it.
+func TestPlanMarked(t *testing.T) {
+	lm := vmletv1.EvictionStrategyLiveMigrate
+	marked, stuck, other := vmi("a-marked", lm, true), vmi("b-marked-stuck", lm, false), vmi("c-unmarked", lm, true)
+	marked.Status.EvacuationNodeName, stuck.Status.EvacuationNodeName = "n1", "n1"
+	vmis := []vmletv1.VirtualMachineInstance{marked, stuck, other}
+	got := actions(evacuation.Plan(evacuation.Input{Node: "n1", Cordoned: true, Now: t0, VMIs: vmis}))
+	if want := "a-marked=Migrate b-marked-stuck=Block c-unmarked=None"; got != want {
+		t.Errorf("cordoned: got %s, want %s", got, want)
+	}
+	// Uncordoned (kubectl uncordon): the evacuation is off, the marks go.
+	got = actions(evacuation.Plan(evacuation.Input{Node: "n1", Now: t0, VMIs: vmis}))
+	if want := "a-marked=None b-marked-stuck=None c-unmarked=None"; got != want {
+		t.Errorf("uncordoned: got %s, want %s", got, want)
+	}
+}
+
 func TestPlanMessages(t *testing.T) {
 	ds := evacuation.Plan(evacuation.Input{Node: "n1", Drained: true, Now: t0, VMIs: []vmletv1.VirtualMachineInstance{
 		vmi("stuck", vmletv1.EvictionStrategyLiveMigrate, false), vmi("gone", vmletv1.EvictionStrategyLiveMigrateIfPossible, false)}})
@@ -229,5 +248,54 @@ func TestNewMigration(t *testing.T) {
 	if m.GenerateName != "vmlet-evacuation-" || m.Namespace != "default" || m.Spec.VMIName != "a" ||
 		m.Annotations[evacuation.AnnotationEvacuation] != "n1" || m.Labels[evacuation.LabelVMIName] != "a" {
 		t.Errorf("NewMigration = %+v", m.ObjectMeta)
+	}
+}
+
+func TestEviction(t *testing.T) {
+	live, ifPossible, external, none := vmletv1.EvictionStrategyLiveMigrate, vmletv1.EvictionStrategyLiveMigrateIfPossible,
+		vmletv1.EvictionStrategyExternal, vmletv1.EvictionStrategyNone
+	vmi := func(s *vmletv1.EvictionStrategy, migratable bool) *vmletv1.VirtualMachineInstance {
+		v := &vmletv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm"}}
+		v.Spec.EvictionStrategy = s
+		v.Status.Phase, v.Status.NodeName = vmletv1.Running, "n1"
+		st := metav1.ConditionFalse
+		if migratable {
+			st = metav1.ConditionTrue
+		}
+		v.Status.Conditions = []metav1.Condition{{Type: string(vmletv1.VirtualMachineInstanceIsMigratable), Status: st, Reason: "InterfaceNotLiveMigratable", Message: "bridge"}}
+		return v
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}}
+	target := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}}
+	ended := vmi(&live, true)
+	ended.Status.Phase = vmletv1.Succeeded
+	for _, c := range []struct {
+		name    string
+		pod     *corev1.Pod
+		vmi     *vmletv1.VirtualMachineInstance
+		def     *vmletv1.EvictionStrategy
+		allowed bool
+		mark    string
+		says    string
+	}{
+		{"LiveMigrate, migratable", pod, vmi(&live, true), nil, false, "n1", "Eviction triggered evacuation"},
+		{"the cluster's LiveMigrate", pod, vmi(nil, true), &live, false, "n1", "Eviction triggered evacuation"},
+		{"LiveMigrate, not migratable", pod, vmi(&live, false), nil, false, "", "cannot migrate (InterfaceNotLiveMigratable: bridge)"},
+		{"IfPossible, migratable", pod, vmi(&ifPossible, true), nil, false, "n1", "migrates off node n1"},
+		{"IfPossible, not migratable", pod, vmi(&ifPossible, false), nil, true, "", ""},
+		{"External", pod, vmi(&external, false), nil, false, "n1", "External"},
+		{"None", pod, vmi(&none, true), &live, true, "", ""},
+		{"no strategy anywhere", pod, vmi(nil, true), nil, true, "", ""},
+		{"a migration target's pod", target, vmi(&live, true), nil, true, "", ""},
+		{"an ended VMI", pod, ended, nil, true, "", ""},
+		{"no VMI", pod, nil, nil, true, "", ""},
+	} {
+		v := evacuation.Eviction(c.pod, c.vmi, c.def)
+		if v.Allowed != c.allowed || v.Mark != c.mark || !strings.Contains(v.Message, c.says) {
+			t.Errorf("%s: %+v; want allowed %v, mark %q, a message with %q", c.name, v, c.allowed, c.mark, c.says)
+		}
+		if !v.Allowed && v.Code != 429 {
+			t.Errorf("%s: code %d, want 429 (kubectl drain retries it)", c.name, v.Code)
+		}
 	}
 }

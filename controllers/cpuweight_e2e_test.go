@@ -14,13 +14,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/prereq"
-	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // TestVCPUThreadsInTheirGroup runs a 2-vCPU VMI requesting 300m with CPU weights on, as local
@@ -39,13 +39,17 @@ func TestVCPUThreadsInTheirGroup(t *testing.T) {
 	vmi := newVMI("vcpu-groups")
 	vmi.Spec.Domain.CPU = &vmletv1.CPU{Cores: 2}
 	vmi.Spec.Domain.Resources.Requests = vmletv1.ResourceList{vmletv1.ResourceCPU: resource.MustParse("300m")}
+	// Its vCPUs get the least CPU share there is: on a busy machine (make test runs packages side
+	// by side on 2 cores) the guest may take minutes to boot, by design. Nothing here needs it
+	// booted (QEMU makes its vCPU threads at start), and its delete need not wait for an ACPI
+	// shutdown it may be too slow to hear.
+	vmi.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
 	if err := env.Client.Create(ctx, vmi); err != nil {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(vmi)
 	uid := string(vmi.UID)
 	running := waitCondition(t, key, vmletv1.VirtualMachineInstanceReady, metav1.ConditionTrue, 2*time.Minute)
-	waitSerial(t, consoleLog(running), testguest.MarkerReady)
 	st, err := a.runtime.State(uid)
 	if err != nil {
 		t.Fatal(err)

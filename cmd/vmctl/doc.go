@@ -23,7 +23,8 @@
 //
 // `vmctl top [NAME]` shows each VMI's CPU, memory, disk and network use, like
 // `kubectl top pod`, from the node agents' metrics (Node annotation vmlet.dev/metrics-address,
-// or --metrics URL); `vmctl drain NODE` / `uncordon NODE` drain a node of its VMIs.
+// or --metrics URL); `vmctl drain NODE` / `uncordon NODE` drain a node of its VMIs;
+// `vmctl evacuate-cancel (NAME | --node NODE)` cancels an evacuation an eviction started.
 //
 // Node-local work, as root on the node: --launcher PATH talks to one vmlet-launcher over its
 // socket, <run dir>/launcher.sock, where the run dir is <--run-root>/<vmi uid>

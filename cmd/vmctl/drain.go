@@ -94,8 +94,9 @@ there again, and drains in progress stop (migrations already created go on).
 
 // clients are drain's connections to the API server.
 type clients struct {
-	nodes corev1client.NodeInterface
-	vmis  dynamic.NamespaceableResourceInterface
+	nodes      corev1client.NodeInterface
+	vmis       dynamic.NamespaceableResourceInterface
+	migrations dynamic.NamespaceableResourceInterface
 }
 
 func (c *cli) clients(k *kubeFlags) (*clients, error) {
@@ -114,7 +115,7 @@ func (c *cli) clients(k *kubeFlags) (*clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	return &clients{nodes: core.Nodes(), vmis: dyn.Resource(vmiResource)}, nil
+	return &clients{nodes: core.Nodes(), vmis: dyn.Resource(vmiResource), migrations: dyn.Resource(migrationResource)}, nil
 }
 
 // setDrainTaint adds (on) or removes (off) the drain taint and reports whether the node

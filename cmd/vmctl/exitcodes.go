@@ -30,11 +30,11 @@ var exitCodes = []struct {
 	{exitOK, "done"},
 	{exitError, "the call failed (the API server or launcher could not be reached, or answered an error not listed here; for top: no agent answered, no node advertises metrics)"},
 	{exitUsage, "usage: unknown command or flag, wrong arguments"},
-	{exitNotFound, "not found: VM commands: the VMI (or a migration to cancel) does not exist, or the subresources API is not served; top NAME: no such VMI in the metrics of the agents that answered"},
+	{exitNotFound, "not found: VM commands and evacuate-cancel: the VMI (or a migration to cancel) does not exist, or the subresources API is not served; top NAME: no such VMI in the metrics of the agents that answered"},
 	{exitBlocked, "gave up waiting: drain: VMIs still on the node at --deadline; migrate --wait: the migration had not ended at --deadline"},
 	{exitRefused, "refused by the VM: qmp got a QMP error reply (printed on stderr with its class); migrate --wait: the migration Failed"},
 	{exitForbidden, "forbidden (HTTP 403; VM commands): RBAC on virtualmachineinstances/<subresource> (or on the VMI or its migrations), or the QMP command allow-list"},
-	{exitConflict, "conflict (HTTP 409; VM commands): the VMI is not running, or has no display or no guest agent"},
+	{exitConflict, "conflict (HTTP 409; VM commands): the VMI is not running, or has no display or no guest agent; evacuate-cancel: the node carries the drain taint"},
 }
 
 // exitCodesHelp is the exit status list as the help prints it.

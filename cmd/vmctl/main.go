@@ -107,7 +107,8 @@ VirtualMachineInstanceMigration, with the ordinary vmlet.dev API.
 As a kubectl plugin: put the binary on PATH as kubectl-vmctl ("make install-plugin") and run
 "kubectl vmctl ...": the same commands and flags.
 
-"vmctl drain" and "vmctl uncordon" drain a node of its VMIs. "vmctl top" reads the node
+"vmctl drain" and "vmctl uncordon" drain a node of its VMIs; "vmctl evacuate-cancel" cancels
+an evacuation started by an eviction. "vmctl top" reads the node
 agents' metrics, found through the Kubernetes API or given with --metrics.
 
 Node-local work, as root on the node, skips the API: --launcher PATH talks to one
@@ -158,7 +159,7 @@ qmp, qmp-log, pause and unpause take it instead of NAME.
 	top := newTopCmd(c)
 	top.GroupID = "cluster"
 	root.AddCommand(top)
-	for _, sub := range []*cobra.Command{newDrainCmd(c), newUncordonCmd(c)} {
+	for _, sub := range []*cobra.Command{newDrainCmd(c), newUncordonCmd(c), newEvacuateCancelCmd(c)} {
 		sub.GroupID = "cluster"
 		root.AddCommand(sub)
 	}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
@@ -48,8 +49,8 @@ const (
 // One API server and one build of the binaries per package; each test runs its own controller,
 // agent and kubeletsim against it.
 var (
-	env              *apienv.Env
-	vmletBin, launch string
+	env                     *apienv.Env
+	vmletBin, launch, vmctl string
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -59,7 +60,7 @@ func run(m *testing.M) int {
 		return m.Run() // the tests' prereq guards say why they cannot run (and fail under CI)
 	}
 	var err error
-	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}, Aggregation: true})
+	env, err = apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme}, Aggregation: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start api server:", err)
 		return 1
@@ -75,8 +76,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	vmletBin, launch = filepath.Join(bin, "vmlet"), filepath.Join(bin, "vmlet-launcher")
-	for b, pkg := range map[string]string{vmletBin: "github.com/vmlet/vmlet/cmd/vmlet", launch: "github.com/vmlet/vmlet/cmd/vmlet-launcher"} {
+	vmletBin, launch, vmctl = filepath.Join(bin, "vmlet"), filepath.Join(bin, "vmlet-launcher"), filepath.Join(bin, "vmctl")
+	for b, pkg := range map[string]string{vmletBin: "github.com/vmlet/vmlet/cmd/vmlet", launch: "github.com/vmlet/vmlet/cmd/vmlet-launcher",
+		vmctl: "github.com/vmlet/vmlet/cmd/vmctl"} {
 		if out, err := exec.Command("go", "build", "-o", b, pkg).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
 			return 1

@@ -16,10 +16,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
@@ -232,6 +235,69 @@ func TestClusterKubectlDrain(t *testing.T) {
 		t.Fatalf("counter process %s gone after the migration back", pid)
 	}
 	step("back")
+
+	// An evacuation cancelled (vmctl evacuate-cancel, KubeVirt's virtctl evacuate-cancel) while
+	// its migration runs, slowed by a policy to 1 MiB/s: the migration is aborted, the mark
+	// cleared, the guest runs on where it was and no other evacuation starts.
+	slow := &migrationsv1.MigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "drain-cancel-slow"}}
+	slow.Spec.Selectors = &migrationsv1.Selectors{VirtualMachineInstanceSelector: map[string]string{"drain-test": "slow"}}
+	slow.Spec.BandwidthPerMigration = ptr.To(resource.MustParse("1Mi"))
+	if err := cl.Create(ctx, slow); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), slow) })
+	if out, err := c.env.Kubectl("label", "vmi", moving.Name, "drain-test=slow"); err != nil {
+		t.Fatalf("label: %v: %s", err, out)
+	}
+	if out, err = drain(moving.UID, "3s"); err == nil || !strings.Contains(out, "Eviction triggered evacuation") {
+		t.Fatalf("kubectl drain of the slowed VMI: %v\n%s\nwant a refusal that starts its evacuation", err, out)
+	}
+	var running vmletv1.VirtualMachineInstanceMigration
+	poll.Until(t, time.Minute, "the evacuation migration running", func() (bool, string) {
+		var l vmletv1.VirtualMachineInstanceMigrationList
+		if err := cl.List(ctx, &l, client.InNamespace("default")); err != nil {
+			return false, err.Error()
+		}
+		var phases []string
+		for _, m := range l.Items {
+			if m.Spec.VMIName == moving.Name && m.Annotations[evacuation.AnnotationEvacuation] != "" && m.Status.Phase != vmletv1.MigrationSucceeded {
+				phases = append(phases, m.Name+" "+string(m.Status.Phase))
+				if m.Status.Phase == vmletv1.MigrationRunning {
+					running = m
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprint(phases)
+	})
+	cmd := exec.Command(vmctl, "evacuate-cancel", moving.Name, "--kubeconfig", c.env.Kubeconfig)
+	cancelOut, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(cancelOut), running.Name+" deleted") || !strings.Contains(string(cancelOut), "evacuation cancelled") {
+		t.Fatalf("vmctl evacuate-cancel: %v\n%s", err, cancelOut)
+	}
+	t.Logf("vmctl evacuate-cancel:\n%s", cancelOut)
+	poll.Until(t, time.Minute, "the cancelled migration gone (aborted)", func() (bool, string) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(&running), &vmletv1.VirtualMachineInstanceMigration{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	v = c.waitVMI(t, client.ObjectKeyFromObject(moving), time.Minute, "Ready on "+nodeName+", unmarked, its migration aborted", func(v *vmletv1.VirtualMachineInstance) bool {
+		ms := v.Status.MigrationState
+		return v.Status.NodeName == nodeName && v.Status.EvacuationNodeName == "" && ms != nil && ms.MigrationUID == running.UID &&
+			ms.AbortStatus == vmletv1.MigrationAbortSucceeded && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+	})
+	if got := strings.TrimSpace(c.guestShell(t, v, "kill -0 "+pid+" && echo ok")); got != "ok" {
+		t.Fatalf("counter process %s gone after the cancelled evacuation", pid)
+	}
+	var l vmletv1.VirtualMachineInstanceMigrationList
+	if err := cl.List(ctx, &l, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range l.Items {
+		if m.Spec.VMIName == moving.Name && m.CreationTimestamp.After(running.CreationTimestamp.Time) {
+			t.Errorf("migration %s (%s) started after the cancel", m.Name, m.Status.Phase)
+		}
+	}
+	step("evacuation cancelled")
 }
 
 // disruptionController runs kube-controller-manager with only its disruption controller (the

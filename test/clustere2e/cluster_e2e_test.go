@@ -145,7 +145,10 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	t.Cleanup(func() {
+		unmountUnder(t, tmp)
+		_ = os.RemoveAll(tmp)
+	})
 	if err := os.Chmod(tmp, 0o711); err != nil { // like /var/run and /var/lib on a node
 		t.Fatal(err)
 	}

@@ -223,6 +223,7 @@ func TestClusterKubectlDrain(t *testing.T) {
 	if out, err := c.env.Kubectl("uncordon", nodeName); err != nil {
 		t.Fatalf("uncordon: %v: %s", err, out)
 	}
+	onSecond := c.launcherPod(t, string(moving.UID))
 	back := &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "drain-back"},
 		Spec: vmletv1.VirtualMachineInstanceMigrationSpec{VMIName: moving.Name}}
 	if err := cl.Create(ctx, back); err != nil {
@@ -234,6 +235,7 @@ func TestClusterKubectlDrain(t *testing.T) {
 	if got := strings.TrimSpace(c.guestShell(t, v, "kill -0 "+pid+" && echo ok")); got != "ok" {
 		t.Fatalf("counter process %s gone after the migration back", pid)
 	}
+	c.waitNodeClean(t, second, moving, onSecond)
 	step("back")
 
 	// An evacuation cancelled (vmctl evacuate-cancel, KubeVirt's virtctl evacuate-cancel) while
@@ -288,6 +290,7 @@ func TestClusterKubectlDrain(t *testing.T) {
 	if got := strings.TrimSpace(c.guestShell(t, v, "kill -0 "+pid+" && echo ok")); got != "ok" {
 		t.Fatalf("counter process %s gone after the cancelled evacuation", pid)
 	}
+	c.waitNodeClean(t, second, moving, nil) // the aborted target
 	var l vmletv1.VirtualMachineInstanceMigrationList
 	if err := cl.List(ctx, &l, client.InNamespace("default")); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,10 @@ func (c *cluster) addNode(t *testing.T, i int, guest, suffix string) *simNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	t.Cleanup(func() {
+		unmountUnder(t, root)
+		_ = os.RemoveAll(root)
+	})
 	if err := os.Chmod(root, 0o711); err != nil {
 		t.Fatal(err)
 	}

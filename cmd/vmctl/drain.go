@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
@@ -235,14 +234,14 @@ func vmisOn(ctx context.Context, vmis dynamic.NamespaceableResourceInterface, no
 	}
 	var out []vmiState
 	for _, u := range l.Items {
-		var v vmletv1.VirtualMachineInstance
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err != nil {
-			return nil, fmt.Errorf("vmi %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		v, err := fromUnstructured(&u)
+		if err != nil {
+			return nil, err
 		}
 		if v.Status.NodeName != node || v.Status.Phase == vmletv1.Succeeded || v.Status.Phase == vmletv1.Failed {
 			continue
 		}
-		out = append(out, vmiState{key: v.Namespace + "/" + v.Name, state: drainState(&v)})
+		out = append(out, vmiState{key: v.Namespace + "/" + v.Name, state: drainState(v)})
 	}
 	slices.SortFunc(out, func(a, b vmiState) int { return strings.Compare(a.key, b.key) })
 	return out, nil

@@ -109,8 +109,9 @@ func (c *cli) evacuateCancel(ctx context.Context, o *evacuateCancelOptions, args
 		vmis = append(vmis, *v)
 	}
 	var errs []error
+	drained := map[string]bool{} // node name → carries the drain taint, read once per run
 	for i := range vmis {
-		if err := c.cancelOne(ctx, cl, &vmis[i]); err != nil {
+		if err := c.cancelOne(ctx, cl, &vmis[i], drained); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -119,17 +120,23 @@ func (c *cli) evacuateCancel(ctx context.Context, o *evacuateCancelOptions, args
 
 // cancelOne clears vmi's mark, then deletes its evacuation migrations that have not ended (in
 // that order: a mark left on a cordoned node would make the controller start another).
-func (c *cli) cancelOne(ctx context.Context, cl *clients, vmi *vmletv1.VirtualMachineInstance) error {
+// drained caches, per node, whether it carries the drain taint.
+func (c *cli) cancelOne(ctx context.Context, cl *clients, vmi *vmletv1.VirtualMachineInstance, drained map[string]bool) error {
 	key := vmi.Namespace + "/" + vmi.Name
 	for _, n := range []string{vmi.Status.EvacuationNodeName, vmi.Status.NodeName} {
 		if n == "" {
 			continue
 		}
-		node, err := cl.nodes.Get(ctx, n, metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("node %s: %w", n, err)
+		d, seen := drained[n]
+		if !seen {
+			node, err := cl.nodes.Get(ctx, n, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("node %s: %w", n, err)
+			}
+			d = err == nil && slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == drainTaintKey })
+			drained[n] = d
 		}
-		if err == nil && slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == drainTaintKey }) {
+		if d {
 			return &exitStatusError{code: exitConflict, err: fmt.Errorf("vmi/%s: node %s carries the drain taint %s, which evacuates every VMI there: \"vmctl uncordon %s\" ends that drain", key, n, drainTaintKey, n)}
 		}
 	}

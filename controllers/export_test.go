@@ -17,3 +17,6 @@ func (r *VMIReconciler) StorageOperations() int {
 func ComputedLevel(vmi *vmletv1.VirtualMachineInstance, target bool) string {
 	return computedLevel(vmi, target)
 }
+
+// MigrationChannels is how many parallel streams carry a migration's guest memory.
+const MigrationChannels = migrationChannels

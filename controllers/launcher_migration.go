@@ -53,7 +53,14 @@ type MigrationOptions struct {
 	AllowPostcopy        bool
 	AutoConverge         bool
 	BandwidthBytesPerSec int64 // 0: unlimited
+	// Downtime is the first downtime limit, raised towards MaxDowntime while the migration
+	// does not converge (source; 0: QEMU's default, 300 ms, throughout).
+	Downtime, MaxDowntime time.Duration
+	// MultifdChannels sends guest memory over this many parallel streams (QEMU's multifd);
+	// both sides use the same. 0: one stream.
+	MultifdChannels int
 	// TLSCredsDir is the launcher's QEMU x509 creds folder (pki.WriteQEMUCreds); "": plaintext.
+	// Node agents leave it empty: their relays encrypt between the nodes (MigrationTLS).
 	TLSCredsDir string
 	// TLSHostname (source) is the address the target's certificate must carry.
 	TLSHostname string
@@ -86,7 +93,8 @@ const (
 
 func (o MigrationOptions) proto() *pb.MigrationOptions {
 	return &pb.MigrationOptions{Postcopy: o.Postcopy, AllowPostcopy: o.AllowPostcopy, AutoConverge: o.AutoConverge, BandwidthBytesPerSec: o.BandwidthBytesPerSec,
-		TlsCredsDir: o.TLSCredsDir, TlsHostname: o.TLSHostname}
+		TlsCredsDir: o.TLSCredsDir, TlsHostname: o.TLSHostname, DowntimeMs: o.Downtime.Milliseconds(), MaxDowntimeMs: o.MaxDowntime.Milliseconds(),
+		MultifdChannels: int32(o.MultifdChannels)}
 }
 
 func (g *grpcLauncher) Layout(ctx context.Context) (*vmletv1.MigrationDomainLayout, error) {

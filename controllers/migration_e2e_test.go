@@ -55,13 +55,12 @@ type twoNodes struct {
 func loopbackMigration(t testing.TB, ca *pki.CA, node, addr string) *controllers.MigrationNet {
 	var d net.Dialer
 	ip := netip.MustParseAddr(addr)
-	creds := &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: node, Addrs: []netip.Addr{ip}},
-		Owner: pki.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)}}
+	creds := &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: node, Addrs: []netip.Addr{ip}}}
 	return &controllers.MigrationNet{
 		Addr:   ip,
 		Listen: func(a string) (net.Listener, error) { return net.Listen("tcp", a) },
 		Dial:   func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) },
-		TLS:    creds.Write,
+		TLS:    creds,
 	}
 }
 
@@ -274,12 +273,15 @@ func waitLeft(t testing.TB, a *agent, netnsDir, volumes string, uid string) {
 // through a VirtualMachineInstanceMigration and back again. Its memory state survives (a counter
 // process keeps counting, a token in tmpfs stays), Ready never drops, the migration goes through
 // KubeVirt's phases, migrationState says who, where and how, the target's QMP log shows the
-// incoming migration, and the node the guest left has nothing of it.
+// incoming migration (multifd, no TLS creds in QEMU), every connection between the nodes
+// speaks TLS from its first byte (the memory stream's channels and the disk copy), and the
+// node the guest left has nothing of it.
 func TestMigrateBetweenNodes(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
 	testguest.Assets(t)
-	n := startTwoNodes(t)
+	w := &wire{}
+	n := startTwoNodes(t, w.tap)
 	defer n.stop(t)
 	vmi := masqueradeVMI("mig")
 	// A node-local disk: copied with the migration (block mirror), the guest writing to it.
@@ -378,6 +380,7 @@ func TestMigrateBetweenNodes(t *testing.T) {
 		if i == 0 {
 			assertIncomingLogged(t, ta, uid)
 		}
+		assertTLSWire(t, name, w.take())
 		netnsDir, volumes := testNet.cfg.NetnsDir, volumeRoot
 		if from == secondNode {
 			netnsDir, volumes = n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot
@@ -390,7 +393,24 @@ func TestMigrateBetweenNodes(t *testing.T) {
 	}
 }
 
-// assertIncomingLogged checks the target launcher's QMP log for the incoming migration.
+// assertTLSWire checks the connections one migration dialed between the nodes: the memory
+// stream's (1 + MigrationChannels) and the disk copy's, each starting with a TLS handshake
+// record (content type 22, version 3.x) rather than QEMU's own bytes.
+func assertTLSWire(t *testing.T, name string, heads [][]byte) {
+	t.Helper()
+	if want := 1 + controllers.MigrationChannels + 1; len(heads) < want {
+		t.Errorf("%s: %d connections between the nodes, want at least %d (main stream, %d multifd channels, disk copy)",
+			name, len(heads), want, controllers.MigrationChannels)
+	}
+	for i, h := range heads {
+		if len(h) < 3 || h[0] != 22 || h[1] != 3 {
+			t.Errorf("%s: connection %d between the nodes starts with % x, not a TLS handshake", name, i, h)
+		}
+	}
+}
+
+// assertIncomingLogged checks the target launcher's QMP log for the incoming migration: over
+// multifd channels, with no TLS creds in QEMU (the agents' relays encrypt).
 func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -402,23 +422,24 @@ func assertIncomingLogged(t *testing.T, a *agent, uid string) {
 	defer c.Close()
 	seen := map[string]bool{}
 	err = c.QMPLog(ctx, 10000, false, func(e *pb.QMPLogEntry) error {
-		for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add"} {
-			if strings.Contains(e.String(), w) {
+		s := e.String()
+		for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add", "multifd-channels"} {
+			if strings.Contains(s, w) {
 				seen[w] = true
 			}
-		}
-		if strings.Contains(e.String(), "nbd-server-start") && strings.Contains(e.String(), "tls-creds") {
-			seen["nbd over tls"] = true
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"migrate-incoming", "tls-creds-x509", "nbd-server-start", "block-export-add", "nbd over tls"} {
+	for _, w := range []string{"migrate-incoming", "nbd-server-start", "block-export-add", "multifd-channels"} {
 		if !seen[w] {
 			t.Errorf("the target's QMP log has no %s", w)
 		}
+	}
+	if seen["tls-creds-x509"] {
+		t.Errorf("the target's QEMU was given TLS creds: the relays encrypt, QEMU holds no key")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,11 +29,28 @@ import (
 )
 
 // link is a cuttable network between the test nodes: while cut, every relayed connection
-// stalls (nothing is lost or closed, nothing moves), as a dead link does.
+// stalls (nothing is lost or closed, nothing moves), as a dead link does. With a rate, each
+// connection's writes go at most that fast (a slow link).
 type link struct {
-	mu   sync.Mutex
-	cut  bool
-	cond *sync.Cond
+	mu    sync.Mutex
+	cut   bool
+	rate  int64 // bytes per second per connection; 0: unlimited
+	dials int   // connections made over the link
+	cond  *sync.Cond
+}
+
+// slow sets the link's rate (0: unlimited).
+func (l *link) slow(rate int64) {
+	l.mu.Lock()
+	l.rate = rate
+	l.mu.Unlock()
+}
+
+// dialed is the number of connections made over the link so far.
+func (l *link) dialed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dials
 }
 
 func newLink() *link {
@@ -58,10 +76,42 @@ func (l *link) wait(c *linkConn) {
 	l.mu.Unlock()
 }
 
+// waitWrite is wait for a write: like a kernel's, it gives up at the write deadline (a TLS
+// close_notify is sent with one).
+func (l *link) waitWrite(c *linkConn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.cut && !c.closed {
+		if !c.wdl.IsZero() && !time.Now().Before(c.wdl) {
+			return os.ErrDeadlineExceeded
+		}
+		l.cond.Wait()
+	}
+	return nil
+}
+
 type linkConn struct {
 	net.Conn
 	l      *link
-	closed bool // under l.mu
+	closed bool      // under l.mu
+	wdl    time.Time // write deadline, under l.mu
+}
+
+func (c *linkConn) SetWriteDeadline(t time.Time) error {
+	c.l.mu.Lock()
+	c.wdl = t
+	c.l.mu.Unlock()
+	if !t.IsZero() {
+		time.AfterFunc(time.Until(t), c.l.cond.Broadcast) // wakes a waitWrite past it
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *linkConn) SetDeadline(t time.Time) error {
+	if err := c.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
 }
 
 func (c *linkConn) Read(b []byte) (int, error) {
@@ -71,7 +121,15 @@ func (c *linkConn) Read(b []byte) (int, error) {
 }
 
 func (c *linkConn) Write(b []byte) (int, error) {
-	c.l.wait(c)
+	if err := c.l.waitWrite(c); err != nil {
+		return 0, err
+	}
+	c.l.mu.Lock()
+	rate := c.l.rate
+	c.l.mu.Unlock()
+	if rate > 0 {
+		time.Sleep(time.Duration(int64(len(b)) * int64(time.Second) / rate)) // the link's pace
+	}
 	return c.Conn.Write(b)
 }
 
@@ -91,6 +149,9 @@ func through(m *controllers.MigrationNet, l *link) *controllers.MigrationNet {
 		if err != nil {
 			return nil, err
 		}
+		l.mu.Lock()
+		l.dials++
+		l.mu.Unlock()
 		return &linkConn{Conn: c, l: l}, nil
 	}
 	return m
@@ -299,6 +360,29 @@ func TestMigrationFaults(t *testing.T) {
 	t.Run("link cut", func(t *testing.T) {
 		k := startMigration(t, vmi, "cut")
 		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+		l.set(true)
+		failureOf(t, k)
+		l.set(false)
+		failureReason(t, k, "no progress for 4s")
+		assertStaysOn(t, n, vmi, testNode)
+		waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+	})
+
+	t.Run("link cut, parallel streams", func(t *testing.T) {
+		// No bandwidth limit, so the guest's memory goes over multifd channels, on a slow link
+		// (one stream at 4 MiB/s took ≈30 s, three at 2 MiB/s each take ≈20 s). QEMU's cancel
+		// ends only its main channel: the agent cuts the relays off to end the others' writes.
+		setMigrationConfig(t, "progressTimeout: 4\n")
+		defer setMigrationConfig(t, "bandwidthPerMigration: 4Mi\nprogressTimeout: 4\n")
+		before := l.dialed()
+		l.slow(2 << 20)
+		defer l.slow(0)
+		k := startMigration(t, vmi, "cut-streams")
+		waitMigrationPhase(t, k, vmletv1.MigrationRunning)
+		eventually(t, 30*time.Second, "the migration's streams dialed", func() (bool, string) {
+			got := l.dialed() - before
+			return got >= 1+controllers.MigrationChannels, fmt.Sprintf("%d connections", got)
+		})
 		l.set(true)
 		failureOf(t, k)
 		l.set(false)

@@ -30,30 +30,26 @@ type MigrationNet struct {
 	Listen func(addr string) (net.Listener, error)
 	// Dial connects to another node's agent at addr from this node.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// TLS writes this node's QEMU x509 creds (its certificate from the cluster's migration CA,
-	// package pki) into a launcher's run folder and returns the folder; nil: the node has no
-	// certificate, and only migrations the configuration sends in plaintext (disableTLS) run.
-	TLS func(runDir string) (string, error)
+	// TLS encrypts the relays' streams between the nodes (this node's certificate from the
+	// cluster's migration CA); nil: the node has no certificate, and only migrations the
+	// configuration sends in plaintext (disableTLS) run.
+	TLS MigrationTLS
 }
 
 // nbdPort is the value of targetDirectMigrationNodePorts that says a node port relays the disk
 // copy (KubeVirt's LibvirtBlockMigrationPort); 0 says the memory stream.
 const nbdPort = 49153
 
-// migrationTLS returns the QEMU creds folder the vmi's launcher uses for its migration, "" for
-// plaintext.
-func (r *VMIReconciler) migrationTLS(vmi *vmletv1.VirtualMachineInstance) (string, error) {
+// migrationTLS is the TLS of the vmi's migration streams between the relays, nil for
+// plaintext (disableTLS).
+func (r *VMIReconciler) migrationTLS(vmi *vmletv1.VirtualMachineInstance) (MigrationTLS, error) {
 	if *migrationConfig(vmi).DisableTLS {
-		return "", nil
+		return nil, nil
 	}
 	if r.Migration == nil || r.Migration.TLS == nil {
-		return "", fmt.Errorf("node %s has no migration certificate (the migration configuration's disableTLS: true sends migrations in plaintext)", r.NodeName)
+		return nil, fmt.Errorf("node %s has no migration certificate (the migration configuration's disableTLS: true sends migrations in plaintext)", r.NodeName)
 	}
-	dir, err := r.Migration.TLS(r.Runtime.Dir(string(vmi.UID)))
-	if err != nil {
-		return "", fmt.Errorf("migration certificate: %w", err)
-	}
-	return dir, nil
+	return r.Migration.TLS, nil
 }
 
 // migrationRun is one migration this agent drives for a vmi, as source or target: the
@@ -246,17 +242,48 @@ func timeouts(vmi *vmletv1.VirtualMachineInstance, spec *qemu.Spec, copy []trans
 	return completion, progress
 }
 
+// Migration tuning vmlet applies to every migration (KubeVirt's configuration has no field
+// for them; BENCHMARKS.md, "Live migration through the API", has the measurements).
+const (
+	// migrationDowntime is the first downtime limit: an idle or lightly dirtying guest pauses
+	// for tens of milliseconds at switchover instead of up to QEMU's default 300 ms, and
+	// migrationMaxDowntime (that default, as libvirt and KubeVirt leave it) is where the limit
+	// is raised to, doubling every few passes, while the migration does not converge.
+	migrationDowntime    = 50 * time.Millisecond
+	migrationMaxDowntime = 300 * time.Millisecond
+	// migrationChannels is the number of parallel streams (QEMU's multifd) of a migration that
+	// may use them.
+	migrationChannels = 2
+)
+
 // migrationOptions are the QEMU options of the vmi's migration; both sides compute the same.
 // Post-copy is prepared when allowed (allowPostCopy: the migration controller allows it only
 // towards a node whose QEMU may use userfaultfd) and no disk is copied: with copied disks the
 // target must not run before the source ended its mirrors, so such a migration stays pre-copy.
+// Guest memory goes over migrationChannels parallel streams unless post-copy is prepared
+// (QEMU refuses multifd with it), the bandwidth is limited (QEMU 10's multifd went 1.7× over
+// a 16 MiB/s max-bandwidth here; one stream keeps to it), or, as KubeVirt decides, the vmi has
+// a CPU limit (the streams' threads would compete with its vCPUs for that limit).
 func migrationOptions(vmi *vmletv1.VirtualMachineInstance, copy []translate.CopiedDisk) MigrationOptions {
 	cfg := migrationConfig(vmi)
-	return MigrationOptions{
+	o := MigrationOptions{
 		AutoConverge:         *cfg.AllowAutoConverge,
 		AllowPostcopy:        *cfg.AllowPostCopy && len(copy) == 0,
 		BandwidthBytesPerSec: cfg.BandwidthPerMigration.Value(),
+		Downtime:             migrationDowntime,
+		MaxDowntime:          migrationMaxDowntime,
 	}
+	if !o.AllowPostcopy && o.BandwidthBytesPerSec <= 0 && !cpuLimited(vmi) {
+		o.MultifdChannels = migrationChannels
+	}
+	return o
+}
+
+// cpuLimited says whether the vmi's CPU is limited (pure; vmlet has no dedicated CPU
+// placement, which KubeVirt exempts).
+func cpuLimited(vmi *vmletv1.VirtualMachineInstance) bool {
+	_, ok := vmi.Spec.Domain.Resources.Limits[vmletv1.ResourceCPU]
+	return ok
 }
 
 // staleRun says whether the vmi as this pass read it (from the cache) carries an older

@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -272,19 +274,26 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 		r.sourceFailed(vmi, "the target offers no port for the disk copy")
 		return nil
 	}
-	tlsDir, err := r.migrationTLS(vmi)
-	if err != nil {
+	var cliTLS *tls.Config
+	if mt, err := r.migrationTLS(vmi); err != nil {
 		r.sourceFailed(vmi, err.Error())
 		return nil
+	} else if mt != nil {
+		ip, err := netip.ParseAddr(ms.TargetNodeAddress)
+		if err != nil {
+			r.sourceFailed(vmi, fmt.Sprintf("the target's address %q: %v", ms.TargetNodeAddress, err))
+			return nil
+		}
+		if cliTLS, err = mt.Client(ip); err != nil {
+			r.sourceFailed(vmi, "migration certificate: "+err.Error())
+			return nil
+		}
 	}
 	completion, progress := timeouts(vmi, spec, copy)
 	m := &migrationRun{migration: ms.MigrationUID, source: true}
 	opts := migrationOptions(vmi, copy)
-	if tlsDir != "" {
-		opts.TLSCredsDir, opts.TLSHostname = tlsDir, ms.TargetNodeAddress
-	}
 	dir := r.Runtime.Dir(string(vmi.UID))
-	out, err := r.relayOut(vmi, filepath.Join(dir, migrationOutSocket), addr)
+	out, err := r.relayOut(vmi, filepath.Join(dir, migrationOutSocket), addr, cliTLS)
 	if err != nil {
 		return err
 	}
@@ -292,7 +301,7 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	nbdURI := ""
 	if len(copy) > 0 {
 		sock := filepath.Join(dir, migrationNBDSocket)
-		stop, err := r.relayOut(vmi, sock, nbdAddr)
+		stop, err := r.relayOut(vmi, sock, nbdAddr, cliTLS)
 		if err != nil {
 			out()
 			return err
@@ -308,7 +317,7 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 	// The relays stay until the run's outcome is in the status (forgetRun stops them): the
 	// target sees the stream end only after the source said why it ended.
 	og := outgoing{uri: uri, opts: opts, nbdURI: nbdURI, copy: copy, completion: completion, progress: progress,
-		wake: func() { r.WakeByID(string(vmi.UID)) }}
+		wake: func() { r.WakeByID(string(vmi.UID)) }, cut: m.stop}
 	if opts.AllowPostcopy {
 		og.postcopy = ml.StartPostcopy
 	}
@@ -328,14 +337,28 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 const migrationNBDSocket = "migration-nbd.sock"
 
 // relayOut listens on a unix socket for the vmi's QEMU and relays what connects to addr on
-// another node; it returns the relay's stop.
-func (r *VMIReconciler) relayOut(vmi *vmletv1.VirtualMachineInstance, sock, addr string) (func(), error) {
+// another node, over TLS with cliTLS (the handshake done before QEMU's first byte is sent);
+// it returns the relay's stop.
+func (r *VMIReconciler) relayOut(vmi *vmletv1.VirtualMachineInstance, sock, addr string, cliTLS *tls.Config) (func(), error) {
 	ln, err := r.listenForQEMU(vmi, sock)
 	if err != nil {
 		return nil, err
 	}
 	dial := r.Migration.Dial
-	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return dial(ctx, addr) })
+	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) {
+		c, err := dial(ctx, addr)
+		if err != nil || cliTLS == nil {
+			return c, err
+		}
+		tc := tls.Client(c, cliTLS)
+		hctx, cancel := context.WithTimeout(ctx, relay.HandshakeTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("migration tls with %s: %w", addr, err)
+		}
+		return tc, nil
+	})
 	return func() {
 		_ = rel.Close()
 		_ = os.Remove(sock)
@@ -392,7 +415,14 @@ type outgoing struct {
 	pause, unpause func(context.Context) error
 	disrupt, hold  bool
 	wake           func()
+	// cut closes the relays: a cancelled migration whose QEMU has not ended it after
+	// cancelCut is cut off, which ends writes a dead link blocks (QEMU's cancel shuts down only
+	// its main channel; its multifd channels would wait for the link forever). nil: none.
+	cut func()
 }
+
+// cancelCut is how long a cancelled migration may take to end before its relays are closed.
+const cancelCut = 5 * time.Second
 
 // migrateOut drives the outgoing migration: start it, follow its progress every second (waking
 // the vmi), cancel it when it makes no progress for o.progress or runs longer than
@@ -443,6 +473,12 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 	lowest, moved := int64(-1), start
 	var iter int64
 	paused, postcopy := false, false
+	var cancelled time.Time // when cancel asked QEMU to end the migration
+	cutOff := func() {
+		if o.cut != nil {
+			o.cut()
+		}
+	}
 	cancel := func(why string) {
 		if postcopy {
 			return // no way back: the guest runs on the target
@@ -454,6 +490,7 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 		}
 		m.mu.Unlock()
 		if first {
+			cancelled = time.Now()
 			cctx, done := context.WithTimeout(context.Background(), callCancelMigration)
 			_ = ml.CancelMigration(cctx)
 			done()
@@ -481,7 +518,13 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 			return end(res)
 		case <-ctx.Done():
 			cancel("the agent stopped following the migration")
-			res := <-fin
+			var res result
+			select {
+			case res = <-fin:
+			case <-time.After(cancelCut):
+				cutOff()
+				res = <-fin
+			}
 			res.err = errors.Join(ctx.Err(), res.err)
 			return end(res)
 		case now := <-tick.C:
@@ -496,6 +539,10 @@ func migrateOut(ctx context.Context, ml MigrationLauncher, m *migrationRun, o ou
 				}
 			}
 			switch {
+			case !cancelled.IsZero():
+				if now.Sub(cancelled) >= cancelCut {
+					cutOff()
+				}
 			case postcopy:
 				// The rest arrives on demand and in the background; FinalizeMigration's bound
 				// ends a post-copy that cannot finish.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -156,9 +157,15 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	sync.StartPaused = false
 	copied := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 	opts := migrationOptions(vmi, copied)
-	if opts.TLSCredsDir, err = r.migrationTLS(vmi); err != nil {
+	var srvTLS *tls.Config
+	if mt, err := r.migrationTLS(vmi); err != nil {
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
+	} else if mt != nil {
+		if srvTLS, err = mt.Server(); err != nil {
+			r.targetFailed(vmi, "migration certificate: "+err.Error())
+			return ctrl.Result{}, nil
+		}
 	}
 	var receive []string
 	for _, d := range copied {
@@ -166,6 +173,12 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	}
 	uri, nbdURI, err := ml.PrepareTarget(ctx, in, &sync, netns, opts, receive)
 	if err != nil {
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	}
+	// The target's QEMU waits for the stream: refuse before it starts if this QEMU cannot give
+	// the guest the CPU the source's did (the next pass removes the target).
+	if err := r.checkTargetCPU(ctx, l, vmi, in.CPU.Model); err != nil {
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -180,7 +193,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		if to == nbdPort && len(receive) == 0 {
 			continue
 		}
-		port, stop, err := r.relayIn(u)
+		port, stop, err := r.relayIn(u, srvTLS)
 		if err != nil {
 			stopAll()
 			r.targetFailed(vmi, err.Error())
@@ -208,9 +221,24 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	return ctrl.Result{}, nil
 }
 
+// checkTargetCPU compares the target launcher's QEMU (waiting for the stream) with the
+// source's as the vmi's status has it (translate.CheckTargetCPU).
+func (r *VMIReconciler) checkTargetCPU(ctx context.Context, l Launcher, vmi *vmletv1.VirtualMachineInstance, model string) error {
+	src := translate.QEMUBuild{}
+	if s := vmi.Status.Launcher; s != nil {
+		src = translate.QEMUBuild{Accel: string(s.Accelerator), Version: s.QEMUVersion}
+	}
+	dom, err := l.Domain(ctx)
+	if err != nil {
+		return fmt.Errorf("migration target: read the target's QEMU: %w", err)
+	}
+	return translate.CheckTargetCPU(model, src, translate.QEMUBuild{Accel: dom.Accel, Version: dom.QEMUVersion})
+}
+
 // relayIn relays a node port on this node's address into the launcher's unix socket uri; it
-// returns the port and the relay's stop.
-func (r *VMIReconciler) relayIn(uri string) (int, func(), error) {
+// returns the port and the relay's stop. With srvTLS the port speaks TLS: a peer is relayed
+// to QEMU only once its handshake (its certificate from the CA) succeeded.
+func (r *VMIReconciler) relayIn(uri string, srvTLS *tls.Config) (int, func(), error) {
 	sock, ok := strings.CutPrefix(uri, "unix:")
 	if !ok {
 		return 0, nil, fmt.Errorf("the target launcher listens on %q, not a unix socket", uri)
@@ -219,9 +247,13 @@ func (r *VMIReconciler) relayIn(uri string) (int, func(), error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("listen for the migration: %w", err)
 	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if srvTLS != nil {
+		ln = tls.NewListener(ln, srvTLS)
+	}
 	var d net.Dialer
 	rel := relay.Start(ln, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
-	return ln.Addr().(*net.TCPAddr).Port, func() { _ = rel.Close() }, nil
+	return port, func() { _ = rel.Close() }, nil
 }
 
 // resumeTarget resumes a target that received disks, once the source finished.

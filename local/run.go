@@ -160,8 +160,8 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	}
 	var ca *pki.CA
 	if cfg.multi() {
-		// The nodes' migrations go over QEMU's TLS with certificates of this stack's CA, kept
-		// with the rest of its state.
+		// The nodes' migrations go over TLS between their agents' relays with certificates of
+		// this stack's CA, kept with the rest of its state.
 		var err error
 		if ca, _, err = pki.LoadOrCreateCA(filepath.Join(cfg.StateDir, "pki"), pki.CAOptions{CommonName: "vmlet local migration CA"}); err != nil {
 			return fmt.Errorf("migration CA: %w", err)
@@ -170,9 +170,7 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	for i, n := range s.Nodes {
 		var creds *controllers.NodeCreds
 		if ca != nil && n.Fabric.Addr.IsValid() {
-			u := n.Runtime.User
-			creds = &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: n.Name, Addrs: []netip.Addr{n.Fabric.Addr}},
-				Owner: pki.Owner{UID: int(u.UID), GID: int(u.GID)}}
+			creds = &controllers.NodeCreds{CA: ca, Node: pki.Node{Name: n.Name, Addrs: []netip.Addr{n.Fabric.Addr}}}
 		}
 		opts := manager.Options{
 			Scheme:                 s.CP.Scheme,

@@ -61,7 +61,8 @@ type Config struct {
 	// receives migrations.
 	Migration *controllers.MigrationNet
 	// MigrationCreds is the node's migration certificate (from the cluster's migration CA),
-	// which migrations use for QEMU's TLS; nil: only plaintext migrations (disableTLS) run.
+	// which the agent's migration relays present to each other (TLS between the nodes); nil:
+	// only plaintext migrations (disableTLS) run.
 	MigrationCreds *controllers.NodeCreds
 	// HeartbeatInterval is how often the agent beats (0: controllers.DefaultHeartbeat); the
 	// cluster controller marks the node unschedulable after three without a beat.
@@ -324,9 +325,9 @@ func migrationNet(cfg Config) *controllers.MigrationNet {
 		return cfg.Migration
 	}
 	ns := cfg.NodeNetns
-	var tls func(string) (string, error)
+	var tls controllers.MigrationTLS
 	if cfg.MigrationCreds != nil {
-		tls = cfg.MigrationCreds.Write
+		tls = cfg.MigrationCreds
 	}
 	return &controllers.MigrationNet{
 		TLS:    tls,

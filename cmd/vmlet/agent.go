@@ -204,7 +204,7 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 	acfg := nodeagent.Config{NodeName: o.nodeName, Storage: sc, TCGCacheMiB: tcgMiB, Register: o.register, Log: log,
 		HeartbeatInterval: o.heartbeat, MetricsAddress: cmp.Or(o.advertise, boundAddr(o.serve.metricsAddr, mln)),
 		VMICaches: migrating}
-	if acfg.NodeAddress, acfg.MigrationCreds, err = agentMigration(cfg, o, user, log); err != nil {
+	if acfg.NodeAddress, acfg.MigrationCreds, err = agentMigration(cfg, o, log); err != nil {
 		return err
 	}
 	if mln == nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/migrationca"
-	"github.com/vmlet/vmlet/controllers/process"
+
 	"github.com/vmlet/vmlet/pki"
 )
 
@@ -20,7 +20,7 @@ import (
 // its certificate from the cluster's migration CA, which vmlet controller keeps (migrationca)
 // and which is read on the first migration (the controller may start after the agent). No
 // address: the node takes no part in migrations.
-func agentMigration(cfg *rest.Config, o agentOptions, user process.User, log logr.Logger) (netip.Addr, *controllers.NodeCreds, error) {
+func agentMigration(cfg *rest.Config, o agentOptions, log logr.Logger) (netip.Addr, *controllers.NodeCreds, error) {
 	if o.migrationAddress == "" {
 		log.Info("no --migration-address: this node neither sends nor receives live migrations")
 		return netip.Addr{}, nil, nil
@@ -36,6 +36,5 @@ func agentMigration(cfg *rest.Config, o agentOptions, user process.User, log log
 	return addr, &controllers.NodeCreds{
 		ReadCA: func(ctx context.Context) (*pki.CA, error) { return migrationca.ReadCA(ctx, c) },
 		Node:   pki.Node{Name: o.nodeName, Addrs: []netip.Addr{addr}},
-		Owner:  pki.Owner{UID: int(user.UID), GID: int(user.GID)},
 	}, nil
 }

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu"
@@ -113,4 +114,41 @@ func CopiedDisks(vmi *vmletv1.VirtualMachineInstance, disks []qemu.Disk, diskVol
 		}
 	}
 	return out
+}
+
+// QEMUBuild is a QEMU binary and how it runs guests, as a launcher reports them.
+type QEMUBuild struct {
+	Accel   string // "kvm", "tcg"
+	Version string // QEMU's version string ("10.0.2 (Debian 1:10.0.2+ds-2...)")
+}
+
+// release is the version's first word ("10.0.2"): a distribution's package suffix does not
+// change what QEMU builds.
+func (b QEMUBuild) release() string {
+	f := strings.Fields(b.Version)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// CheckTargetCPU says whether a target whose QEMU is dst can run the guest CPU the source's
+// QEMU src gave the model (the layout's CPU model): the accelerator must be the same (each
+// filters CPU features differently: the guest would see its CPU change under it), and a model
+// that means "what this QEMU can do" (max, host) needs the same QEMU release too. An
+// unknown side (empty) is not checked. Pure.
+func CheckTargetCPU(model string, src, dst QEMUBuild) error {
+	if src.Accel == "" || dst.Accel == "" {
+		return nil
+	}
+	if src.Accel != dst.Accel {
+		return fmt.Errorf("migration target: the guest's CPU (model %s) runs under %s on the source, and this node's QEMU runs guests under %s: the guest would see its CPU change", model, src.Accel, dst.Accel)
+	}
+	switch model {
+	case "max", "host":
+		if a, b := src.release(), dst.release(); a != "" && b != "" && a != b {
+			return fmt.Errorf("migration target: the guest's CPU model %s is whatever the source's QEMU %s offers under %s; this node's QEMU is %s, whose %s differs", model, a, src.Accel, b, model)
+		}
+	}
+	return nil
 }

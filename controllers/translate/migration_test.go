@@ -143,3 +143,34 @@ func displayLayout(l *vmletv1.MigrationDomainLayout, display *bool) *vmletv1.Mig
 	c.Display = display
 	return &c
 }
+
+func TestCheckTargetCPU(t *testing.T) {
+	tcg10 := QEMUBuild{Accel: "tcg", Version: "10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)"}
+	tcg10other := QEMUBuild{Accel: "tcg", Version: "10.0.2"}
+	tcg72 := QEMUBuild{Accel: "tcg", Version: "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)"}
+	kvm10 := QEMUBuild{Accel: "kvm", Version: tcg10.Version}
+	for _, c := range []struct {
+		name     string
+		model    string
+		src, dst QEMUBuild
+		refused  string // a word of the refusal; "" = accepted
+	}{
+		{"same build", "max", tcg10, tcg10, ""},
+		{"same release, other package", "max", tcg10, tcg10other, ""},
+		{"max across releases", "max", tcg10, tcg72, "7.2.22"},
+		{"host across releases", "host", kvm10, QEMUBuild{Accel: "kvm", Version: "9.2.0"}, "9.2.0"},
+		{"named model across releases", "Haswell-noTSX", kvm10, QEMUBuild{Accel: "kvm", Version: "9.2.0"}, ""},
+		{"accelerator differs", "Haswell-noTSX", tcg10, kvm10, "kvm"},
+		{"max, accelerator differs", "max", kvm10, tcg10, "tcg"},
+		{"source unknown", "max", QEMUBuild{}, tcg72, ""},
+		{"target unknown", "max", tcg10, QEMUBuild{}, ""},
+	} {
+		err := CheckTargetCPU(c.model, c.src, c.dst)
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused)):
+			t.Errorf("%s: got %v, want a refusal naming %q", c.name, err, c.refused)
+		}
+	}
+}

@@ -3,10 +3,12 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Dial connects to the peer of one accepted connection.
@@ -30,8 +32,20 @@ type Relay struct {
 	lastErr  error
 }
 
+// HandshakeTimeout bounds the handshake of an accepted connection that has one (a TLS
+// listener's): its peer is dialed only once it succeeded.
+const HandshakeTimeout = 30 * time.Second
+
+// handshaker is an accepted connection with a handshake (*tls.Conn).
+type handshaker interface {
+	HandshakeContext(ctx context.Context) error
+}
+
 // Start serves ln until Close: every accepted connection is relayed to a connection dial
 // returns. A failed dial closes the accepted connection (the peer sees EOF) and is kept as Err.
+// An accepted connection with a handshake (ln a TLS listener) is relayed only once its
+// handshake succeeded; a failed one (a peer without a valid certificate) is closed without a
+// dial and kept as Err.
 func Start(ln net.Listener, dial Dial) *Relay {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Relay{ln: ln, dial: dial, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
@@ -116,6 +130,15 @@ func (r *Relay) fail(err error) {
 func (r *Relay) relay(in net.Conn) {
 	defer r.wg.Done()
 	defer r.untrack(in)
+	if h, ok := in.(handshaker); ok {
+		ctx, cancel := context.WithTimeout(r.ctx, HandshakeTimeout)
+		err := h.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			r.fail(fmt.Errorf("handshake with %s: %w", in.RemoteAddr(), err))
+			return
+		}
+	}
 	out, err := r.dial(r.ctx)
 	if err != nil {
 		r.fail(err)

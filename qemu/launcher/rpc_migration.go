@@ -130,6 +130,8 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 		if err := d.vm.StartPostcopy(ctx); err != nil {
 			return nil, fmt.Errorf("migrate: start postcopy: %w", err)
 		}
+	} else if first, max := time.Duration(o.GetDowntimeMs())*time.Millisecond, time.Duration(o.GetMaxDowntimeMs())*time.Millisecond; first > 0 && max > first {
+		go l.raiseDowntime(d, first, max)
 	}
 	return &pb.MigrateResponse{}, nil
 }

@@ -2930,6 +2930,12 @@ type MigrationOptions struct {
 	// allow_postcopy enables postcopy-ram on both sides without switching: StartPostcopy switches
 	// later (when a pre-copy would not complete in time). The target's QEMU needs userfaultfd.
 	AllowPostcopy bool `protobuf:"varint,8,opt,name=allow_postcopy,json=allowPostcopy,proto3" json:"allow_postcopy,omitempty"`
+	// max_downtime_ms (source only), above downtime_ms: the limit starts at downtime_ms and is
+	// doubled after every 3 passes over guest memory that did not complete (the launcher's
+	// downtimeStepPasses), up to max_downtime_ms: a guest that converges gets a short final
+	// pause, one that dirties memory faster is not kept from completing. 0: downtime_ms
+	// throughout.
+	MaxDowntimeMs int64 `protobuf:"varint,9,opt,name=max_downtime_ms,json=maxDowntimeMs,proto3" json:"max_downtime_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3018,6 +3024,13 @@ func (x *MigrationOptions) GetAllowPostcopy() bool {
 		return x.AllowPostcopy
 	}
 	return false
+}
+
+func (x *MigrationOptions) GetMaxDowntimeMs() int64 {
+	if x != nil {
+		return x.MaxDowntimeMs
+	}
+	return 0
 }
 
 type MigrateRequest struct {
@@ -6041,7 +6054,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x0enbd_listen_uri\x18\x05 \x01(\tR\fnbdListenUri\"K\n" +
 	"\x1ePrepareMigrationTargetResponse\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x17\n" +
-	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xc4\x02\n" +
+	"\anbd_uri\x18\x02 \x01(\tR\x06nbdUri\"\xec\x02\n" +
 	"\x10MigrationOptions\x12\x1a\n" +
 	"\bpostcopy\x18\x01 \x01(\bR\bpostcopy\x12#\n" +
 	"\rauto_converge\x18\x02 \x01(\bR\fautoConverge\x12)\n" +
@@ -6051,7 +6064,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"downtimeMs\x12\"\n" +
 	"\rtls_creds_dir\x18\x06 \x01(\tR\vtlsCredsDir\x12!\n" +
 	"\ftls_hostname\x18\a \x01(\tR\vtlsHostname\x12%\n" +
-	"\x0eallow_postcopy\x18\b \x01(\bR\rallowPostcopy\"\xbc\x01\n" +
+	"\x0eallow_postcopy\x18\b \x01(\bR\rallowPostcopy\x12&\n" +
+	"\x0fmax_downtime_ms\x18\t \x01(\x03R\rmaxDowntimeMs\"\xbc\x01\n" +
 	"\x0eMigrateRequest\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12=\n" +
 	"\aoptions\x18\x02 \x01(\v2#.vmlet.launcher.v1.MigrationOptionsR\aoptions\x12\x17\n" +

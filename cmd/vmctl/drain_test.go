@@ -10,14 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/evacuation"
-	"github.com/vmlet/vmlet/test/apienv"
-	"github.com/vmlet/vmlet/test/prereq"
 )
 
 func TestDrainTaintKeyIsTheControllers(t *testing.T) {
@@ -33,17 +30,7 @@ func TestDrainTaintKeyIsTheControllers(t *testing.T) {
 // its reason at the deadline (exit 4), an ended VMI does not count, and uncordon removes only
 // the drain taint.
 func TestDrain(t *testing.T) {
-	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop api server: %v", err)
-		}
-	})
-	noKubeconfig(t)
+	env := startAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := env.Client

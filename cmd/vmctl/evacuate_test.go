@@ -10,13 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/evacuation"
-	"github.com/vmlet/vmlet/test/apienv"
-	"github.com/vmlet/vmlet/test/prereq"
 )
 
 func TestEvacuationMarksAreTheControllers(t *testing.T) {
@@ -32,17 +29,7 @@ func TestEvacuationMarksAreTheControllers(t *testing.T) {
 // leave the node, in every namespace; a VMI on a node with the drain taint is refused (exit
 // 7) and keeps its mark; a VMI not being evacuated is said to be so; a missing one exits 3.
 func TestEvacuateCancel(t *testing.T) {
-	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop api server: %v", err)
-		}
-	})
-	noKubeconfig(t)
+	env := startAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := env.Client

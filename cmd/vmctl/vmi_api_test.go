@@ -16,31 +16,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/poll"
-	"github.com/vmlet/vmlet/test/prereq"
 )
 
 // TestVMIThroughAPI runs pause, unpause, migrate and migrate-cancel against a real
 // kube-apiserver (they need no aggregated API), the test playing the migration controller by
 // writing statuses, and the binary as a kubectl plugin under the real kubectl.
 func TestVMIThroughAPI(t *testing.T) {
-	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop api server: %v", err)
-		}
-	})
-	noKubeconfig(t)
+	env := startAPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := env.Client

@@ -29,6 +29,18 @@ func echo(t *testing.T, ln net.Listener) {
 	}()
 }
 
+// echoTCP is an echo server on a loopback TCP port, closed when the test ends.
+func echoTCP(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	echo(t, ln)
+	return ln
+}
+
 // TestUnixToTCPToUnix relays a unix socket over TCP into another unix socket, as the source
 // and target agents do, and checks that bytes arrive intact both ways with half-close.
 func TestUnixToTCPToUnix(t *testing.T) {
@@ -110,12 +122,7 @@ func TestDialFailureClosesAndIsReported(t *testing.T) {
 
 // TestCloseCutsStreams: Close ends relayed connections that are still open and returns.
 func TestCloseCutsStreams(t *testing.T) {
-	dst, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	echo(t, dst)
+	dst := echoTCP(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

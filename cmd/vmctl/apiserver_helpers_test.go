@@ -15,15 +15,7 @@ import (
 func startAPI(t *testing.T) *apienv.Env {
 	t.Helper()
 	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop api server: %v", err)
-		}
-	})
+	env := apienv.StartT(t, apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme}})
 	noKubeconfig(t)
 	return env
 }

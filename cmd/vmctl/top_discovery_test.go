@@ -20,15 +20,7 @@ import (
 // series' node from the Node when the agent leaves the label out.
 func TestTopDiscovery(t *testing.T) {
 	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop api server: %v", err)
-		}
-	})
+	env := apienv.StartT(t, apienv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

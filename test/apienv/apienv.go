@@ -187,6 +187,22 @@ func Start(opts Options) (*Env, error) {
 	return e, nil
 }
 
+// StartT is Start for one test: a failed start fails it, and the environment stops when it
+// ends (a failed stop fails it too). Guard it with prereq.APIServer.
+func StartT(tb testing.TB, opts Options) *Env {
+	tb.Helper()
+	env, err := Start(opts)
+	if err != nil {
+		tb.Fatalf("start api server: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			tb.Errorf("stop api server: %v", err)
+		}
+	})
+	return env
+}
+
 func (e *Env) writeKubeconfig() error {
 	user, err := e.env.ControlPlane.AddUser(envtest.User{Name: "vmlet-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

@@ -12,6 +12,7 @@
 // launcher failed (the log names the failed startup step); 2 bad flags; 3 the VM was stopped by
 // force (grace period over, or the Kill RPC); 4 QEMU died without being asked to (see the
 // launcher package documentation). Logs go to standard error; the process umask is 077 and
-// the Go heap target is GOGC=25 unless $GOGC says otherwise. It needs no cgo: build it with
+// the Go heap target is GOGC=25 unless $GOGC says otherwise, and it runs Go code on one thread
+// at a time (GOMAXPROCS=1) unless $GOMAXPROCS says otherwise. It needs no cgo: build it with
 // CGO_ENABLED=0 for a static binary (≈1.3 MiB less RSS per launcher).
 package main

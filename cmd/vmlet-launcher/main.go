@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -65,6 +66,13 @@ func run(args []string, stderr io.Writer) int {
 	// down (≈2 MiB less than Go's default) for a negligible CPU cost. $GOGC still wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
+	}
+	// Its work is answering one RPC or QMP message at a time: on one P a goroutine hand-off
+	// (gRPC reader → handler → QMP reader → handler) needs no wake-up of another thread, which
+	// took a pause + resume through the launcher from 1.56 to 1.43 ms here (BenchmarkPauseRTT,
+	// BENCHMARKS.md). $GOMAXPROCS still wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 
 	l, err := launcher.New(launcher.Config{

@@ -175,7 +175,7 @@ func BenchmarkSyncToRunning(b *testing.B) {
 // straight to another QEMU (testguest.Boot, package qmp client). api-getdomain-only is one
 // GetDomain call: the gRPC floor.
 func BenchmarkPauseRTT(b *testing.B) {
-	p := startLauncher(b, launchOpts{})
+	p := startLauncher(b, launchOpts{env: strings.Fields(os.Getenv("BENCH_LAUNCHER_ENV"))})
 	_, con := syncGuest(b, p, guestSpec(b, "bench-pause"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

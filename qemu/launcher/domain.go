@@ -29,6 +29,7 @@ type domain struct {
 	stderr   *os.File
 
 	refreshMu sync.Mutex // one query-status + state update at a time, in order
+	claims    claims     // the STOP/RESUME events our own stop/cont caused (no refresh for them)
 	mu        sync.Mutex // guards the fields below; events are emitted under it
 	state     pb.State
 	reason    string

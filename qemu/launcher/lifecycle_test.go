@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +85,7 @@ func TestDomain(t *testing.T) {
 	})
 	t.Run("pause-unpause", func(t *testing.T) {
 		from := rec.len()
+		logFrom := fileSize(t, p.paths.QMPLog())
 		if d, err := p.client.Pause(ctx); err != nil || d.GetState() != pb.State_STATE_PAUSED || d.GetReason() != "user" {
 			t.Fatalf("pause: %v/%q %v", d.GetState(), d.GetReason(), err)
 		}
@@ -95,6 +98,17 @@ func TestDomain(t *testing.T) {
 		}
 		if _, err := rec.waitEvent(ctx, i+1, "running", isState(pb.State_STATE_RUNNING)); err != nil {
 			t.Fatal(err)
+		}
+		// The STOP and RESUME the calls caused are not read back with query-status (the
+		// replies already said the state): the QMP log has the two commands and their events.
+		wire := qmpLogSince(t, p.paths.QMPLog(), logFrom)
+		for _, want := range []string{`"execute":"stop"`, `"event": "STOP"`, `"execute":"cont"`, `"event": "RESUME"`} {
+			if !strings.Contains(wire, want) {
+				t.Errorf("QMP log of pause + unpause lacks %s:\n%s", want, wire)
+			}
+		}
+		if strings.Contains(wire, "query-status") {
+			t.Errorf("pause + unpause read the state back:\n%s", wire)
 		}
 	})
 	t.Run("qmp-debug", func(t *testing.T) { debugSession(t, p, rec) })
@@ -164,4 +178,27 @@ func checkSequence(t *testing.T, events []*pb.Event) {
 			t.Errorf("event %d is older than event %d", i+1, i)
 		}
 	}
+}
+
+// fileSize is path's size now (where a later qmpLogSince starts).
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// qmpLogSince is what the QMP log at path gained after offset.
+func qmpLogSince(t *testing.T, path string, offset int64) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) < offset {
+		t.Fatalf("QMP log %s shrank (rotated?) from %d to %d bytes", path, offset, len(b))
+	}
+	return string(b[offset:])
 }

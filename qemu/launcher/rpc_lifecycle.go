@@ -66,7 +66,8 @@ func (l *api) Pause(ctx context.Context, _ *pb.PauseRequest) (*pb.PauseResponse,
 	if err != nil {
 		return nil, err
 	}
-	if err := d.vm.Pause(ctx); err != nil {
+	if err := d.claims.during("STOP", func() error { return d.vm.Pause(ctx) }); err != nil {
+		d.refresh("pause") // the command may have run (a timeout): read what it left
 		return nil, fmt.Errorf("pause: %w", err)
 	}
 	d.commanded("paused", "pause")
@@ -82,7 +83,8 @@ func (l *api) Unpause(ctx context.Context, _ *pb.UnpauseRequest) (*pb.UnpauseRes
 	if left, st := d.leftForTarget(); left {
 		return nil, fmt.Errorf("unpause: %w: the guest left for the migration target (outgoing migration %s): it cannot run here again", ErrWrongState, st)
 	}
-	if err := d.vm.Resume(ctx); err != nil {
+	if err := d.claims.during("RESUME", func() error { return d.vm.Resume(ctx) }); err != nil {
+		d.refresh("unpause")
 		return nil, fmt.Errorf("unpause: %w", err)
 	}
 	d.commanded("running", "unpause")

@@ -146,7 +146,7 @@ func (s *starter) startQEMU(r *revert.Reverter) error {
 // between the two is missed, and starts the supervisor that reports QEMU's exit.
 func (s *starter) watchEvents(r *revert.Reverter) error {
 	d := s.d
-	events, unsub := d.vm.Monitor().Subscribe(nil)
+	events, unsub := d.vm.Monitor().Subscribe(d.claims.note)
 	d.refresh("")
 	d.watchers.Add(1)
 	go func() {
@@ -213,7 +213,11 @@ func (s *starter) publish(*revert.Reverter) error {
 // onEvent turns QMP events into state refreshes and migration events.
 func (d *domain) onEvent(e qmp.Event) {
 	switch e.Name {
-	case "STOP", "RESUME", "GUEST_PANICKED", "SUSPEND", "WAKEUP":
+	case "STOP", "RESUME":
+		if !d.claims.take(e.Seq) {
+			d.refresh(e.Name)
+		}
+	case "GUEST_PANICKED", "SUSPEND", "WAKEUP":
 		d.refresh(e.Name)
 	case "RESET":
 		d.mu.Lock()

@@ -54,6 +54,9 @@ func TestEventsDoNotBlockReplies(t *testing.T) {
 		if e.Timestamp.IsZero() {
 			t.Fatalf("event %d has no timestamp", i)
 		}
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has Seq %d, want %d (its place on the connection)", i, e.Seq, i+1)
+		}
 	}
 }
 

@@ -24,6 +24,8 @@ type Monitor struct {
 	fdmu   chan struct{} // one file-passing command in flight at a time (QEMU keeps one fd set)
 	tapMu  sync.Mutex
 
+	events uint64 // events received so far (Event.Seq); the reader's alone
+
 	mu      sync.Mutex
 	pending map[uint64]chan message // nil once the connection is gone
 	subs    map[*subscriber]struct{}
@@ -177,6 +179,8 @@ func (m *Monitor) dispatch(line []byte, greeted *bool) {
 			ch <- msg // buffered; a caller that gave up has unregistered, so ch is nil then
 		}
 	case KindEvent:
+		m.events++
+		msg.event.Seq = m.events
 		m.publish(msg.event)
 	}
 }

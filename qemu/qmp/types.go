@@ -41,6 +41,10 @@ type Event struct {
 	Name      string
 	Data      json.RawMessage // nil when the event has no data
 	Timestamp time.Time       // QEMU's timestamp (host clock when QEMU emitted it)
+	// Seq is the event's place among the events of its connection (1 for the first), as the
+	// reader received them: it names one event, e.g. for a Subscribe filter that notes events
+	// and the subscriber that later handles them.
+	Seq uint64
 }
 
 // Version is QEMU's version from the greeting.

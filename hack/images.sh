@@ -135,7 +135,7 @@ say "building $key in $tmp"
 say "go build vmlet vmctl vmlet-launcher vmlet-pause ($(go env GOVERSION), CGO_ENABLED=0)"
 mkdir -p "$tmp/bin" "$tmp/out"
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOWORK=off GOFLAGS=-mod=readonly \
-  go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$tmp/bin/" \
+  go build -tags grpcnotrace -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$tmp/bin/" \
   ./cmd/vmlet ./cmd/vmctl ./cmd/vmlet-launcher ./cmd/vmlet-pause >&2
 go build -o "$tmp/imagebuild" ./hack/imagebuild
 

@@ -103,6 +103,7 @@ func (r *VMIReconciler) forgetStorage(uid types.UID) {
 func (r *VMIReconciler) stopOps() {
 	r.storageTracker().Stop()
 	r.hotplugTracker().Stop()
+	r.placeTracker().Stop()
 	r.stopMigrations()
 }
 

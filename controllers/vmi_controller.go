@@ -103,6 +103,7 @@ type VMIReconciler struct {
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]
+	placeOps   *ops.Tracker[types.UID, struct{}] // vCPU placements (cpu_place.go)
 	// migs are the migrations this agent drives, by vmi (migration_run.go).
 	migs map[types.UID]*migrationRun
 }
@@ -465,6 +466,7 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 // killed with its cgroup.
 func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
 	r.forgetRun(vmi.UID)
+	r.placeTracker().Forget(vmi.UID) // no cgroup write races the removal
 	r.disconnect(vmi.UID)
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)

@@ -238,7 +238,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	vmistatus.Synchronized(vmi) // the one place that says so; hotplug may still say why not
 	r.observeDomain(vmi, dom)
-	cpuErr := r.placeVCPUs(ctx, vmi, l, dom)
+	cpuErr := r.placeVCPUs(vmi, l, dom)
 	var nicErr error
 	if dom.State == DomainRunning {
 		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced, served)

@@ -104,6 +104,7 @@ func (r *VMIReconciler) stopOps() {
 	r.storageTracker().Stop()
 	r.hotplugTracker().Stop()
 	r.placeTracker().Stop()
+	r.netTracker().Stop()
 	r.stopMigrations()
 }
 

@@ -104,6 +104,7 @@ type VMIReconciler struct {
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]
 	placeOps   *ops.Tracker[types.UID, struct{}] // vCPU placements (cpu_place.go)
+	netOps     *ops.Tracker[types.UID, struct{}] // early network attaches (network_early.go)
 	// migs are the migrations this agent drives, by vmi (migration_run.go).
 	migs map[types.UID]*migrationRun
 }
@@ -472,6 +473,7 @@ func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachin
 		return fmt.Errorf("remove launcher: %w", err)
 	}
 	faultpoint.Hit("teardown.launcher-removed", "") // the fault matrix's kill mid-teardown
+	r.netTracker().Forget(vmi.UID)                  // an early attach ends before the network is released
 	if err := r.cleanupNetwork(vmi); err != nil {
 		return err
 	}

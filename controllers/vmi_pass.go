@@ -115,6 +115,9 @@ func (r *VMIReconciler) ensureLauncher(ctx context.Context, vmi *vmletv1.Virtual
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonLauncherFailed, err.Error())
 		return nil, ctrl.Result{}, fmt.Errorf("start launcher: %w", err)
 	}
+	if o.facts.Launcher == lifecycle.LauncherAbsent {
+		r.attachEarly(ctx, vmi, o.want) // the network is wired while the launcher starts
+	}
 	st, err := r.Runtime.Ensure(ctx, process.Spec{
 		// SELinux (local mode; gated on an enabled SELinux for the process label).
 		ProcessLabel: procLabel, DirLabel: dirLabel,

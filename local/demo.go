@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +28,33 @@ type Demo struct {
 	// Existing is true when a VMI of that name that was not final was kept as it is (e.g. left
 	// running by --keep-vms).
 	Existing bool
+	// Unserved is the VMI of that name left on a node this run does not have (an earlier run
+	// had more nodes): only that node's agent can end or clean it up, so it is left alone and
+	// no demo is created; nil otherwise.
+	Unserved *vmletv1.VirtualMachineInstance
+}
+
+// demoStep is what ApplyDemo does about a VMI of the demo's name, found or not. Pure.
+type demoStep int
+
+const (
+	demoCreate   demoStep = iota // none: create it
+	demoAdopt                    // not final, on one of our nodes: keep it
+	demoReplace                  // final, on one of our nodes (or none): delete it, create it again
+	demoUnserved                 // on a node this run does not have: leave it, no demo
+)
+
+func nextDemoStep(old *vmletv1.VirtualMachineInstance, nodes []string) demoStep {
+	switch {
+	case old == nil:
+		return demoCreate
+	case old.Status.NodeName != "" && !slices.Contains(nodes, old.Status.NodeName):
+		return demoUnserved
+	case !vmistatus.IsFinal(old.Status.Phase) && old.DeletionTimestamp.IsZero():
+		return demoAdopt
+	default:
+		return demoReplace
+	}
 }
 
 // ApplyDemo creates the demo VMI. One of that name that is not final is kept (the next start
@@ -42,12 +70,18 @@ func (s *Stack) ApplyDemo(ctx context.Context) (Demo, error) {
 	err = s.CP.Client.Get(ctx, d.Key, old)
 	switch {
 	case apierrors.IsNotFound(err):
+		old = nil
 	case err != nil:
 		return d, fmt.Errorf("get demo VMI: %w", err)
-	case !vmistatus.IsFinal(old.Status.Phase) && old.DeletionTimestamp.IsZero():
+	}
+	switch nextDemoStep(old, s.NodeNames()) {
+	case demoUnserved:
+		d.Unserved = old
+		return d, nil
+	case demoAdopt:
 		d.Existing = true
 		return d, nil
-	default:
+	case demoReplace:
 		if err := s.deleteAndWait(ctx, old); err != nil {
 			return d, err
 		}

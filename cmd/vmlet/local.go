@@ -172,6 +172,11 @@ func demo(ctx context.Context, s *local.Stack, cfg local.Config, o localOptions)
 		return err
 	}
 	switch {
+	case d.Unserved != nil:
+		fmt.Fprintf(out, "vmlet local: demo VMI %s (%s) is on node %s, which this run does not have (an earlier run had more nodes); "+
+			"only that node's agent can end or clean it up: start with as many nodes again (--nodes) and delete it. No demo this time.\n",
+			d.Key, local.Phase(d.Unserved), d.Unserved.Status.NodeName)
+		return nil
 	case d.Replaced != nil:
 		fmt.Fprintf(out, "vmlet local: demo VMI %s had ended: %s; deleted it and created it again from %s\n",
 			d.Key, local.Phase(d.Replaced), cfg.Demo)

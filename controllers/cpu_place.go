@@ -45,12 +45,7 @@ func (r *VMIReconciler) placeVCPUs(vmi *vmletv1.VirtualMachineInstance, l Launch
 
 // placeTracker is the node's vCPU placements, made on first use.
 func (r *VMIReconciler) placeTracker() *ops.Tracker[types.UID, struct{}] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.placeOps == nil {
-		r.placeOps = ops.New[types.UID, struct{}](placeTimeout, func(uid types.UID) { r.WakeByID(string(uid)) })
-	}
-	return r.placeOps
+	return lazyTracker(r, &r.placeOps, placeTimeout, r.wakeUID)
 }
 
 // placeTimeout bounds one placement (a launcher call and a few cgroup writes).

@@ -36,10 +36,5 @@ func (r *VMIReconciler) attachEarly(ctx context.Context, vmi *vmletv1.VirtualMac
 
 // netTracker is the node's early network attaches, made on first use.
 func (r *VMIReconciler) netTracker() *ops.Tracker[types.UID, struct{}] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.netOps == nil {
-		r.netOps = ops.New[types.UID, struct{}](0, nil)
-	}
-	return r.netOps
+	return lazyTracker(r, &r.netOps, 0, nil)
 }

@@ -30,23 +30,27 @@ type hotKey struct {
 // storageTracker is the node's storage operations of VMIs' boot-time volumes, made on first
 // use.
 func (r *VMIReconciler) storageTracker() *ops.Tracker[types.UID, *storage.Result] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.storageOps == nil {
-		r.storageOps = ops.New[types.UID, *storage.Result](0, func(uid types.UID) { r.WakeByID(string(uid)) })
-	}
-	return r.storageOps
+	return lazyTracker(r, &r.storageOps, 0, r.wakeUID)
 }
 
 // hotplugTracker is the node's storage operations of hotpluggable volumes, made on first use.
 func (r *VMIReconciler) hotplugTracker() *ops.Tracker[hotKey, *storage.Result] {
+	return lazyTracker(r, &r.hotplugOps, 0, func(k hotKey) { r.wakeUID(k.uid) })
+}
+
+// lazyTracker returns *t, made with ops.New(timeout, wake) on its first use (the reconciler
+// is built as a struct literal in many places; its trackers come into being when needed).
+func lazyTracker[K comparable, V any](r *VMIReconciler, t **ops.Tracker[K, V], timeout time.Duration, wake func(K)) *ops.Tracker[K, V] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hotplugOps == nil {
-		r.hotplugOps = ops.New[hotKey, *storage.Result](0, func(k hotKey) { r.WakeByID(string(k.uid)) })
+	if *t == nil {
+		*t = ops.New[K, V](timeout, wake)
 	}
-	return r.hotplugOps
+	return *t
 }
+
+// wakeUID wakes the VMI uid (a tracker's wake).
+func (r *VMIReconciler) wakeUID(uid types.UID) { r.WakeByID(string(uid)) }
 
 // prepareHotplugVolume is prepareStorage for one hotpluggable volume of the VMI uid.
 func (r *VMIReconciler) prepareHotplugVolume(uid types.UID, hv translate.HotplugVolume) (*storage.Result, error) {

@@ -123,14 +123,5 @@ func TestRestarts(t *testing.T) {
 func startTestEnv(t *testing.T) *apienv.Env {
 	t.Helper()
 	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return env
+	return apienv.StartT(t, apienv.Options{CRDPaths: []string{filepath.Join("testdata")}})
 }

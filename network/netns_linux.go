@@ -5,41 +5,37 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/osthread"
 )
 
 // nsfsMagic is the filesystem type of a bind-mounted namespace file (NSFS_MAGIC).
 const nsfsMagic = 0x6e736673
 
-// doInNetns runs fn on a fresh OS thread switched into the network namespace at path (empty:
-// the process's own). The thread stays locked and is never switched back: when fn returns the
-// goroutine exits and Go discards the thread, so no other goroutine ever runs in that
+// doInNetns runs fn on an OS thread switched into the network namespace at path (empty: the
+// process's own). The thread is never switched back: Go discards it afterwards
+// (osthread.Discarded, never the main thread), so no other goroutine ever runs in that
 // namespace. Needed where the kernel uses the calling thread's namespace: opening
 // /dev/net/tun, /proc/sys/net, and creating sockets.
 func doInNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+	return osthread.Discarded(func() error {
 		if path != "" {
 			ns, err := netns.GetFromPath(path)
 			if err != nil {
-				errc <- fmt.Errorf("open netns %s: %w", path, err)
-				return
+				return fmt.Errorf("open netns %s: %w", path, err)
 			}
 			err = netns.Set(ns)
 			ns.Close()
 			if err != nil {
-				errc <- fmt.Errorf("enter netns %s: %w", path, err)
-				return
+				return fmt.Errorf("enter netns %s: %w", path, err)
 			}
 		}
-		errc <- fn()
-	}()
-	return <-errc
+		return fn()
+	})
 }
 
 // nsHandle opens a netlink handle in the namespace at path (empty: the process's own). The
@@ -87,21 +83,18 @@ func createNetns(path string) (bool, error) {
 		return false, fmt.Errorf("create netns mount point: %w", err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread now lives in the new namespace
+	// The thread lives in the new namespace afterwards: a discarded one.
+	err = osthread.Discarded(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare netns: %w", err)
-			return
+			return fmt.Errorf("unshare netns: %w", err)
 		}
 		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind-mount netns: %w", err)
-			return
+			return fmt.Errorf("bind-mount netns: %w", err)
 		}
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		os.Remove(path)
 		return false, fmt.Errorf("create netns %s: %w", path, err)
 	}

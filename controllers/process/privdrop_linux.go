@@ -3,11 +3,12 @@ package process
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/osthread"
 )
 
 // startWithoutPrivileges runs start (which forks the launcher) on a locked OS thread that has
@@ -19,25 +20,14 @@ import (
 //
 // Equivalent to: setpriv --bounding-set=-all --no-new-privs ... (before the user switch)
 func startWithoutPrivileges(start func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: this thread's privileges are gone
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread: Go never discards it (it would stay wedged, showing the reduced
-			// privileges as the agent's in /proc/PID/status). Hold it, so that another
-			// goroutine gets another thread, and give it back untouched.
-			err := startWithoutPrivileges(start)
-			runtime.UnlockOSThread()
-			ch <- err
-			return
-		}
+	// Never on the main thread (osthread): a wedged main thread would show the reduced
+	// privileges as the agent's in /proc/PID/status.
+	return osthread.Discarded(func() error {
 		if err := dropThreadPrivileges(); err != nil {
-			ch <- err
-			return
+			return err
 		}
-		ch <- start()
-	}()
-	return <-ch
+		return start()
+	})
 }
 
 // dropThreadPrivileges empties the calling thread's bounding set and sets no_new_privs.

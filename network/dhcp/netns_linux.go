@@ -4,34 +4,30 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/osthread"
 )
 
-// doInNetns runs fn on a fresh OS thread switched into the network namespace at path (empty:
-// the caller's), which is never unlocked: Go discards it afterwards, so no other goroutine
-// runs in that namespace. Sockets fn creates stay in it.
+// doInNetns runs fn on an OS thread switched into the network namespace at path (empty: the
+// caller's), which Go discards afterwards (osthread.Discarded, never the main thread), so no
+// other goroutine runs in that namespace. Sockets fn creates stay in it.
 func doInNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+	return osthread.Discarded(func() error {
 		if path != "" {
 			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
-				errc <- fmt.Errorf("open netns %s: %w", path, err)
-				return
+				return fmt.Errorf("open netns %s: %w", path, err)
 			}
 			err = unix.Setns(fd, unix.CLONE_NEWNET)
 			unix.Close(fd)
 			if err != nil {
-				errc <- fmt.Errorf("enter netns %s: %w", path, err)
-				return
+				return fmt.Errorf("enter netns %s: %w", path, err)
 			}
 		}
-		errc <- fn()
-	}()
-	return <-errc
+		return fn()
+	})
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

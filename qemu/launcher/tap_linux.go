@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlet/vmlet/internal/osthread"
 )
 
 // tapRef is how a NIC's tap was named on the API: the launcher reopens it from these (stats
@@ -24,24 +25,19 @@ type tapRef struct {
 //
 // Needs: read-write access to /dev/net/tun, and either CAP_NET_ADMIN or a tap whose owner or
 // group is the launcher's; entering another namespace needs CAP_SYS_ADMIN. The namespace is
-// entered on a locked OS thread that is never unlocked, so Go discards it afterwards and no
-// other goroutine can run in that namespace.
+// entered on a thread Go discards afterwards (osthread.Discarded), so no other goroutine can
+// run in that namespace.
 //
 // Equivalent to what `ip tuntap add ... mode tap` sets up, done from the attaching side.
 func openTap(ref tapRef) ([]*os.File, error) {
 	queues := max(ref.Queues, 1)
-	type result struct {
-		files []*os.File
-		err   error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread may be in another netns
-		files, err := openTapHere(ref, queues)
-		ch <- result{files, err}
-	}()
-	r := <-ch
-	return r.files, r.err
+	var files []*os.File
+	// The thread may be left in another netns: a discarded one.
+	err := osthread.Discarded(func() (err error) {
+		files, err = openTapHere(ref, queues)
+		return err
+	})
+	return files, err
 }
 
 func openTapHere(ref tapRef, queues int) ([]*os.File, error) {
@@ -153,27 +149,19 @@ func (l *Launcher) tapCounters(ref tapRef) (netDev, error) {
 
 // tapCounters reads the tap's counters from /proc/thread-self/net/dev inside its namespace.
 func tapCounters(ref tapRef) (netDev, error) {
-	type result struct {
-		c   netDev
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see openTap
+	var c netDev
+	err := osthread.Discarded(func() error { // see openTap
 		if ref.NetNS != "" {
 			if err := enterNetNS(ref.NetNS); err != nil {
-				ch <- result{err: err}
-				return
+				return err
 			}
 		}
 		b, err := os.ReadFile("/proc/thread-self/net/dev")
 		if err != nil {
-			ch <- result{err: fmt.Errorf("read net counters: %w", err)}
-			return
+			return fmt.Errorf("read net counters: %w", err)
 		}
-		c, err := parseNetDev(b, ref.Name)
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+		c, err = parseNetDev(b, ref.Name)
+		return err
+	})
+	return c, err
 }

@@ -43,6 +43,8 @@ type Reconciler struct {
 	// agent, which knows why it ended (QEMUDied, ForcedShutdown, ...), before this controller
 	// ends the VMI itself (the agent may be down); zero means DefaultAgentGrace.
 	AgentGrace time.Duration
+
+	transitions transitions
 }
 
 // TakeoverPoll is how often a VMI whose migration completed is looked at while its source's
@@ -85,12 +87,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("get vmi: %w", err)
 	}
 	before := vmi.Status.DeepCopy()
+	r.transitions.take(vmi.UID) // nothing is left from an earlier pass; be sure
 	requeue, err := r.reconcile(ctx, vmi)
 	if err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, string(vmistatus.ReasonSyncFailed), "Reconcile", "%v", err)
 	}
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
 		uerr := r.Client.Status().Update(ctx, vmi)
+		if uerr != nil {
+			r.transitions.take(vmi.UID) // not written: the pass that writes it says it
+		}
 		switch {
 		case apierrors.IsConflict(uerr):
 			// Someone (the node agent) wrote the VMI since we read it: read everything again.
@@ -98,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		case uerr != nil && !apierrors.IsNotFound(uerr):
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
 		}
+	}
+	for _, send := range r.transitions.take(vmi.UID) {
+		send()
 	}
 	return ctrl.Result{RequeueAfter: requeue}, err
 }

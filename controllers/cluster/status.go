@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
@@ -29,7 +30,7 @@ func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Po
 	case pod.Status.Phase == corev1.PodSucceeded:
 		// vmlet-launcher exits 0 when the guest powered off by itself.
 		if vmistatus.Succeed(vmi) {
-			r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, string(vmistatus.ReasonGuestShutdown), "Stop", "the launcher pod %s completed: the guest powered off", pod.Name)
+			r.announce(vmi, pod, corev1.EventTypeNormal, vmistatus.ReasonGuestShutdown, "Stop", fmt.Sprintf("the launcher pod %s completed: the guest powered off", pod.Name))
 		}
 		return
 	case vmi.Status.NodeName != "":
@@ -44,14 +45,14 @@ func (r *Reconciler) observe(vmi *vmletv1.VirtualMachineInstance, pod *corev1.Po
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonScheduled,
 			fmt.Sprintf("launcher pod %s scheduled to node %s; waiting for its node agent", pod.Name, pod.Spec.NodeName))
-		r.Recorder.Eventf(vmi, pod, corev1.EventTypeNormal, string(vmistatus.ReasonScheduled), "Schedule", "launcher pod %s scheduled to node %s", pod.Name, pod.Spec.NodeName)
+		r.announce(vmi, pod, corev1.EventTypeNormal, vmistatus.ReasonScheduled, "Schedule", fmt.Sprintf("launcher pod %s scheduled to node %s", pod.Name, pod.Spec.NodeName))
 		return
 	}
 	vmistatus.SetPhase(vmi, vmletv1.Scheduling)
 	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		msg := fmt.Sprintf("launcher pod %s cannot be scheduled: %s", pod.Name, c.Message)
 		if old := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceReady); old == nil || old.Reason != string(vmistatus.ReasonUnschedulable) || old.Message != msg {
-			r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, string(vmistatus.ReasonFailedScheduling), "Schedule", "%s", msg)
+			r.announce(vmi, pod, corev1.EventTypeWarning, vmistatus.ReasonFailedScheduling, "Schedule", msg)
 		}
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, vmistatus.ReasonUnschedulable, msg)
 		return
@@ -70,8 +71,15 @@ func (r *Reconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason vmistatus.
 		reason, msg = vmistatus.ReasonNodeUnresponsive, c.Message+"; "+msg
 	}
 	if vmistatus.Fail(vmi, reason, msg) {
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, string(reason), "Fail", "%s", msg)
+		r.announce(vmi, nil, corev1.EventTypeWarning, reason, "Fail", msg)
 	}
+}
+
+// announce sends an Event about a status change of this pass once its status write succeeded
+// (transitions).
+func (r *Reconciler) announce(vmi *vmletv1.VirtualMachineInstance, related runtime.Object, typ string, reason vmistatus.Reason, action, msg string) {
+	obj := vmi.DeepCopy()
+	r.transitions.add(vmi.UID, func() { r.Recorder.Eventf(obj, related, typ, string(reason), action, "%s", msg) })
 }
 
 // podFailure says why a failed launcher pod failed: the pod's reason (Evicted, ...) and the

@@ -77,12 +77,14 @@ PLUGIN_DIR ?= /usr/local/bin
 images: deps ## Build the OCI images vmlet.dev/{vmlet,vmlet-launcher,pause}:dev without a container engine; prints their folder (hack/images.sh).
 	@hack/images.sh
 
-# The real single-node cluster (test/realcluster, cmd/vmlet-cluster): containerd + CNI bridge,
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet on this machine.
+# The real cluster (test/realcluster, cmd/vmlet-cluster): containerd + CNI bridge, etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet on this machine;
+# CLUSTER_NODES=2 adds a second kubelet with its own containerd (tainted: migrations go there).
+CLUSTER_NODES ?= 1
 .PHONY: cluster-up
-cluster-up: deps ## Bring up a real single-node Kubernetes here (idempotent), then the deploy hook hack/cluster-deploy.sh; prints the kubeconfig (/var/lib/vmlet-cluster/kubeconfig).
+cluster-up: deps ## Bring up a real Kubernetes here (idempotent; CLUSTER_NODES=2 for two kubelets), then the deploy hook hack/cluster-deploy.sh; prints the kubeconfig (/var/lib/vmlet-cluster/kubeconfig).
 	@CGO_ENABLED=0 go build -o $(BIN)/vmlet-cluster ./cmd/vmlet-cluster
-	@$(BIN)/vmlet-cluster up
+	@$(BIN)/vmlet-cluster --nodes $(CLUSTER_NODES) up
 
 .PHONY: cluster-down
 cluster-down: ## Tear the real cluster down, leaving nothing (processes, mounts, iptables chains, cgroups, bridge, state); ok when none is up.

@@ -10,11 +10,13 @@
 #
 # Environment (cmd/vmlet-cluster up sets the first three): KUBECONFIG (admin); KUBECTL names
 # kubectl (default: the one on PATH, else the control plane build's in $VMLET_CACHE);
-# CTR_ADDRESS, the cluster's containerd socket: when set, vmlet's images (hack/images.sh) are
-# imported first (ctr -n k8s.io images import), else they must be there already (the e2e tests
-# import them themselves). The cluster's node reaches no registry: the agent serves the test guest's
-# images from OCI layouts (hack/local-images.sh) copied under its state folder, which
-# config/realcluster's --image flags name. SAMPLE=none skips the sample VMI; TIMEOUT (seconds,
+# CTR_ADDRESS, the nodes' containerd sockets (space-separated): when set, vmlet's images
+# (hack/images.sh) are imported into each first (ctr -n k8s.io images import), else they must be
+# there already (the e2e tests import them themselves). The cluster's nodes reach no registry:
+# each node's agent serves the test guest's images from OCI layouts (hack/local-images.sh) copied
+# under its state folder, which config/realcluster's --image flags name; VMLET_NODE_STATE lists
+# those folders as this machine sees them (space-separated, default /var/lib/vmlet: a second
+# node of test/realcluster has its own). SAMPLE=none skips the sample VMI; TIMEOUT (seconds,
 # default 300) bounds each wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ say() { echo "cluster-deploy: $*" >&2; }
 export KUBECONFIG
 timeout=${TIMEOUT:-300}
 sample=${SAMPLE:-config/samples/vmi-demo.yaml}
-state=${VMLET_NODE_STATE:-/var/lib/vmlet}
+states=${VMLET_NODE_STATE:-/var/lib/vmlet}
 
 kubectl=${KUBECTL:-}
 if [ -z "$kubectl" ]; then
@@ -35,31 +37,31 @@ fi
 [ -x "$kubectl" ] || { say "no kubectl (set KUBECTL)"; exit 1; }
 
 if [ -n "${CTR_ADDRESS:-}" ]; then
-  say "vmlet's images (hack/images.sh) into containerd $CTR_ADDRESS..."
   images=$(hack/images.sh | tail -n1)
-  for f in vmlet.tar vmlet-launcher.tar; do
-    ctr --address "$CTR_ADDRESS" -n k8s.io images import "$images/$f" >&2
+  for addr in $CTR_ADDRESS; do
+    say "vmlet's images (hack/images.sh) into containerd $addr..."
+    for f in vmlet.tar vmlet-launcher.tar; do
+      ctr --address "$addr" -n k8s.io images import "$images/$f" >&2
+    done
   done
 fi
 
-say "test guest images (hack/local-images.sh) into $state/sources..."
-sources=$state/sources
-mkdir -p "$sources"
 # The flags name oci:<layout>:<tag>; copy each layout the overlay serves (testguest,
-# testguest-disk, alpine-kernel-boot: the stand-ins for KubeVirt's example images too) where the
-# agent's hostPath shows it. Replacing an older copy is idempotent.
-declare -A copied=()
-while IFS= read -r flag; do
-  src=${flag#--image=*=oci:}
-  layout=${src%:*}
-  name=$(basename "$layout")
-  [ -z "${copied[$name]:-}" ] || continue
-  copied[$name]=1
-  rm -rf "$sources/$name.new"
-  cp -a "$layout" "$sources/$name.new"
-  rm -rf "${sources:?}/$name"
-  mv "$sources/$name.new" "$sources/$name"
-done < <(hack/local-images.sh)
+# testguest-disk, alpine-kernel-boot: the stand-ins for KubeVirt's example images too) where each
+# node's agent's hostPath shows it. Replacing an older copy is idempotent.
+layouts=$(hack/local-images.sh | sed -e 's/^--image=[^=]*=oci://' -e 's/:[^:/]*$//' | sort -u)
+for state in $states; do
+  say "test guest images (hack/local-images.sh) into $state/sources..."
+  sources=$state/sources
+  mkdir -p "$sources"
+  for layout in $layouts; do
+    name=$(basename "$layout")
+    rm -rf "$sources/$name.new"
+    cp -a "$layout" "$sources/$name.new"
+    rm -rf "${sources:?}/$name"
+    mv "$sources/$name.new" "$sources/$name"
+  done
+done
 
 say "kubectl apply -k config/realcluster..."
 # CRDs first become Established; the apply of the rest can race it on a fresh cluster, so a

@@ -1,7 +1,8 @@
-// Command vmlet-cluster brings a real single-node Kubernetes up on this machine and down again
-// (test/realcluster): `vmlet-cluster up` starts it detached (idempotent: a running cluster is
-// kept), runs the deploy hook hack/cluster-deploy.sh, and prints the kubeconfig and the kubectl
-// command; `vmlet-cluster down` removes it and everything it made (a no-op when none runs) and
+// Command vmlet-cluster brings a real Kubernetes (one node, or two with --nodes 2: two kubelets
+// with a containerd each, the second tainted realcluster.vmlet.dev/secondary) up on this machine
+// and down again (test/realcluster): `vmlet-cluster up` starts it detached (idempotent: a running
+// cluster is kept), runs the deploy hook hack/cluster-deploy.sh, and prints the kubeconfig and
+// the kubectl command; `vmlet-cluster down` removes it and everything it made (a no-op when none runs) and
 // fails if anything is left. Progress goes to stderr. Root only.
 package main
 
@@ -33,6 +34,8 @@ func run(args []string) error {
 	undeploy := fs.String("undeploy", filepath.Join(realcluster.RepoRoot(), "hack", "cluster-undeploy.sh"),
 		"script down runs first while the cluster still answers (KUBECONFIG, KUBECTL set): deletes the VMIs while their agent can clean the node; empty: none")
 	timeout := fs.Duration("timeout", 15*time.Minute, "how long up may take")
+	nodes := fs.Int("nodes", 1, "nodes (kubelet + containerd) up starts: 1 or 2; the second is tainted "+
+		realcluster.SecondaryNodeTaintKey+" (NoSchedule): VMIs that tolerate it can run and migrate there")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: vmlet-cluster [flags] up|down|status")
 		fs.PrintDefaults()
@@ -47,7 +50,7 @@ func run(args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (containerd, kubelet, iptables, cgroups)")
 	}
-	o := realcluster.Options{Detach: true, Log: os.Stderr}
+	o := realcluster.Options{Detach: true, Log: os.Stderr, Nodes: *nodes}
 	switch fs.Arg(0) {
 	case "up":
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -138,8 +141,13 @@ func runDeploy(ctx context.Context, script string, c *realcluster.Cluster) error
 	}
 	fmt.Fprintf(os.Stderr, "vmlet-cluster: deploy hook %s...\n", script)
 	cmd := exec.CommandContext(ctx, "bash", script)
+	var sockets, states []string
+	for _, n := range c.Nodes {
+		sockets = append(sockets, n.ContainerdSocket)
+		states = append(states, n.HostPath("/var/lib/vmlet"))
+	}
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "KUBECTL="+c.KubectlPath,
-		"CTR_ADDRESS="+c.ContainerdSocket(), "VMLET_CLUSTER_NODE="+c.NodeName)
+		"CTR_ADDRESS="+strings.Join(sockets, " "), "VMLET_NODE_STATE="+strings.Join(states, " "), "VMLET_CLUSTER_NODE="+c.NodeName)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("deploy hook %s: %w", script, err)

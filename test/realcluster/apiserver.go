@@ -129,10 +129,13 @@ func startAPIServer(ctx context.Context, l layout, bin string) (*envtest.Control
 	return cp, ctx.Err()
 }
 
-// writeUsers renders the admin kubeconfig and one per component (and the node's), and sets
+// writeUsers renders the admin kubeconfig and one per component (and each node's), and sets
 // c.Config.
 func (c *Cluster) writeUsers(cp *envtest.ControlPlane) error {
-	all := map[string]envtest.User{"kubelet": {Name: "system:node:" + c.NodeName, Groups: []string{"system:nodes"}}}
+	all := map[string]envtest.User{}
+	for _, n := range c.Nodes {
+		all["kubelet-"+n.Name] = envtest.User{Name: "system:node:" + n.Name, Groups: []string{"system:nodes"}}
+	}
 	for k, v := range users {
 		all[k] = v
 	}

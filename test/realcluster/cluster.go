@@ -26,6 +26,9 @@ import (
 type Options struct {
 	Root, RunDir string // default DefaultRoot, DefaultRunDir
 	NodeName     string // default DefaultNodeName
+	// Nodes is how many nodes (kubelet + containerd) the cluster has, 1 (default) or 2; every
+	// node but the first is tainted (Node.Taint) and has PrivateHostPaths of its own.
+	Nodes int
 	// PauseTar is an OCI tarball of PauseImage (default: pause.tar in the folder
 	// hack/images.sh prints).
 	PauseTar string
@@ -42,12 +45,14 @@ type Cluster struct {
 	Kubeconfig string
 	// Config is the same admin identity for client-go and controller-runtime.
 	Config *rest.Config
-	// NodeName is the kubelet's node.
+	// NodeName is the first node's name.
 	NodeName string
+	// Nodes are the cluster's nodes, the first first.
+	Nodes []Node
 	// KubectlPath is the kubectl built with the control plane.
 	KubectlPath string
-	// KubeletRootDir is the kubelet's --root-dir (device plugins register in DevicePluginDir,
-	// which the kubelet does not move with it).
+	// KubeletRootDir is the first node's kubelet --root-dir (device plugins register in
+	// DevicePluginDir, which the kubelet does not move with it).
 	KubeletRootDir string
 	// Bin is the folder holding the control-plane binaries.
 	Bin string
@@ -71,6 +76,9 @@ func (o *Options) defaults() {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.Nodes <= 0 {
+		o.Nodes = 1
 	}
 }
 
@@ -115,7 +123,10 @@ func PauseTar(log io.Writer) (string, error) {
 func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	o.defaults()
 	l := layout{Root: o.Root, Run: o.RunDir}
-	c := &Cluster{NodeName: o.NodeName, l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
+	if o.Nodes > maxNodes {
+		return nil, fmt.Errorf("%d nodes: at most %d fit the pod network", o.Nodes, maxNodes)
+	}
+	c := &Cluster{NodeName: o.NodeName, Nodes: nodes(o, l), l: l, log: o.Log, Kubeconfig: l.kubeconfig(), KubeletRootDir: l.kubelet()}
 	step := func(name string, f func() error) error {
 		t0 := time.Now()
 		fmt.Fprintf(o.Log, "realcluster: %s...\n", name)
@@ -141,6 +152,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		}
 	}()
 	var cp *envtest.ControlPlane
+	var ctrPids []int
 	steps := []struct {
 		name string
 		f    func() error
@@ -158,7 +170,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			_, err := os.Stat(o.PauseTar)
 			return err
 		}},
-		{"make the folders, bridge and cgroups", func() error { return prepareHost(l) }},
+		{"make the folders, bridge and cgroups", func() error { return prepareHost(l, c.Nodes) }},
 		{"start etcd and kube-apiserver", func() (err error) { cp, err = startAPIServer(ctx, l, c.Bin); return }},
 		{"write the kubeconfigs", func() error { return c.writeUsers(cp) }},
 		{"route the kubernetes Service to the API server", func() error {
@@ -169,10 +181,29 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			return serviceDNAT(netip.AddrPortFrom(Gateway, uint16(port)))
 		}},
 		{"grant the API server the kubelet API", c.grantKubeletAPI},
-		{"start containerd", func() error { return c.startContainerd(ctx, o) }},
+		{"start containerd (each node's)", func() error {
+			for _, n := range c.Nodes {
+				pid, err := c.startNode(ctx, o, n)
+				if err != nil {
+					return err
+				}
+				ctrPids = append(ctrPids, pid)
+			}
+			return nil
+		}},
 		{"import the pause image", func() error { return c.ImportImage(ctx, o.PauseTar) }},
-		{"start kube-controller-manager, kube-scheduler and kubelet", func() error { return c.startKube(o) }},
-		{"wait for the node to be Ready", func() error { return c.waitReady(ctx) }},
+		{"start kube-controller-manager, kube-scheduler and the kubelets", func() error {
+			if err := c.startControllers(o); err != nil {
+				return err
+			}
+			for i, n := range c.Nodes {
+				if err := c.startKubelet(o, n, ctrPids[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"wait for the nodes to be Ready", func() error { return c.waitReady(ctx) }},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {
@@ -180,7 +211,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		}
 	}
 	c.KubectlPath = filepath.Join(c.Bin, "kubectl")
-	fmt.Fprintf(o.Log, "realcluster: node %s Ready; kubeconfig %s\n", c.NodeName, c.Kubeconfig)
+	fmt.Fprintf(o.Log, "realcluster: %d node(s) Ready; kubeconfig %s\n", len(c.Nodes), c.Kubeconfig)
 	return c, nil
 }
 
@@ -270,13 +301,15 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// ImportImage imports an OCI/Docker image tarball into the cluster's containerd (namespace
+// ImportImage imports an OCI/Docker image tarball into every node's containerd (namespace
 // k8s.io, where the kubelet's images live): ctr -n k8s.io images import.
 func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.l.ctrSocket(), "-n", "k8s.io",
-		"images", "import", "--no-unpack=false", tarball).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ctr images import %s: %w: %s", tarball, err, bytes.TrimSpace(out))
+	for _, n := range c.Nodes {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket, "-n", "k8s.io",
+			"images", "import", "--no-unpack=false", tarball).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images import %s (node %s): %w: %s", tarball, n.Name, err, bytes.TrimSpace(out))
+		}
 	}
 	return nil
 }

@@ -51,9 +51,12 @@ func containerdConfig(l layout) string {
 	}, "\n")
 }
 
-// cniConflist is the pod network: a bridge with host-local IPAM (state in the layout) and
-// portmap for hostPorts.
-func cniConflist(l layout) ([]byte, error) {
+// cniConflist is the pod network: a bridge with host-local IPAM (state in the node's layout,
+// addresses from the node's share of PodSubnet) and portmap for hostPorts. Every node's pods are
+// on the one bridge.
+func cniConflist(n Node) ([]byte, error) {
+	l := n.l
+	start, end := n.podRange()
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "vmlet-cluster",
@@ -69,7 +72,8 @@ func cniConflist(l layout) ([]byte, error) {
 					"dataDir": l.cniIPAM(),
 					"ranges": []any{[]any{map[string]any{
 						"subnet":     PodSubnet.String(),
-						"rangeStart": podRangeStart.String(),
+						"rangeStart": start.String(),
+						"rangeEnd":   end.String(),
 						"gateway":    Gateway.String(),
 					}}},
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
@@ -85,23 +89,25 @@ func cniConflist(l layout) ([]byte, error) {
 	return json.MarshalIndent(conf, "", "  ")
 }
 
-// kubeletConfig is the KubeletConfiguration (JSON is YAML): cgroupfs driver under CgroupRoot,
-// failCgroupV1 false (cgroup-v1 hybrid host), the private containerd, x509 + webhook
-// authentication, and eviction thresholds low enough not to evict on a busy shared disk.
-func kubeletConfig(l layout, clientCA string) ([]byte, error) {
+// kubeletConfig is the KubeletConfiguration (JSON is YAML): cgroupfs driver under the node's
+// cgroup root, failCgroupV1 false (cgroup-v1 hybrid host), the node's containerd and ports,
+// x509 + webhook authentication, eviction thresholds low enough not to evict on a busy shared
+// disk, and the node's taint.
+func kubeletConfig(n Node, clientCA string) ([]byte, error) {
+	l := n.l
 	conf := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
 		"kind":                        "KubeletConfiguration",
 		"failCgroupV1":                false,
 		"cgroupDriver":                "cgroupfs",
-		"cgroupRoot":                  CgroupRoot,
+		"cgroupRoot":                  n.cgroupRoot(),
 		"cgroupsPerQOS":               true,
 		"containerRuntimeEndpoint":    "unix://" + l.ctrSocket(),
 		"address":                     Gateway.String(),
-		"port":                        kubeletPort,
+		"port":                        n.kubeletPort(),
 		"readOnlyPort":                0,
 		"healthzBindAddress":          "127.0.0.1",
-		"healthzPort":                 kubeletHealt,
+		"healthzPort":                 n.kubeletHealth(),
 		"podLogsDir":                  l.podLogs(),
 		"failSwapOn":                  false,
 		"clusterDomain":               "cluster.local",
@@ -124,6 +130,11 @@ func kubeletConfig(l layout, clientCA string) ([]byte, error) {
 		"syncFrequency":             "10s",
 		"fileCheckFrequency":        "10s",
 		"shutdownGracePeriod":       "0s",
+	}
+	if n.Taint != "" {
+		kv, effect, _ := strings.Cut(n.Taint, ":")
+		k, v, _ := strings.Cut(kv, "=")
+		conf["registerWithTaints"] = []any{map[string]string{"key": k, "value": v, "effect": effect}}
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }

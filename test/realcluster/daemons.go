@@ -3,11 +3,9 @@ package realcluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -18,10 +16,10 @@ import (
 
 // daemon starts one of the cluster's processes with its log file and the cluster lock (fd 3),
 // detached into its own session or tied to this process by a parent-death signal.
-func (c *Cluster) daemon(name string, detach bool, bin string, args ...string) error {
+func (c *Cluster) daemon(name string, detach bool, bin string, args ...string) (int, error) {
 	logf, err := os.OpenFile(filepath.Join(c.l.logs(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
@@ -34,7 +32,7 @@ func (c *Cluster) daemon(name string, detach bool, bin string, args ...string) e
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
+		return 0, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() { _ = cmd.Wait() }() // reap; teardown finds the process by its command line
 	f, err := os.OpenFile(c.l.pidFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -42,43 +40,14 @@ func (c *Cluster) daemon(name string, detach bool, bin string, args ...string) e
 		fmt.Fprintf(f, "%s %d\n", name, cmd.Process.Pid)
 		_ = f.Close()
 	}
-	return nil
+	return cmd.Process.Pid, nil
 }
 
-func (c *Cluster) startContainerd(ctx context.Context, o Options) error {
-	if err := os.WriteFile(c.l.ctrConfig(), []byte(containerdConfig(c.l)), 0o600); err != nil {
-		return err
-	}
-	conf, err := cniConflist(c.l)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(c.l.cniConf(), "10-vmlet-cluster.conflist"), conf, 0o600); err != nil {
-		return err
-	}
-	if err := c.daemon("containerd", o.Detach, "containerd", "--config", c.l.ctrConfig()); err != nil {
-		return err
-	}
-	return waitFor(ctx, time.Minute, "containerd socket", func() bool {
-		conn, err := net.Dial("unix", c.l.ctrSocket())
-		if err == nil {
-			_ = conn.Close()
-		}
-		return err == nil
-	})
-}
-
-func (c *Cluster) startKube(o Options) error {
-	kc, err := kubeletConfig(c.l, filepath.Join(c.l.pki(), "kubelet-client", "ca.crt"))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.l.kubeletConfig(), kc, 0o600); err != nil {
-		return err
-	}
+// startControllers starts kube-controller-manager and kube-scheduler.
+func (c *Cluster) startControllers(o Options) error {
 	sa := filepath.Join(c.l.apiserver(), saKey)
 	ca := filepath.Join(c.l.apiserver(), "serving-ca.crt")
-	if err := c.daemon("kube-controller-manager", o.Detach, filepath.Join(c.Bin, "kube-controller-manager"),
+	if _, err := c.daemon("kube-controller-manager", o.Detach, filepath.Join(c.Bin, "kube-controller-manager"),
 		"--kubeconfig="+c.l.userKubeconfig("kube-controller-manager"),
 		"--service-account-private-key-file="+sa,
 		"--root-ca-file="+ca,
@@ -91,28 +60,18 @@ func (c *Cluster) startKube(o Options) error {
 	); err != nil {
 		return err
 	}
-	if err := c.daemon("kube-scheduler", o.Detach, filepath.Join(c.Bin, "kube-scheduler"),
+	_, err := c.daemon("kube-scheduler", o.Detach, filepath.Join(c.Bin, "kube-scheduler"),
 		"--kubeconfig="+c.l.userKubeconfig("kube-scheduler"),
 		"--authentication-kubeconfig="+c.l.userKubeconfig("kube-scheduler"),
 		"--authorization-kubeconfig="+c.l.userKubeconfig("kube-scheduler"),
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--cert-dir="+filepath.Join(c.l.Root, "kube-scheduler"),
-	); err != nil {
-		return err
-	}
-	return c.daemon("kubelet", o.Detach, filepath.Join(c.Bin, "kubelet"),
-		"--config="+c.l.kubeletConfig(),
-		"--kubeconfig="+c.l.userKubeconfig("kubelet"),
-		"--root-dir="+c.l.kubelet(),
-		"--cert-dir="+filepath.Join(c.l.kubelet(), "pki"),
-		"--hostname-override="+c.NodeName,
-		"--node-ip="+Gateway.String(),
-		"--v=1",
 	)
+	return err
 }
 
-// waitReady waits for the node to be Ready and the default ServiceAccount (made by the
+// waitReady waits for every node to be Ready and the default ServiceAccount (made by the
 // controller-manager) to exist.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	cs, err := kubernetes.NewForConfig(c.Config)
@@ -120,21 +79,23 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err
 	}
 	var last string
-	err = waitFor(ctx, 3*time.Minute, "node Ready and default ServiceAccount", func() bool {
-		n, err := cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false
-		}
-		ready := false
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				ready = cond.Status == corev1.ConditionTrue
-				last = "Ready=" + string(cond.Status) + ": " + cond.Message
+	err = waitFor(ctx, 3*time.Minute, "nodes Ready and default ServiceAccount", func() bool {
+		for _, node := range c.Nodes {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false
 			}
-		}
-		if !ready {
-			return false
+			ready := false
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					ready = cond.Status == corev1.ConditionTrue
+					last = node.Name + " Ready=" + string(cond.Status) + ": " + cond.Message
+				}
+			}
+			if !ready {
+				return false
+			}
 		}
 		if _, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			last = "default ServiceAccount: " + err.Error()
@@ -163,5 +124,3 @@ func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool
 	}
 	return nil
 }
-
-var _ = strconv.Itoa

@@ -1,5 +1,5 @@
-// Package realcluster brings up a real single-node Kubernetes on this machine and tears it down
-// leaving nothing: containerd 1.6 + runc (Debian packages), the CNI bridge plugin
+// Package realcluster brings up a real Kubernetes of one or two nodes on this machine and tears
+// it down leaving nothing: containerd 1.6 + runc (Debian packages), the CNI bridge plugin
 // (containernetworking-plugins in /usr/lib/cni), etcd and kube-apiserver (started the way
 // test/apienv starts them, through envtest's control plane), kube-controller-manager,
 // kube-scheduler and a kubelet (built by test/assets/controlplane/build.sh).
@@ -25,6 +25,18 @@
 // --root-dir says (DevicePluginDir; the standard path, so device plugins need no setting),
 // containerd 1.6 puts shim sockets in /run/containerd/s and libcni caches results in
 // /var/lib/cni/results; Stop removes the cluster's entries there.
+//
+// Two nodes (Options.Nodes 2): the second has a kubelet and a containerd of its own (layout
+// Root/nodes/<name> and RunDir/nodes/<name>, kubelet ports 10260/10258, cgroup root
+// CgroupRoot/<name>, pod addresses 172.30.0.130–249 on the same bridge; the first keeps
+// 172.30.0.10–129). Both of its daemons run in a mount namespace of their own (unshare, a slave
+// of the host's: the host's later mounts show in it, its own never leave it; nsenter for the
+// kubelet) where PrivateHostPaths are bind mounts of Root/n2/<path>: the kubelet's device-plugin
+// folder, which the kubelet hard-codes, and vmlet's node folders, so that one DaemonSet runs an
+// agent with its own state on each node. Node.HostPath says where a node's hostPath is on this
+// machine. The node registers with the NoSchedule taint SecondaryNodeTaintKey, so that only pods
+// that tolerate it land there. Teardown needs nothing more: its daemons carry the layout in their
+// command lines, its cgroups are below CgroupRoot, its mounts die with its namespace.
 //
 // Cgroups: the kubelet uses the cgroupfs driver (this host has no systemd) with cgroupRoot
 // /vmlet-cluster, so kubepods lives at /sys/fs/cgroup/<controller>/vmlet-cluster/kubepods/...

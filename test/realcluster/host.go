@@ -8,14 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
 
-// prepareHost makes the layout's folders, the bridge with the gateway address (the CNI bridge
-// plugin adopts it; the API server and the kubelet listen on its address) and CgroupRoot in
-// every cgroup hierarchy (the kubelet refuses a missing cgroupRoot).
-func prepareHost(l layout) error {
+// prepareHost makes the layout's folders (and each node's), the bridge with the gateway address
+// (the CNI bridge plugin adopts it; the API server and the kubelets listen on its address) and
+// each node's cgroup root in every cgroup hierarchy (the kubelet refuses a missing cgroupRoot).
+func prepareHost(l layout, nodes []Node) error {
 	for _, d := range []string{l.Root, l.Run, l.etcd(), l.apiserver(), l.pki(), l.logs(), l.kubelet(),
 		l.podLogs(), l.cniConf(), l.cniIPAM(), l.ctrRoot(), l.ctrState(), filepath.Dir(l.userKubeconfig("x"))} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -24,6 +25,11 @@ func prepareHost(l layout) error {
 	}
 	if err := os.Chmod(l.Root, 0o755); err != nil {
 		return err
+	}
+	for _, n := range nodes {
+		if err := prepareNode(n); err != nil {
+			return err
+		}
 	}
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: BridgeName}}
 	if err := netlink.LinkAdd(br); err != nil {
@@ -37,11 +43,26 @@ func prepareHost(l layout) error {
 		return fmt.Errorf("up bridge %s: %w", BridgeName, err)
 	}
 	for _, h := range cgroupHierarchies() {
-		d := filepath.Join(h.path, CgroupRoot)
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		for _, n := range nodes {
+			if err := makeCgroup(h, n.cgroupRoot()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// makeCgroup makes cgroup dir (and its parents) in hierarchy h; a v1 cpuset group runs
+// nothing until cpus and mems are set, so they are copied down from the hierarchy's root.
+func makeCgroup(h hierarchy, dir string) error {
+	parent := h.path
+	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
+		d := filepath.Join(parent, part)
+		parent = d
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
 			return fmt.Errorf("make cgroup %s: %w", d, err)
 		}
-		if h.cpuset { // a v1 cpuset group runs nothing until cpus and mems are set
+		if h.cpuset {
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 				b, err := os.ReadFile(filepath.Join(h.path, f))
 				if err != nil {

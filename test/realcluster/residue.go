@@ -67,7 +67,7 @@ func residue(l layout) []string {
 	if ents, err := os.ReadDir("/var/log/containers"); err == nil {
 		for _, e := range ents {
 			p := filepath.Join("/var/log/containers", e.Name())
-			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, l.podLogs()+"/") {
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, l.Root+"/") {
 				add("log link", p)
 			}
 		}

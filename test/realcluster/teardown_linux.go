@@ -347,7 +347,7 @@ func removeFiles(l layout) []error {
 	if ents, err := os.ReadDir("/var/log/containers"); err == nil {
 		for _, e := range ents {
 			p := filepath.Join("/var/log/containers", e.Name())
-			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, l.podLogs()+"/") {
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, l.Root+"/") {
 				if err := os.Remove(p); err != nil {
 					errs = append(errs, err)
 				}

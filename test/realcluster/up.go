@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// ContainerdSocket is the cluster's containerd socket (ctr --address).
+// ContainerdSocket is the first node's containerd socket (ctr --address).
 func (c *Cluster) ContainerdSocket() string { return c.l.ctrSocket() }
 
 // Up starts a detached cluster unless one is already up and healthy at the layout (then it
@@ -59,11 +59,13 @@ func attach(ctx context.Context, l layout, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Kubeconfig: l.kubeconfig(), Config: cfg, NodeName: o.NodeName, Bin: bin,
+	c := &Cluster{Kubeconfig: l.kubeconfig(), Config: cfg, NodeName: o.NodeName, Nodes: nodes(o, l), Bin: bin,
 		KubectlPath: filepath.Join(bin, "kubectl"), KubeletRootDir: l.kubelet(), l: l, log: o.Log}
-	for _, p := range []string{l.ctrSocket(), l.kubeletConfig()} {
-		if _, err := os.Stat(p); err != nil {
-			return nil, err
+	for _, n := range c.Nodes {
+		for _, p := range []string{n.l.ctrSocket(), n.l.kubeletConfig()} {
+			if _, err := os.Stat(p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -73,13 +75,15 @@ func attach(ctx context.Context, l layout, o Options) (*Cluster, error) {
 	if b, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
 		return nil, fmt.Errorf("API server /readyz: %w: %s", err, b)
 	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeletHealt))
-	if err != nil {
-		return nil, fmt.Errorf("kubelet healthz: %w", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("kubelet healthz: %s", resp.Status)
+	for _, n := range c.Nodes {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.kubeletHealth()))
+		if err != nil {
+			return nil, fmt.Errorf("%s kubelet healthz: %w", n.Name, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s kubelet healthz: %s", n.Name, resp.Status)
+		}
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err

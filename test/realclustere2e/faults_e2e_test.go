@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// agentPod is the agent DaemonSet's pod on the node, nil while there is none.
+// agentPod is the agent DaemonSet's pod on the first node, nil while there is none.
 func agentPod(t *testing.T) *corev1.Pod {
 	t.Helper()
 	var l corev1.PodList
@@ -25,7 +25,7 @@ func agentPod(t *testing.T) *corev1.Pod {
 		t.Fatal(err)
 	}
 	for i := range l.Items {
-		if l.Items[i].DeletionTimestamp == nil {
+		if l.Items[i].DeletionTimestamp == nil && l.Items[i].Spec.NodeName == cl.NodeName {
 			return &l.Items[i]
 		}
 	}

@@ -161,13 +161,15 @@ type footprint struct {
 	progs          []uint32 // device programs attached to the launcher container's cgroup
 }
 
-// nodeFootprint checks where the VMI runs on the node and returns it: QEMU (status.launcher.pid,
+// nodeFootprint checks where the VMI runs on its pod's node and returns it (its folders where
+// they are on this machine: realcluster.Node.HostPath): QEMU (status.launcher.pid,
 // in the agent's PID namespace) is qemu-system-x86_64, in the launcher pod's cgroup, in the pod's
 // network namespace (not the host's), with vmlet's device program on its container's cgroup.
 func nodeFootprint(t *testing.T, vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod) footprint {
 	t.Helper()
+	n := node(t, pod.Spec.NodeName)
 	fp := footprint{uid: string(vmi.UID), podUID: string(pod.UID),
-		runDir: launcherpod.HostRunDir(launcherRoot, vmi.UID), volDir: launcherpod.HostVolumeDir(volumeRoot, vmi.UID)}
+		runDir: launcherpod.HostRunDir(n.HostPath(launcherRoot), vmi.UID), volDir: launcherpod.HostVolumeDir(n.HostPath(volumeRoot), vmi.UID)}
 	if vmi.Status.Launcher == nil || vmi.Status.Launcher.PID == 0 {
 		t.Fatalf("no status.launcher.pid: %s", summary(vmi))
 	}
@@ -278,7 +280,10 @@ func netnsHolders(ns string) []string {
 	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
 	for _, p := range procs {
 		if l, err := os.Readlink(p); err == nil && l == ns {
-			out = append(out, strings.Split(p, "/")[2])
+			pid := strings.Split(p, "/")[2]
+			cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+			out = append(out, fmt.Sprintf("%s (%q, cgroups %q)", pid, strings.ReplaceAll(string(cmd), "\x00", " "), strings.Fields(string(cg))))
 		}
 	}
 	// Pins in any mount namespace (the agent pod's is its own): one reader per namespace.

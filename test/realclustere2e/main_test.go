@@ -65,7 +65,9 @@ func runPackage(m *testing.M) int {
 			return 0, err
 		}
 		tImages := time.Since(t0)
-		cl, err = realcluster.Start(ctx, realcluster.Options{PauseTar: filepath.Join(images, "pause.tar"), Log: os.Stderr})
+		// Two nodes: the second is tainted, so only VMIs that tolerate it (the migration tests')
+		// land there; the agent DaemonSet tolerates it (config/realcluster).
+		cl, err = realcluster.Start(ctx, realcluster.Options{Nodes: 2, PauseTar: filepath.Join(images, "pause.tar"), Log: os.Stderr})
 		if err != nil {
 			return 0, fmt.Errorf("start the cluster: %w", err)
 		}
@@ -121,7 +123,12 @@ func imagesDir() (string, error) {
 // Ready) without its sample VMI: the tests make their own.
 func deploy(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "hack", "cluster-deploy.sh"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "KUBECTL="+cl.KubectlPath, "SAMPLE=none")
+	var states []string
+	for _, n := range cl.Nodes {
+		states = append(states, n.HostPath(nodeState))
+	}
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig, "KUBECTL="+cl.KubectlPath, "SAMPLE=none",
+		"VMLET_NODE_STATE="+strings.Join(states, " "))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("hack/cluster-deploy.sh: %w", err)
@@ -150,10 +157,12 @@ func teardown(removeState bool) error {
 		if out, err := cl.Kubectl(ctx, "delete", "vmi", "--all", "-A", "--wait", "--timeout=3m"); err != nil {
 			errs = append(errs, fmt.Errorf("delete VMIs: %w: %s", err, out))
 		}
-		// Run and volume folders are the agent's to remove with each VMI.
-		for _, d := range []string{launcherRoot, volumeRoot} {
-			if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
-				errs = append(errs, fmt.Errorf("%s holds %d entries after every VMI was deleted: %s", d, len(ents), describeLeft(ctx, d, ents)))
+		// Run and volume folders are the agent's to remove with each VMI, on every node.
+		for _, n := range cl.Nodes {
+			for _, d := range []string{n.HostPath(launcherRoot), n.HostPath(volumeRoot)} {
+				if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 {
+					errs = append(errs, fmt.Errorf("%s holds %d entries after every VMI was deleted: %s", d, len(ents), describeLeft(ctx, d, ents)))
+				}
 			}
 		}
 		if out, err := cl.Kubectl(ctx, "delete", "-k", filepath.Join(repo, "config", "realcluster"), "--wait", "--timeout=3m"); err != nil {
@@ -179,6 +188,18 @@ func teardown(removeState bool) error {
 	return errors.Join(errs...)
 }
 
+// node is the cluster's node of that name (the test fails when there is none).
+func node(t *testing.T, name string) realcluster.Node {
+	t.Helper()
+	for _, n := range cl.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %q in the cluster", name)
+	return realcluster.Node{}
+}
+
 // need fails the test when the package has no cluster (prereq: root; not -short).
 func need(t *testing.T) {
 	t.Helper()
@@ -194,7 +215,7 @@ func need(t *testing.T) {
 // describeLeft names what was left in folder d (entries are VMI UIDs), with each entry's age and
 // contents and the agent's log lines about it, so that a leak seen once can be explained.
 func describeLeft(ctx context.Context, d string, ents []os.DirEntry) string {
-	logs, _ := cl.Kubectl(ctx, "logs", "-n", "vmlet-system", "daemonset/vmlet-agent", "--tail=-1")
+	logs, _ := cl.Kubectl(ctx, "logs", "-n", "vmlet-system", "-l", "app.kubernetes.io/name=vmlet-agent", "--prefix", "--tail=-1")
 	var b strings.Builder
 	for _, e := range ents {
 		p := filepath.Join(d, e.Name())

@@ -2,7 +2,11 @@ package realclustere2e_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,15 +20,24 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/controllers/migrationca"
+	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/realcluster"
 )
 
-// TestMigrationOnOneNode: on this one-node cluster a live migration has nowhere to go. `kubectl
-// create` of a VirtualMachineInstanceMigration gets a target launcher pod that the real
-// kube-scheduler keeps off the source node (it says so: the migration's TargetScheduled
-// condition carries its message), the deployed controller made the migration CA Secret (its
-// RBAC allows it), and deleting the migration removes the target pod while the guest runs on.
-func TestMigrationOnOneNode(t *testing.T) {
+// migratableSpec is masqueradeSpec that tolerates the second node's taint: the one VMI shape
+// that may run on either node.
+const migratableSpec = masqueradeSpec + `  tolerations:
+  - {key: ` + realcluster.SecondaryNodeTaintKey + `, operator: Exists, effect: NoSchedule}
+`
+
+// TestMigrationNowhereToGo: a VMI that does not tolerate the second node's taint has nowhere
+// to migrate. `kubectl create` of a VirtualMachineInstanceMigration gets a target launcher pod
+// that the real kube-scheduler keeps off the source node and off the tainted one (it says so:
+// the migration's TargetScheduled condition carries its message), the deployed controller made
+// the migration CA Secret (its RBAC allows it), and deleting the migration removes the target
+// pod while the guest runs on.
+func TestMigrationNowhereToGo(t *testing.T) {
 	need(t)
 	t.Parallel()
 	b := boot(t, "migr", masqueradeSpec)
@@ -36,19 +49,15 @@ func TestMigrationOnOneNode(t *testing.T) {
 		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
 	})
 	name := b.name + "-m"
-	kubectl(t, "apiVersion: vmlet.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: "+name+
-		"\n  namespace: default\nspec:\n  vmiName: "+b.name+"\n", "create", "-f", "-")
-	key := client.ObjectKey{Namespace: "default", Name: name}
-	m := &vmletv1.VirtualMachineInstanceMigration{}
-	t.Cleanup(func() {
-		_ = kc.Delete(context.Background(), &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: objMeta(name)})
-	})
+	m := createMigration(t, name, b.name)
+	key := client.ObjectKeyFromObject(m)
 	poll.Until(t, 2*time.Minute, name+": the scheduler's word on its target", func() (bool, string) {
 		if err := kc.Get(ctx, key, m); err != nil {
 			return false, err.Error()
 		}
 		c := meta.FindStatusCondition(m.Status.Conditions, "TargetScheduled")
-		return c != nil && c.Status == "False" && strings.Contains(c.Message, "node affinity"), fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+		return c != nil && c.Status == "False" && strings.Contains(c.Message, "node affinity") && strings.Contains(c.Message, "untolerated taint"),
+			fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
 	})
 	var pods corev1.PodList
 	if err := kc.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels{launcherpod.LabelMigrationUID: string(m.UID)}); err != nil {
@@ -72,4 +81,171 @@ func TestMigrationOnOneNode(t *testing.T) {
 	}
 	deleteVMI(t, b.name)
 	assertGone(t, b.fp)
+}
+
+// TestMigrationBetweenNodes: live migration between two real kubelets. A masquerade VMI that
+// may run on either node boots; a process in its guest counts and a server answers on its
+// declared port. `kubectl create` of a VirtualMachineInstanceMigration moves it to the other
+// node and a second one back again: each time kube-scheduler places the target launcher pod on
+// the other node, its containerd and kubelet run it, the two agents (DaemonSet pods) relay the
+// guest between their pod addresses in TLS, the VMI follows (status.nodeName, launcher pod and
+// PID, the new pod's address), the counter process keeps counting (memory came along), the port
+// answers at the new pod's address, and the source node keeps nothing of the VM (QEMU, run and
+// volume folders, pod cgroups, device programs, network namespace).
+func TestMigrationBetweenNodes(t *testing.T) {
+	need(t)
+	t.Parallel()
+	b := boot(t, "mig2", migratableSpec)
+	ctx := context.Background()
+	ready := waitVMI(t, b.name, time.Minute, "LiveMigratable with an address", func(v *vmletv1.VirtualMachineInstance) bool {
+		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable)) && len(v.Status.Interfaces) > 0 && v.Status.Interfaces[0].IP != ""
+	})
+	pid := strings.TrimSpace(guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
+	token := "vmlet-" + suffix()
+	guestShell(t, ready, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &")
+	waitServed(t, b.pod, token)
+
+	from, fromPod, fromFp := ready, b.pod, b.fp
+	for i := range 2 {
+		to := cl.Nodes[1].Name
+		if from.Status.NodeName == to {
+			to = cl.Nodes[0].Name
+		}
+		before := guestCount(t, from)
+		t0 := time.Now()
+		m := createMigration(t, fmt.Sprintf("%s-%d", b.name, i), b.name)
+		poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
+			if err := kc.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				return false, err.Error()
+			}
+			if m.Status.Phase == vmletv1.MigrationFailed {
+				t.Fatalf("%s failed: %+v", m.Name, m.Status.MigrationState)
+			}
+			return m.Status.Phase == vmletv1.MigrationSucceeded, fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+		})
+		v := waitVMI(t, b.name, time.Minute, "on "+to+" with its new pod and address", func(v *vmletv1.VirtualMachineInstance) bool {
+			return v.Status.NodeName == to && v.Status.Launcher != nil && v.Status.Launcher.Pod != fromPod.Name &&
+				len(v.Status.Interfaces) > 0 && v.Status.Interfaces[0].IP != "" && v.Status.Interfaces[0].IP != from.Status.Interfaces[0].IP &&
+				conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
+		})
+		t.Logf("%s: %s → %s in %s (created → Succeeded, VMI updated)", m.Name, from.Status.NodeName, to, time.Since(t0).Round(time.Millisecond))
+		ms := v.Status.MigrationState
+		if ms == nil || !ms.Completed || ms.Failed || ms.SourceNode != from.Status.NodeName || ms.TargetNode != to ||
+			ms.SourcePod != fromPod.Name || ms.TargetPod != v.Status.Launcher.Pod || ms.TargetNodeAddress == "" {
+			t.Errorf("migrationState after %s: %+v", m.Name, ms)
+		}
+		if v.Status.Phase != vmletv1.Running {
+			t.Errorf("VMI phase %s after %s", v.Status.Phase, m.Name)
+		}
+		pod := launcherPodNamed(t, v.Status.Launcher.Pod)
+		if pod.Spec.NodeName != to || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP != v.Status.Interfaces[0].IP {
+			t.Errorf("launcher pod %s on %s, %s, IP %s; want Running on %s with the VMI's address %s", pod.Name, pod.Spec.NodeName,
+				pod.Status.Phase, pod.Status.PodIP, to, v.Status.Interfaces[0].IP)
+		}
+		fp := nodeFootprint(t, v, pod) // QEMU on the target node, in the new pod, under a device program
+		if fp.qemuPid == fromFp.qemuPid && fp.qemuStart == fromFp.qemuStart {
+			t.Errorf("QEMU %d is the source's", fp.qemuPid)
+		}
+		// The guest's memory came along: the same counter process, still counting.
+		if got := strings.TrimSpace(guestShell(t, v, "cat /proc/"+pid+"/cmdline >/dev/null && echo ok")); got != "ok" {
+			t.Fatalf("counter process %s gone after %s", pid, m.Name)
+		}
+		poll.Until(t, 30*time.Second, "the counter counting on "+to, func() (bool, string) {
+			n := guestCount(t, v)
+			return n > before, fmt.Sprintf("count %d, was %d before the migration", n, before)
+		})
+		waitServed(t, pod, token)
+		poll.Until(t, time.Minute, "source pod "+fromPod.Name+" deleted", func() (bool, string) {
+			err := kc.Get(ctx, client.ObjectKeyFromObject(fromPod), &corev1.Pod{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		assertGone(t, fromFp)
+		from, fromPod, fromFp = v, pod, fp
+	}
+	deleteVMI(t, b.name)
+	assertGone(t, fromFp)
+}
+
+// createMigration creates a VirtualMachineInstanceMigration of vmi with kubectl, as a user
+// would; finished migrations are kept, so the test deletes it when it ends.
+func createMigration(t *testing.T, name, vmi string) *vmletv1.VirtualMachineInstanceMigration {
+	t.Helper()
+	kubectl(t, "apiVersion: vmlet.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: "+name+
+		"\n  namespace: default\nspec:\n  vmiName: "+vmi+"\n", "create", "-f", "-")
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: objMeta(name)})
+	})
+	m := &vmletv1.VirtualMachineInstanceMigration{}
+	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func launcherPodNamed(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// guestShell runs cmd in v's guest through its launcher's guest agent (the launcher's socket
+// on v's node); it waits (30 s) for the agent to connect (after a migration the target's
+// reconnects).
+func guestShell(t *testing.T, v *vmletv1.VirtualMachineInstance, cmd string) string {
+	t.Helper()
+	sock := launcherpod.HostSocket(node(t, v.Status.NodeName).HostPath(launcherRoot), v.UID)
+	var out string
+	poll.Until(t, 30*time.Second, "guest exec "+cmd+" on "+v.Status.NodeName, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		lc, err := launcher.Dial(ctx, sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+		r, err := lc.GuestExec(ctx, "/bin/sh", []string{"-c", cmd}, nil, 20*time.Second)
+		if errors.Is(err, launcher.ErrAgentNotConnected) {
+			return false, err.Error()
+		}
+		if err != nil {
+			t.Fatalf("guest exec %q on %s: %v", cmd, v.Status.NodeName, err)
+		}
+		if r.ExitCode != 0 {
+			t.Fatalf("guest exec %q on %s: exit %d: %s", cmd, v.Status.NodeName, r.ExitCode, r.Stderr)
+		}
+		out = string(r.Stdout)
+		return true, ""
+	})
+	return out
+}
+
+// guestCount reads the guest's counter (/tmp/count).
+func guestCount(t *testing.T, v *vmletv1.VirtualMachineInstance) int {
+	t.Helper()
+	s := strings.TrimSpace(guestShell(t, v, "cat /tmp/count"))
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("guest counter %q: %v", s, err)
+	}
+	return n
+}
+
+// waitServed waits until port 8080 at pod's address answers token (this machine is on the pod
+// network's bridge).
+func waitServed(t *testing.T, pod *corev1.Pod, token string) {
+	t.Helper()
+	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
+	poll.Until(t, time.Minute, addr+" answering", func() (bool, string) {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
+	})
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,4 +251,156 @@ func waitServed(t *testing.T, pod *corev1.Pod, token string) {
 		b, _ := io.ReadAll(conn)
 		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
 	})
+}
+
+// TestMigrationFaults: migrations between the two kubelets slowed to 1 MiB/s by a
+// MigrationPolicy that selects only this test's VMI are (1) aborted by `kubectl delete` of the
+// VirtualMachineInstanceMigration mid-stream and (2) failed by SIGKILLing the target launcher
+// pod's processes mid-stream. Each time the guest keeps running on its node in its pod, its
+// counter counting, the migration says how it ended, the target pod is deleted and the target
+// node keeps nothing of the VMI (run and volume folders, pod cgroups).
+func TestMigrationFaults(t *testing.T) {
+	need(t)
+	t.Parallel()
+	label := "slow-" + suffix()
+	kubectl(t, "apiVersion: migrations.vmlet.dev/v1alpha1\nkind: MigrationPolicy\nmetadata:\n  name: "+label+
+		"\nspec:\n  selectors:\n    virtualMachineInstanceSelector:\n      vmlet.dev/e2e: "+label+"\n  bandwidthPerMigration: 1Mi\n", "create", "-f", "-")
+	t.Cleanup(func() { kubectl(t, "", "delete", "migrationpolicy", label, "--ignore-not-found") })
+	// The labels continue createVMI's metadata block.
+	b := boot(t, "migf", "  labels: {vmlet.dev/e2e: "+label+"}\n"+migratableSpec)
+	ctx := context.Background()
+	ready := waitVMI(t, b.name, time.Minute, "LiveMigratable", func(v *vmletv1.VirtualMachineInstance) bool {
+		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
+	})
+	guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 &")
+	source := ready.Status.NodeName
+	other := cl.Nodes[1].Name
+	if source == other {
+		other = cl.Nodes[0].Name
+	}
+
+	// streaming creates migration name and waits until its stream flows; it returns the
+	// migration and its target launcher pod.
+	streaming := func(t *testing.T, name string) (*vmletv1.VirtualMachineInstanceMigration, *corev1.Pod) {
+		t.Helper()
+		m := createMigration(t, name, b.name)
+		v := waitVMI(t, b.name, 2*time.Minute, "streaming to "+other, func(v *vmletv1.VirtualMachineInstance) bool {
+			ms := v.Status.MigrationState
+			return ms != nil && ms.MigrationUID == m.UID && ms.Progress != nil && ms.Progress.DataProcessedBytes > 0 && !ms.Completed && !ms.Failed
+		})
+		if got := v.Status.MigrationState.MigrationConfiguration; got == nil || got.BandwidthPerMigration == nil || got.BandwidthPerMigration.String() != "1Mi" {
+			t.Errorf("migration configuration %+v, want the policy's bandwidthPerMigration 1Mi", got)
+		}
+		pod := launcherPodNamed(t, v.Status.MigrationState.TargetPod)
+		if pod.Spec.NodeName != other {
+			t.Fatalf("target pod %s on %q, want %s", pod.Name, pod.Spec.NodeName, other)
+		}
+		return m, pod
+	}
+	// stays checks that the guest runs on where it was, in its pod, counting, and that the
+	// target pod and everything of the VMI on the other node are gone.
+	stays := func(t *testing.T, target *corev1.Pod) {
+		t.Helper()
+		v := waitVMI(t, b.name, time.Minute, "Ready on "+source, func(v *vmletv1.VirtualMachineInstance) bool {
+			return v.Status.NodeName == source && conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
+		})
+		if v.Status.Phase != vmletv1.Running || v.Status.Launcher == nil || v.Status.Launcher.Pod != b.pod.Name || int(v.Status.Launcher.PID) != b.fp.qemuPid {
+			t.Errorf("VMI %s, launcher %+v; want Running in %s, QEMU %d", v.Status.Phase, v.Status.Launcher, b.pod.Name, b.fp.qemuPid)
+		}
+		before := guestCount(t, v)
+		poll.Until(t, 30*time.Second, "the counter counting on "+source, func() (bool, string) {
+			n := guestCount(t, v)
+			return n > before, fmt.Sprintf("count %d, was %d", n, before)
+		})
+		n := node(t, other)
+		poll.Until(t, time.Minute, other+" clean of "+b.name, func() (bool, string) {
+			if err := kc.Get(ctx, client.ObjectKeyFromObject(target), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("target pod %s: %v", target.Name, err)
+			}
+			left := podCgroups(string(target.UID))
+			for _, d := range []string{launcherpod.HostRunDir(n.HostPath(launcherRoot), v.UID), launcherpod.HostVolumeDir(n.HostPath(volumeRoot), v.UID)} {
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					left = append(left, d)
+				}
+			}
+			return len(left) == 0, strings.Join(left, ", ")
+		})
+	}
+
+	t.Run("deleting the migration aborts it", func(t *testing.T) {
+		m, target := streaming(t, b.name+"-abort")
+		kubectl(t, "", "delete", "vmim", m.Name, "-n", "default", "--wait", "--timeout=2m")
+		v := waitVMI(t, b.name, time.Minute, "abort recorded", func(v *vmletv1.VirtualMachineInstance) bool {
+			ms := v.Status.MigrationState
+			return ms != nil && ms.MigrationUID == m.UID && ms.AbortRequested && ms.AbortStatus != ""
+		})
+		if ms := v.Status.MigrationState; ms.AbortStatus != vmletv1.MigrationAbortSucceeded || ms.Completed {
+			t.Errorf("migrationState after the abort: %+v", ms)
+		}
+		stays(t, target)
+	})
+
+	t.Run("the target launcher is killed", func(t *testing.T) {
+		m, target := streaming(t, b.name+"-killed")
+		pids := podProcesses(string(target.UID))
+		if len(pids) == 0 {
+			t.Fatalf("no process in target pod %s's cgroups", target.Name)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		poll.Until(t, 2*time.Minute, "migration Failed", func() (bool, string) {
+			if err := kc.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				return false, err.Error()
+			}
+			return m.Status.Phase == vmletv1.MigrationFailed, string(m.Status.Phase)
+		})
+		if ms := m.Status.MigrationState; ms == nil || !ms.Failed || !strings.Contains(ms.FailureReason, "target") {
+			t.Errorf("migrationState: %+v; want failed, the reason naming the target", ms)
+		} else {
+			t.Logf("failure reason: %s", ms.FailureReason)
+		}
+		stays(t, target)
+	})
+	deleteVMI(t, b.name)
+	assertGone(t, b.fp)
+}
+
+// podCgroups lists the pod's cgroup folders (pod<uid>) below the cluster's cgroup root in the
+// unified and the v1 memory hierarchies.
+func podCgroups(podUID string) []string {
+	var out []string
+	for _, h := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory"} {
+		_ = filepath.WalkDir(filepath.Join(h, realcluster.CgroupRoot), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && (d.Name() == "pod"+podUID || d.Name() == "pod"+strings.ReplaceAll(podUID, "-", "_")) {
+				out = append(out, p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// podProcesses are the processes in the pod's unified cgroup (its containers and sandbox).
+func podProcesses(podUID string) []int {
+	var pids []int
+	for _, d := range podCgroups(podUID) {
+		if !strings.HasPrefix(d, "/sys/fs/cgroup/unified/") {
+			continue
+		}
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || e.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return pids
 }

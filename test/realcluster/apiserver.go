@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/vmlet/vmlet/controllers/subresources"
 	"github.com/vmlet/vmlet/pki"
 )
 
@@ -33,6 +34,7 @@ var users = map[string]envtest.User{
 	"admin":                   {Name: "vmlet-cluster-admin", Groups: []string{"system:masters"}},
 	"kube-controller-manager": {Name: "system:kube-controller-manager"},
 	"kube-scheduler":          {Name: "system:kube-scheduler"},
+	"kube-proxy":              {Name: "system:kube-proxy"}, // bound to system:node-proxier by default
 }
 
 // writePKI makes the serving CA and the API server's certificate, the service-account key and
@@ -80,7 +82,8 @@ func writePKI(l layout) ([]byte, error) {
 
 // startAPIServer starts etcd and kube-apiserver through envtest's control plane (as test/apienv
 // does), with the layout's folders, the cluster's certificates, Node+RBAC authorization, the
-// ServiceAccount and NodeRestriction admission plugins and the Service range. The processes
+// ServiceAccount and NodeRestriction admission plugins, the Service range and the aggregation
+// layer's front proxy. The processes
 // write to log files and outlive this process (Setpgid, no parent-death signal).
 func startAPIServer(ctx context.Context, l layout, bin string) (*envtest.ControlPlane, error) {
 	ca, err := writePKI(l)
@@ -122,6 +125,15 @@ func startAPIServer(ctx context.Context, l layout, bin string) (*envtest.Control
 	a.Set("kubelet-preferred-address-types", "InternalIP")
 	a.Set("allow-privileged", "true")
 	a.Set("endpoint-reconciler-type", "lease")
+	// The aggregation layer's front proxy (its requestheader CA and client certificate), so
+	// that aggregated APIs (vmlet's subresources) learn who is calling.
+	fp, err := subresources.FrontProxyFlags(filepath.Join(l.pki(), "front-proxy"))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range fp {
+		a.Set(k, v)
+	}
 	cp := &envtest.ControlPlane{Etcd: etcd, APIServer: as}
 	if err := cp.Start(); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

@@ -94,7 +94,7 @@ func Binaries(log io.Writer) (string, error) {
 		return d, nil
 	}
 	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "test", "assets", "controlplane", "build.sh"))
-	cmd.Env = append(os.Environ(), "BINARIES=kube-apiserver kubectl etcd kubelet kube-scheduler kube-controller-manager")
+	cmd.Env = append(os.Environ(), "BINARIES=kube-apiserver kubectl etcd kubelet kube-scheduler kube-controller-manager kube-proxy")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, log
 	if err := cmd.Run(); err != nil {
@@ -204,6 +204,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			return nil
 		}},
 		{"wait for the nodes to be Ready", func() error { return c.waitReady(ctx) }},
+		{"start kube-proxy", func() error { return c.startKubeProxy(ctx, o) }},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {

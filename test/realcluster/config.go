@@ -138,3 +138,25 @@ func kubeletConfig(n Node, clientCA string) ([]byte, error) {
 	}
 	return json.MarshalIndent(conf, "", "  ")
 }
+
+// kubeProxyConfig is the KubeProxyConfiguration of the machine's one kube-proxy (the nodes
+// share the host's network namespace, so one proxy serves both): iptables mode, every Service
+// connection masqueraded (pods on the one bridge answer each other directly otherwise, past the
+// host's un-DNAT), no conntrack table resizing (no CAP_SYS_RESOURCE here), health on
+// 127.0.0.1, metrics off.
+func kubeProxyConfig(l layout, node string) ([]byte, error) {
+	conf := map[string]any{
+		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
+		"kind":               "KubeProxyConfiguration",
+		"clientConnection":   map[string]any{"kubeconfig": l.userKubeconfig("kube-proxy")},
+		"hostnameOverride":   node,
+		"bindAddress":        Gateway.String(),
+		"mode":               "iptables",
+		"clusterCIDR":        PodSubnet.String(),
+		"iptables":           map[string]any{"masqueradeAll": true},
+		"conntrack":          map[string]any{"maxPerCore": 0},
+		"healthzBindAddress": fmt.Sprintf("127.0.0.1:%d", proxyHealth),
+		"metricsBindAddress": "",
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}

@@ -3,6 +3,7 @@ package realcluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,4 +124,27 @@ func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool
 		}
 	}
 	return nil
+}
+
+// startKubeProxy starts the machine's kube-proxy (Services' cluster IPs routed by iptables,
+// from the host and from pods) and waits until it has synced its rules once (its /healthz).
+func (c *Cluster) startKubeProxy(ctx context.Context, o Options) error {
+	conf, err := kubeProxyConfig(c.l, c.NodeName)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.l.proxyConfig(), conf, 0o600); err != nil {
+		return err
+	}
+	if _, err := c.daemon("kube-proxy", o.Detach, filepath.Join(c.Bin, "kube-proxy"), "--config="+c.l.proxyConfig(), "--v=1"); err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, "kube-proxy healthz", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", proxyHealth))
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

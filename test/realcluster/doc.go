@@ -2,7 +2,7 @@
 // it down leaving nothing: containerd 1.6 + runc (Debian packages), the CNI bridge plugin
 // (containernetworking-plugins in /usr/lib/cni), etcd and kube-apiserver (started the way
 // test/apienv starts them, through envtest's control plane), kube-controller-manager,
-// kube-scheduler and a kubelet (built by test/assets/controlplane/build.sh).
+// kube-scheduler, kube-proxy and a kubelet per node (built by test/assets/controlplane/build.sh).
 //
 // One cluster at a time. The daemons use fixed names (the bridge, iptables chains, kubelet
 // ports 10250/10248, the /var/log/containers links kubelet always writes), so Start takes an
@@ -50,9 +50,12 @@
 // pods from 172.30.0.10; ipMasq and portmap, so CNI-* chains appear in iptables), chosen away from
 // the 10.x and 198.19.x ranges the repo's tests use. containerd's CRI brings up each pod's
 // loopback itself (the loopback plugin from the same bin_dir), so the conflist holds bridge and
-// portmap. Services use 172.30.128.0/24; there is no kube-proxy, so the one Service that matters,
-// `kubernetes` (172.30.128.1:443), is DNATed to the API server by the chain VMLET-RC-SVC in the
-// nat table (PREROUTING and OUTPUT), which is what in-cluster clients need. The API server
+// portmap. Services use 172.30.128.0/24, routed by one kube-proxy for the machine (iptables
+// mode, masquerading every Service connection: pods on the one bridge answer each other
+// directly otherwise; both nodes share the host's network namespace, so one proxy serves both);
+// `kubernetes` (172.30.128.1:443) is also DNATed to the API server by the chain VMLET-RC-SVC in
+// the nat table (PREROUTING and OUTPUT) from the start, before kube-proxy runs. The API server
+// has the aggregation layer's front proxy (subresources.FrontProxyFlags). The API server
 // listens on the bridge address (reachable from pods and the host, not from other machines),
 // and the node's InternalIP is that address too.
 //

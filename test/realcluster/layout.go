@@ -20,6 +20,8 @@ const (
 	svcChain     = "VMLET-RC-SVC"
 	kubeletPort  = 10250
 	kubeletHealt = 10248
+	// kube-proxy's health port (its default), on 127.0.0.1.
+	proxyHealth = 10256
 )
 
 // Network of the cluster.
@@ -56,6 +58,7 @@ func (l layout) userKubeconfig(n string) string {
 	return filepath.Join(l.Root, "kubeconfigs", n+".kubeconfig")
 }
 func (l layout) kubeletConfig() string { return filepath.Join(l.Root, "kubelet.yaml") }
+func (l layout) proxyConfig() string   { return filepath.Join(l.Root, "kube-proxy.yaml") }
 func (l layout) detachedMark() string  { return filepath.Join(l.Run, "detached") }
 func (l layout) pidFile() string       { return filepath.Join(l.Run, "pids") }
 

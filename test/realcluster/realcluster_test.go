@@ -2,6 +2,9 @@ package realcluster_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vmlet/vmlet/internal/imagebuild"
@@ -149,6 +153,7 @@ func TestRealCluster(t *testing.T) {
 	marker := t.TempDir()
 	srv := pod("server", []string{"serve", ":8080", "/marker"}, []corev1.Volume{hostPathVol("marker", marker)},
 		[]corev1.VolumeMount{{Name: "marker", MountPath: "/marker"}})
+	srv.Labels = map[string]string{"app": "probe-server"}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, srv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +177,34 @@ func TestRealCluster(t *testing.T) {
 	logs, err := c.Kubectl(ctx, "logs", "client")
 	if err != nil || !strings.Contains(string(logs), "probe server") {
 		t.Fatalf("client logs (through the API server and the kubelet): %v: %q", err, logs)
+	}
+
+	// A Service in front of it (kube-proxy's rules): reached at its cluster IP from this host
+	// (where the API server runs: webhooks and aggregated APIs are Services) and from a pod.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: srv.Labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	if svc, err = cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svcURL := "http://" + svc.Spec.ClusterIP + ":80/"
+	poll.Until(t, time.Minute, "the Service from the host", func() (bool, string) {
+		// A new connection each time: one made before kube-proxy's rule left this machine
+		// (its default route) and would be kept alive.
+		hc := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := hc.Get(svcURL)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "probe server"), fmt.Sprintf("%s %q", resp.Status, b)
+	})
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("svcclient", []string{"get", svcURL}, nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cs, "svcclient", corev1.PodSucceeded)
+	if logs, err := c.Kubectl(ctx, "logs", "svcclient"); err != nil || !strings.Contains(string(logs), "probe server") {
+		t.Fatalf("pod → Service %s: %v: %q", svcURL, err, logs)
 	}
 
 	// A pod reaches the API server the in-cluster way: the kubernetes Service, the

@@ -18,6 +18,7 @@ declare -A pkg=(
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
 )
 binaries=${BINARIES:-kube-apiserver kubectl etcd}
 

@@ -1,35 +1,43 @@
 package realclustere2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
+	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
 )
 
 // TestSubresourcesByName: vmctl reaches a VMI by name through the aggregated API
 // (subresources.vmlet.dev: kube-apiserver → its front proxy → the APIService's Service, routed
 // by kube-proxy, → vmlet controller → the node agent's stream → the launcher), as the cluster's
-// admin: a QMP command answers, the QMP log names the caller, a VNC screenshot is a PNG. A
-// ServiceAccount with vmlet.dev:view is refused QMP by RBAC and allowed once bound to
-// vmlet.dev:admin.
+// admin: a QMP command answers, the QMP log names the caller, a VNC screenshot is a PNG, a
+// command typed on the serial console (a terminal) is answered by the guest's shell, a
+// port-forward reaches a server in the guest. A ServiceAccount with vmlet.dev:view is refused
+// QMP by RBAC and allowed once bound to vmlet.dev:admin.
 func TestSubresourcesByName(t *testing.T) {
 	need(t)
 	t.Parallel()
-	b := boot(t, "sub", minimalSpec)
+	b := boot(t, "sub", masqueradeSpec)
 	vmctl := buildVmctl(t)
 	admin := func(args ...string) (string, error) { return runVmctl(vmctl, cl.Kubeconfig, args...) }
 
@@ -53,6 +61,11 @@ func TestSubresourcesByName(t *testing.T) {
 	} else if img, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(img, []byte("\x89PNG")) {
 		t.Errorf("screenshot %s is not a PNG (%v)", png, err)
 	}
+
+	consoleAnswers(t, vmctl, b.name)
+	token := "fwd-" + suffix()
+	guestShell(t, b.vmi, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &")
+	portForwardReaches(t, vmctl, b.name, token)
 
 	sa := "sub-" + suffix()
 	kubectl(t, "", "create", "serviceaccount", sa, "-n", "default")
@@ -152,4 +165,76 @@ func saKubeconfig(t *testing.T, sa string) string {
 		}
 	}
 	return p
+}
+
+// consoleAnswers types a command on the VMI's serial console through `vmctl console` on a
+// terminal and waits for the guest shell's answer; Ctrl-] leaves (exit 0).
+func consoleAnswers(t *testing.T, vmctl, name string) {
+	t.Helper()
+	cmd := exec.Command(vmctl, "console", name)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
+	term, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	found := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(term)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "vmctl-42-ok") {
+				found <- true
+				_, _ = io.Copy(io.Discard, term)
+				return
+			}
+		}
+		found <- false
+	}()
+	if _, err := io.WriteString(term, "echo vmctl-$((6*7))-ok\r"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Errorf("vmctl console: the terminal closed without the command's answer")
+		}
+	case <-time.After(time.Minute):
+		t.Errorf("vmctl console: no answer from the guest's shell within a minute")
+	}
+	if _, err := term.Write([]byte{0x1d}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("vmctl console after Ctrl-]: %v", err)
+	}
+}
+
+// portForwardReaches runs `vmctl port-forward` from a free local port to the guest's 8080 and
+// waits until a connection there reads token (the guest's server).
+func portForwardReaches(t *testing.T, vmctl, name, token string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_ = ln.Close()
+	cmd := exec.Command(vmctl, "port-forward", name, port+":8080")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
+	var out logbuf.Buffer // written by vmctl's output copiers while the poll reads it
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	poll.Until(t, time.Minute, "127.0.0.1:"+port+" forwarded to the guest's 8080", func() (bool, string) {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 5*time.Second)
+		if err != nil {
+			return false, err.Error() + "; vmctl: " + out.String()
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q; vmctl: %s", b, out.String())
+	})
 }

@@ -17,7 +17,10 @@ import (
 )
 
 // agentPod is the agent DaemonSet's pod on the first node, nil while there is none.
-func agentPod(t *testing.T) *corev1.Pod {
+func agentPod(t *testing.T) *corev1.Pod { return agentPodOn(t, cl.NodeName) }
+
+// agentPodOn is the agent DaemonSet's pod on the node, nil while there is none.
+func agentPodOn(t *testing.T, node string) *corev1.Pod {
 	t.Helper()
 	var l corev1.PodList
 	if err := kc.List(context.Background(), &l, client.InNamespace("vmlet-system"),
@@ -25,7 +28,7 @@ func agentPod(t *testing.T) *corev1.Pod {
 		t.Fatal(err)
 	}
 	for i := range l.Items {
-		if l.Items[i].DeletionTimestamp == nil && l.Items[i].Spec.NodeName == cl.NodeName {
+		if l.Items[i].DeletionTimestamp == nil && l.Items[i].Spec.NodeName == node {
 			return &l.Items[i]
 		}
 	}

@@ -255,13 +255,14 @@ func waitServed(t *testing.T, pod *corev1.Pod, token string) {
 
 // TestMigrationFaults: migrations between the two kubelets slowed to 1 MiB/s by a
 // MigrationPolicy that selects only this test's VMI are (1) aborted by `kubectl delete` of the
-// VirtualMachineInstanceMigration mid-stream and (2) failed by SIGKILLing the target launcher
-// pod's processes mid-stream. Each time the guest keeps running on its node in its pod, its
-// counter counting, the migration says how it ended, the target pod is deleted and the target
-// node keeps nothing of the VMI (run and volume folders, pod cgroups).
+// VirtualMachineInstanceMigration mid-stream, (2) failed by SIGKILLing the target launcher
+// pod's processes mid-stream and (3) failed by deleting the target node's agent pod mid-stream
+// (its relays go with it; the DaemonSet's new agent makes no second target). Each time the guest
+// keeps running on its node in its pod, its counter counting, the migration says how it ended,
+// the target pod is deleted and the target node keeps nothing of the VMI (run and volume
+// folders, pod cgroups). Not parallel: an agent of the cluster restarts.
 func TestMigrationFaults(t *testing.T) {
 	need(t)
-	t.Parallel()
 	label := "slow-" + suffix()
 	kubectl(t, "apiVersion: migrations.vmlet.dev/v1alpha1\nkind: MigrationPolicy\nmetadata:\n  name: "+label+
 		"\nspec:\n  selectors:\n    virtualMachineInstanceSelector:\n      vmlet.dev/e2e: "+label+"\n  bandwidthPerMigration: 1Mi\n", "create", "-f", "-")
@@ -361,6 +362,38 @@ func TestMigrationFaults(t *testing.T) {
 			t.Logf("failure reason: %s", ms.FailureReason)
 		}
 		stays(t, target)
+	})
+
+	t.Run("the target's agent pod is deleted", func(t *testing.T) {
+		m, target := streaming(t, b.name+"-agent")
+		old := agentPodOn(t, other)
+		if old == nil {
+			t.Fatalf("no agent pod on %s", other)
+		}
+		kubectl(t, "", "delete", "pod", "-n", "vmlet-system", old.Name, "--wait", "--timeout=2m")
+		poll.Until(t, 3*time.Minute, "migration Failed", func() (bool, string) {
+			if err := kc.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				return false, err.Error()
+			}
+			return m.Status.Phase == vmletv1.MigrationFailed, string(m.Status.Phase)
+		})
+		if ms := m.Status.MigrationState; ms == nil || !ms.Failed || ms.FailureReason == "" {
+			t.Errorf("migrationState: %+v; want failed with a reason", ms)
+		} else {
+			t.Logf("failure reason: %s", ms.FailureReason)
+		}
+		poll.Until(t, 3*time.Minute, "a new agent pod Ready on "+other, func() (bool, string) {
+			now := agentPodOn(t, other)
+			return now != nil && now.UID != old.UID && podReady(now), fmt.Sprint(now != nil)
+		})
+		stays(t, target)
+		var pods corev1.PodList
+		if err := kc.List(ctx, &pods, client.InNamespace("default"), launcherpod.MatchingVMI(b.vmi.UID)); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Name != b.pod.Name {
+			t.Errorf("launcher pods of the VMI: %d, want only the source's %s", len(pods.Items), b.pod.Name)
+		}
 	})
 	deleteVMI(t, b.name)
 	assertGone(t, b.fp)

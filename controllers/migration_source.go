@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -152,15 +153,32 @@ func (r *VMIReconciler) postcopyFailed(ctx context.Context, vmi *vmletv1.Virtual
 	return nil
 }
 
-// sourceFailure says why the source's run failed: its own reason (a timeout) first.
+// sourceFailure says why the source's run failed: its own reason (a timeout) first, in words
+// a person can act on, without the RPC's framing.
 func sourceFailure(err error, why string, aborted bool) string {
+	msg := rpcFraming.ReplaceAllString(err.Error(), "")
 	switch {
 	case why != "":
-		return why + ": " + err.Error()
+		return why + ": " + msg
 	case aborted:
-		return "aborted: " + err.Error()
+		return "aborted: " + msg
+	case streamBroke(msg):
+		return "the stream to the target broke (its launcher or node agent went away, or the link between the nodes failed): " + msg
 	}
-	return err.Error()
+	return msg
+}
+
+// rpcFraming is what gRPC puts before a launcher's error message.
+var rpcFraming = regexp.MustCompile(`rpc error: code = \w+ desc = `)
+
+// streamBroke reports whether QEMU's error says the connection to the target ended under it.
+func streamBroke(msg string) bool {
+	for _, s := range []string{"Broken pipe", "Connection reset by peer", "Unable to write to socket"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // sourceFailed ends the migration as failed from the source's side; the guest keeps running

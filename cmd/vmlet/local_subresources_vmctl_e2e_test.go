@@ -1,23 +1,21 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"image"
 	"image/png"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/creack/pty"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // kubeconfigFor writes a kubeconfig that authenticates as u (its bearer token) against the
@@ -82,40 +80,7 @@ func vmctlThroughTheAPI(t *testing.T, s *localSetup, view, edit, adm *apiUser, u
 	// vmctl; Ctrl-] quits (exit 0).
 	cmd := exec.Command(vmctl, "console", "sub")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+editKC)
-	term, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer term.Close()
-	found := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(term)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "vmctl-42-ok") {
-				found <- true
-				_, _ = io.Copy(io.Discard, term)
-				return
-			}
-		}
-		found <- false
-	}()
-	if _, err := io.WriteString(term, "echo vmctl-$((6*7))-ok\r"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case ok := <-found:
-		if !ok {
-			t.Errorf("vmctl console: the terminal closed without the command's answer")
-		}
-	case <-time.After(time.Minute):
-		t.Errorf("vmctl console: no answer from the guest's shell within a minute")
-	}
-	if _, err := term.Write([]byte{0x1d}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("vmctl console after Ctrl-]: %v", err)
-	}
+	testguest.ConsoleRoundTrip(t, cmd)
 
 	// A screenshot of the display: a PNG that is not one colour.
 	shot := filepath.Join(t.TempDir(), "shot.png")

@@ -1,7 +1,6 @@
 package realclustere2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +22,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/test/logbuf"
 	"github.com/vmlet/vmlet/test/poll"
+	"github.com/vmlet/vmlet/test/testguest"
 )
 
 // TestSubresourcesByName: vmctl reaches a VMI by name through the aggregated API
@@ -173,40 +171,7 @@ func consoleAnswers(t *testing.T, vmctl, name string) {
 	t.Helper()
 	cmd := exec.Command(vmctl, "console", name)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
-	term, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer term.Close()
-	found := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(term)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "vmctl-42-ok") {
-				found <- true
-				_, _ = io.Copy(io.Discard, term)
-				return
-			}
-		}
-		found <- false
-	}()
-	if _, err := io.WriteString(term, "echo vmctl-$((6*7))-ok\r"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case ok := <-found:
-		if !ok {
-			t.Errorf("vmctl console: the terminal closed without the command's answer")
-		}
-	case <-time.After(time.Minute):
-		t.Errorf("vmctl console: no answer from the guest's shell within a minute")
-	}
-	if _, err := term.Write([]byte{0x1d}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("vmctl console after Ctrl-]: %v", err)
-	}
+	testguest.ConsoleRoundTrip(t, cmd)
 }
 
 // portForwardReaches runs `vmctl port-forward` from a free local port to the guest's 8080 and

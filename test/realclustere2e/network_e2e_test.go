@@ -1,10 +1,6 @@
 package realclustere2e_test
 
 import (
-	"fmt"
-	"io"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,18 +50,8 @@ func TestMasqueradePodNetwork(t *testing.T) {
 	if rc := run(t, c, typ, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 & true", 30*time.Second); rc != 0 {
 		t.Fatalf("start a server in the guest: exit %d", rc)
 	}
-	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
-	poll.Until(t, time.Minute, "the declared port answers at the pod IP", func() (bool, string) {
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(conn)
-		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
-	})
-	t.Logf("%s (the launcher pod's IP, port 8080 declared) → the guest's server: ok", addr)
+	waitServed(t, pod, token) // the declared port answers at the pod IP
+	t.Logf("%s:8080 (the launcher pod's IP, port 8080 declared) → the guest's server: ok", pod.Status.PodIP)
 	deleteVMI(t, name)
 	assertGone(t, fp)
 }

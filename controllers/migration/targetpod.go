@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,7 +131,27 @@ func (t *TargetPods) reader() client.Reader {
 
 // Release deletes the target pods of migration m that did not become the vmi's pod (its
 // target never took the vmi over): m failed, was aborted or deleted. vmi may be nil (gone).
+// A migration that completed made its target pod the vmi's: deleting such a migration (a
+// user tidying up right after Succeeded) deletes no pod, even while the cache still shows the
+// vmi on its source; the vmi is read from the API server to know.
 func (t *TargetPods) Release(ctx context.Context, m *vmletv1.VirtualMachineInstanceMigration, vmi *vmletv1.VirtualMachineInstance) error {
+	if m.Status.Phase == vmletv1.MigrationSucceeded {
+		return nil
+	}
+	if vmi != nil {
+		fresh := &vmletv1.VirtualMachineInstance{}
+		switch err := t.reader().Get(ctx, client.ObjectKeyFromObject(vmi), fresh); {
+		case apierrors.IsNotFound(err):
+			vmi = nil
+		case err != nil:
+			return fmt.Errorf("read the vmi: %w", err)
+		default:
+			vmi = fresh
+		}
+	}
+	if ms := vmiMigration(vmi); ms != nil && ms.MigrationUID == m.UID && ms.Completed {
+		return nil
+	}
 	var l corev1.PodList
 	if err := t.Client.List(ctx, &l, client.InNamespace(m.Namespace), client.MatchingLabels{
 		launcherpod.LabelMigrationUID: string(m.UID), launcherpod.LabelMigrationRole: launcherpod.MigrationRoleTarget}); err != nil {
@@ -244,4 +265,12 @@ func avoidNode(spec *corev1.PodSpec, node string) {
 	for i := range req.NodeSelectorTerms { // terms are ORed: each must exclude the node
 		req.NodeSelectorTerms[i].MatchFields = append(req.NodeSelectorTerms[i].MatchFields, notIn)
 	}
+}
+
+// vmiMigration is the vmi's migrationState (nil for a nil vmi).
+func vmiMigration(vmi *vmletv1.VirtualMachineInstance) *vmletv1.VirtualMachineInstanceMigrationState {
+	if vmi == nil {
+		return nil
+	}
+	return vmi.Status.MigrationState
 }

@@ -337,14 +337,17 @@ func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) erro
 			uid = u
 		}
 	}
-	if uid != "" {
-		delete(r.keys, uid)
-	}
 	r.mu.Unlock()
 	if uid == "" {
 		return nil
 	}
 	stub := &vmletv1.VirtualMachineInstance{}
 	stub.Namespace, stub.Name, stub.UID = key.Namespace, key.Name, uid
-	return r.leaveNode(ctx, stub)
+	if err := r.leaveNode(ctx, stub); err != nil {
+		return err // kept: the retry (controller-runtime's back-off) finds the VMI's UID again
+	}
+	r.mu.Lock()
+	delete(r.keys, uid)
+	r.mu.Unlock()
+	return nil
 }

@@ -121,7 +121,7 @@ func TestKubectlDrain(t *testing.T) {
 }
 
 // buildVmctl builds cmd/vmctl for the test.
-func buildVmctl(t *testing.T) string {
+func buildVmctl(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "vmctl")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/vmlet/vmlet/cmd/vmctl")
@@ -143,7 +143,7 @@ func runVmctl(bin, kubeconfig string, args ...string) (string, error) {
 
 // saKubeconfig writes a kubeconfig for ServiceAccount sa (a token from `kubectl create token`)
 // against the cluster's API server.
-func saKubeconfig(t *testing.T, sa string) string {
+func saKubeconfig(t testing.TB, sa string) string {
 	t.Helper()
 	token := strings.TrimSpace(kubectl(t, "", "create", "token", sa, "-n", "default", "--duration=1h"))
 	p := filepath.Join(t.TempDir(), sa+".kubeconfig")
@@ -167,7 +167,7 @@ func saKubeconfig(t *testing.T, sa string) string {
 
 // consoleAnswers types a command on the VMI's serial console through `vmctl console` on a
 // terminal and waits for the guest shell's answer; Ctrl-] leaves (exit 0).
-func consoleAnswers(t *testing.T, vmctl, name string) {
+func consoleAnswers(t testing.TB, vmctl, name string) {
 	t.Helper()
 	cmd := exec.Command(vmctl, "console", name)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cl.Kubeconfig)
@@ -176,7 +176,7 @@ func consoleAnswers(t *testing.T, vmctl, name string) {
 
 // portForwardReaches runs `vmctl port-forward` from a free local port to the guest's 8080 and
 // waits until a connection there reads token (the guest's server).
-func portForwardReaches(t *testing.T, vmctl, name, token string) {
+func portForwardReaches(t testing.TB, vmctl, name, token string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

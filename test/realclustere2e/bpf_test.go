@@ -11,7 +11,7 @@ import (
 
 // devicePrograms are the IDs of the device programs attached to a cgroup-v2 folder.
 // Equivalent to: bpftool cgroup show <cgroup>
-func devicePrograms(t *testing.T, cgroup string) []uint32 {
+func devicePrograms(t testing.TB, cgroup string) []uint32 {
 	t.Helper()
 	f, err := os.Open(cgroup)
 	if err != nil {

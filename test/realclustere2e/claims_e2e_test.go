@@ -25,7 +25,7 @@ import (
 
 // claimPV makes a local PersistentVolume at path on the node and a claim that the real
 // kube-controller-manager binds to it.
-func claimPV(t *testing.T, name, path string, mode corev1.PersistentVolumeMode, size string) {
+func claimPV(t testing.TB, name, path string, mode corev1.PersistentVolumeMode, size string) {
 	t.Helper()
 	ctx := context.Background()
 	access := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
@@ -79,7 +79,7 @@ func claimSpec(name string) string {
 
 // guestSh runs a shell command in the guest through the launcher's guest agent (the launcher's
 // socket in its run folder, a hostPath on the node).
-func guestSh(t *testing.T, vmi *vmletv1.VirtualMachineInstance, cmd string) string {
+func guestSh(t testing.TB, vmi *vmletv1.VirtualMachineInstance, cmd string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -52,7 +52,7 @@ func TestDeployed(t *testing.T) {
 }
 
 // checkDeployedPod: the pod runs vmlet's image under containerd and is Ready.
-func checkDeployedPod(t *testing.T, name string, p corev1.Pod) {
+func checkDeployedPod(t testing.TB, name string, p corev1.Pod) {
 	t.Helper()
 	if p.Status.Phase != corev1.PodRunning {
 		t.Errorf("%s: phase %s on %q", name, p.Status.Phase, p.Spec.NodeName)

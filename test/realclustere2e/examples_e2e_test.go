@@ -18,7 +18,7 @@ import (
 // kubevirtExamples are KubeVirt's own example VMIs (shared/kubevirt-examples, beside the repo)
 // with only their apiVersion changed, as a user applies them. Their images are served by the
 // agent from the test guest's stand-ins (config/realcluster).
-func kubevirtExamples(t *testing.T) map[string]string {
+func kubevirtExamples(t testing.TB) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(apienv.RepoRoot(), "..", "shared", "kubevirt-examples", "*.yaml"))
 	if err != nil || len(files) < 9 {

@@ -17,10 +17,10 @@ import (
 )
 
 // agentPod is the agent DaemonSet's pod on the first node, nil while there is none.
-func agentPod(t *testing.T) *corev1.Pod { return agentPodOn(t, cl.NodeName) }
+func agentPod(t testing.TB) *corev1.Pod { return agentPodOn(t, cl.NodeName) }
 
 // agentPodOn is the agent DaemonSet's pod on the node, nil while there is none.
-func agentPodOn(t *testing.T, node string) *corev1.Pod {
+func agentPodOn(t testing.TB, node string) *corev1.Pod {
 	t.Helper()
 	var l corev1.PodList
 	if err := kc.List(context.Background(), &l, client.InNamespace("vmlet-system"),

@@ -36,7 +36,7 @@ const (
 )
 
 // kubectl runs kubectl against the cluster with stdin; it fails the test on an error.
-func kubectl(t *testing.T, stdin string, args ...string) string {
+func kubectl(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -57,7 +57,7 @@ func suffix() string {
 
 // createVMI creates a VMI from a manifest's spec (indented two spaces, under "spec:") with
 // kubectl, as a user would, and returns it as the API stored it.
-func createVMI(t *testing.T, name, spec string) *vmletv1.VirtualMachineInstance {
+func createVMI(t testing.TB, name, spec string) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	manifest := "apiVersion: vmlet.dev/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: " + name +
 		"\n  namespace: default\n" + spec
@@ -69,7 +69,7 @@ func createVMI(t *testing.T, name, spec string) *vmletv1.VirtualMachineInstance 
 	return getVMI(t, name)
 }
 
-func getVMI(t *testing.T, name string) *vmletv1.VirtualMachineInstance {
+func getVMI(t testing.TB, name string) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	var vmi vmletv1.VirtualMachineInstance
 	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &vmi); err != nil {
@@ -83,7 +83,7 @@ func getVMI(t *testing.T, name string) *vmletv1.VirtualMachineInstance {
 var vmiNames sync.Map
 
 // waitVMI waits until cond holds for the VMI and returns it.
-func waitVMI(t *testing.T, name string, d time.Duration, what string, cond func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
+func waitVMI(t testing.TB, name string, d time.Duration, what string, cond func(*vmletv1.VirtualMachineInstance) bool) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	var vmi vmletv1.VirtualMachineInstance
 	poll.Until(t, d, name+": "+what, func() (bool, string) {
@@ -113,7 +113,7 @@ func conditionTrue(vmi *vmletv1.VirtualMachineInstance, typ string) bool {
 }
 
 // waitBooted waits until the VMI runs and its guest agent answers (the guest booted).
-func waitBooted(t *testing.T, name string) *vmletv1.VirtualMachineInstance {
+func waitBooted(t testing.TB, name string) *vmletv1.VirtualMachineInstance {
 	t.Helper()
 	waitVMI(t, name, runningTimeout, "Running", func(v *vmletv1.VirtualMachineInstance) bool { return v.Status.Phase == vmletv1.Running })
 	return waitVMI(t, name, bootTimeout, "guest booted (AgentConnected)", func(v *vmletv1.VirtualMachineInstance) bool {
@@ -122,7 +122,7 @@ func waitBooted(t *testing.T, name string) *vmletv1.VirtualMachineInstance {
 }
 
 // launcherPod is the VMI's launcher pod (nil when there is none).
-func launcherPod(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
+func launcherPod(t testing.TB, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
 	var l corev1.PodList
 	if err := kc.List(context.Background(), &l, client.InNamespace(vmi.Namespace), launcherpod.MatchingVMI(vmi.UID)); err != nil {
@@ -139,7 +139,7 @@ func objMeta(name string) metav1.ObjectMeta {
 }
 
 // deleteVMI deletes the VMI with kubectl and waits until it is gone.
-func deleteVMI(t *testing.T, name string) {
+func deleteVMI(t testing.TB, name string) {
 	t.Helper()
 	kubectl(t, "", "delete", "vmi", name, "-n", "default", "--wait", "--timeout=3m")
 	poll.Until(t, goneTimeout, name+" deleted", func() (bool, string) {
@@ -165,7 +165,7 @@ type footprint struct {
 // they are on this machine: realcluster.Node.HostPath): QEMU (status.launcher.pid,
 // in the agent's PID namespace) is qemu-system-x86_64, in the launcher pod's cgroup, in the pod's
 // network namespace (not the host's), with vmlet's device program on its container's cgroup.
-func nodeFootprint(t *testing.T, vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod) footprint {
+func nodeFootprint(t testing.TB, vmi *vmletv1.VirtualMachineInstance, pod *corev1.Pod) footprint {
 	t.Helper()
 	n := node(t, pod.Spec.NodeName)
 	fp := footprint{uid: string(vmi.UID), podUID: string(pod.UID),
@@ -226,7 +226,7 @@ func nodeFootprint(t *testing.T, vmi *vmletv1.VirtualMachineInstance, pod *corev
 // assertGone waits until nothing of fp is left on the node: QEMU, the folders, the pod's cgroups,
 // the device programs, the network namespace (no process in it, no mount of it) and every mount
 // below the VMI's folders.
-func assertGone(t *testing.T, fp footprint) {
+func assertGone(t testing.TB, fp footprint) {
 	t.Helper()
 	poll.Until(t, goneTimeout, "the VMI's node objects gone", func() (bool, string) {
 		var left []string
@@ -251,7 +251,7 @@ func assertGone(t *testing.T, fp footprint) {
 	})
 }
 
-func statStart(t *testing.T, pid int) string {
+func statStart(t testing.TB, pid int) string {
 	t.Helper()
 	s, err := readStart(pid)
 	if err != nil {
@@ -335,7 +335,7 @@ func mountsBelow(dirs ...string) []string {
 
 // console attaches to the guest's serial console (the launcher's console.sock in its run
 // folder, a hostPath on the node) and returns it with a function that types a line.
-func console(t *testing.T, fp footprint) (*testguest.Console, func(string)) {
+func console(t testing.TB, fp footprint) (*testguest.Console, func(string)) {
 	t.Helper()
 	conn, err := net.Dial("unix", filepath.Join(fp.runDir, "sockets", "console.sock"))
 	if err != nil {
@@ -352,7 +352,7 @@ func console(t *testing.T, fp footprint) (*testguest.Console, func(string)) {
 
 // run types a shell command on the console and waits for its marker: the command's output
 // ends with "<marker>-<exit status>-END". It returns the exit status.
-func run(t *testing.T, c *testguest.Console, typ func(string), cmd string, d time.Duration) int {
+func run(t testing.TB, c *testguest.Console, typ func(string), cmd string, d time.Duration) int {
 	t.Helper()
 	m := "DONE-" + suffix()
 	done := regexp.MustCompile(m + `-([0-9]+)-END`) // the echo of the typed line holds "$?"
@@ -374,7 +374,7 @@ func run(t *testing.T, c *testguest.Console, typ func(string), cmd string, d tim
 
 // waitSerial waits until the guest's serial log (logs/serial.log in the launcher's run folder,
 // everything since boot) holds marker.
-func waitSerial(t *testing.T, fp footprint, marker string) {
+func waitSerial(t testing.TB, fp footprint, marker string) {
 	t.Helper()
 	path := filepath.Join(fp.runDir, "logs", "serial.log")
 	poll.Until(t, bootTimeout, "serial log holds "+marker, func() (bool, string) {

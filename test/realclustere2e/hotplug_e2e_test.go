@@ -32,7 +32,7 @@ const hotplugSpec = `spec:
 
 // containerCgroup is the v1 cgroup folder of QEMU's container for controller (e.g. "memory",
 // "cpu"), as /proc/PID/cgroup names it.
-func containerCgroup(t *testing.T, pid int, controller string) string {
+func containerCgroup(t testing.TB, pid int, controller string) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
@@ -53,7 +53,7 @@ func containerCgroup(t *testing.T, pid int, controller string) string {
 	return ""
 }
 
-func readInt(t *testing.T, path string) int64 {
+func readInt(t testing.TB, path string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -68,7 +68,7 @@ func readInt(t *testing.T, path string) int64 {
 
 // launcherResources is the launcher container's resources in the pod's spec and as the
 // kubelet reports them in its status (nil when it reports none).
-func launcherResources(t *testing.T, vmi *vmletv1.VirtualMachineInstance) (spec corev1.ResourceRequirements, status *corev1.ResourceRequirements) {
+func launcherResources(t testing.TB, vmi *vmletv1.VirtualMachineInstance) (spec corev1.ResourceRequirements, status *corev1.ResourceRequirements) {
 	t.Helper()
 	p := launcherPod(t, vmi)
 	if p == nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +41,10 @@ const (
 	kernelImage   = "vmlet.dev/testguest:latest" // kernelBoot: /vmlinuz, /initramfs.gz
 )
 
-// One cluster per package, with vmlet deployed; setupErr says why there is none.
+// One cluster per package, with vmlet deployed; setupErr says why there is none; failed says
+// whether a test failed (teardown keeps vmlet's logs then).
 var (
+	failed   atomic.Bool
 	cl       *realcluster.Cluster
 	kc       client.Client
 	setupErr error
@@ -86,7 +89,9 @@ func runPackage(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "realclustere2e: setup %s (images %s, cluster %s, import+deploy %s)\n",
 			time.Since(t0).Round(time.Second), tImages.Round(time.Second), tCluster.Round(time.Second),
 			(time.Since(t0) - tImages - tCluster).Round(time.Second))
-		return m.Run(), nil
+		code := m.Run()
+		failed.Store(code != 0)
+		return code, nil
 	}()
 	if err != nil {
 		setupErr = err
@@ -165,6 +170,14 @@ func teardown(removeState bool) error {
 				}
 			}
 		}
+		if len(errs) > 0 || failed.Load() {
+			// The agents' and the controller's whole logs outlive the cluster, for the failure.
+			p := fmt.Sprintf("/var/tmp/realclustere2e-vmlet-%d.log", time.Now().Unix())
+			logs, _ := cl.Kubectl(ctx, "logs", "-n", "vmlet-system", "-l", "app.kubernetes.io/part-of=vmlet", "--prefix", "--tail=-1", "--max-log-requests=10")
+			if err := os.WriteFile(p, logs, 0o600); err == nil {
+				fmt.Fprintf(os.Stderr, "realclustere2e: vmlet's logs kept in %s\n", p)
+			}
+		}
 		if out, err := cl.Kubectl(ctx, "delete", "-k", filepath.Join(repo, "config", "realcluster"), "--wait", "--timeout=3m"); err != nil {
 			errs = append(errs, fmt.Errorf("kubectl delete -k config/realcluster: %w: %s", err, out))
 		}
@@ -189,7 +202,7 @@ func teardown(removeState bool) error {
 }
 
 // node is the cluster's node of that name (the test fails when there is none).
-func node(t *testing.T, name string) realcluster.Node {
+func node(t testing.TB, name string) realcluster.Node {
 	t.Helper()
 	for _, n := range cl.Nodes {
 		if n.Name == name {
@@ -201,7 +214,7 @@ func node(t *testing.T, name string) realcluster.Node {
 }
 
 // need fails the test when the package has no cluster (prereq: root; not -short).
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	prereq.Root(t)
 	if setupErr != nil {

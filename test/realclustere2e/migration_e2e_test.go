@@ -89,7 +89,8 @@ func TestMigrationNowhereToGo(t *testing.T) {
 // TestMigrationBetweenNodes: live migration between two real kubelets. A masquerade VMI that
 // may run on either node boots; a process in its guest counts and a server answers on its
 // declared port. `kubectl create` of a VirtualMachineInstanceMigration moves it to the other
-// node and a second one back again: each time kube-scheduler places the target launcher pod on
+// node (and `kubectl delete` of it as soon as the VMI says it completed leaves the guest be)
+// and a second one back again: each time kube-scheduler places the target launcher pod on
 // the other node, its containerd and kubelet run it, the two agents (DaemonSet pods) relay the
 // guest between their pod addresses in TLS, the VMI follows (status.nodeName, launcher pod and
 // PID, the new pod's address), the counter process keeps counting (memory came along), the port
@@ -117,15 +118,28 @@ func TestMigrationBetweenNodes(t *testing.T) {
 		before := guestCount(t, from)
 		t0 := time.Now()
 		m := createMigration(t, fmt.Sprintf("%s-%d", b.name, i), b.name)
-		poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
-			if err := kc.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
-				return false, err.Error()
-			}
-			if m.Status.Phase == vmletv1.MigrationFailed {
-				t.Fatalf("%s failed: %+v", m.Name, m.Status.MigrationState)
-			}
-			return m.Status.Phase == vmletv1.MigrationSucceeded, fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
-		})
+		if i == 0 {
+			// A user tidying up: the migration deleted as soon as the VMI says it completed
+			// (before the migration itself says Succeeded) must not take the guest's new pod.
+			waitVMI(t, b.name, 4*time.Minute, m.Name+" completed", func(v *vmletv1.VirtualMachineInstance) bool {
+				ms := v.Status.MigrationState
+				if ms != nil && ms.MigrationUID == m.UID && ms.Failed {
+					t.Fatalf("%s failed: %+v", m.Name, ms)
+				}
+				return ms != nil && ms.MigrationUID == m.UID && ms.Completed
+			})
+			kubectl(t, "", "delete", "vmim", m.Name, "-n", "default", "--wait", "--timeout=1m")
+		} else {
+			poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
+				if err := kc.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+					return false, err.Error()
+				}
+				if m.Status.Phase == vmletv1.MigrationFailed {
+					t.Fatalf("%s failed: %+v", m.Name, m.Status.MigrationState)
+				}
+				return m.Status.Phase == vmletv1.MigrationSucceeded, fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
+			})
+		}
 		v := waitVMI(t, b.name, time.Minute, "on "+to+" with its new pod and address", func(v *vmletv1.VirtualMachineInstance) bool {
 			return v.Status.NodeName == to && v.Status.Launcher != nil && v.Status.Launcher.Pod != fromPod.Name &&
 				len(v.Status.Interfaces) > 0 && v.Status.Interfaces[0].IP != "" && v.Status.Interfaces[0].IP != from.Status.Interfaces[0].IP &&
@@ -171,7 +185,7 @@ func TestMigrationBetweenNodes(t *testing.T) {
 
 // createMigration creates a VirtualMachineInstanceMigration of vmi with kubectl, as a user
 // would; finished migrations are kept, so the test deletes it when it ends.
-func createMigration(t *testing.T, name, vmi string) *vmletv1.VirtualMachineInstanceMigration {
+func createMigration(t testing.TB, name, vmi string) *vmletv1.VirtualMachineInstanceMigration {
 	t.Helper()
 	kubectl(t, "apiVersion: vmlet.dev/v1alpha1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: "+name+
 		"\n  namespace: default\nspec:\n  vmiName: "+vmi+"\n", "create", "-f", "-")
@@ -185,7 +199,7 @@ func createMigration(t *testing.T, name, vmi string) *vmletv1.VirtualMachineInst
 	return m
 }
 
-func launcherPodNamed(t *testing.T, name string) *corev1.Pod {
+func launcherPodNamed(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{}
 	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pod); err != nil {
@@ -197,7 +211,7 @@ func launcherPodNamed(t *testing.T, name string) *corev1.Pod {
 // guestShell runs cmd in v's guest through its launcher's guest agent (the launcher's socket
 // on v's node); it waits (30 s) for the agent to connect (after a migration the target's
 // reconnects).
-func guestShell(t *testing.T, v *vmletv1.VirtualMachineInstance, cmd string) string {
+func guestShell(t testing.TB, v *vmletv1.VirtualMachineInstance, cmd string) string {
 	t.Helper()
 	sock := launcherpod.HostSocket(node(t, v.Status.NodeName).HostPath(launcherRoot), v.UID)
 	var out string
@@ -226,7 +240,7 @@ func guestShell(t *testing.T, v *vmletv1.VirtualMachineInstance, cmd string) str
 }
 
 // guestCount reads the guest's counter (/tmp/count).
-func guestCount(t *testing.T, v *vmletv1.VirtualMachineInstance) int {
+func guestCount(t testing.TB, v *vmletv1.VirtualMachineInstance) int {
 	t.Helper()
 	s := strings.TrimSpace(guestShell(t, v, "cat /tmp/count"))
 	n, err := strconv.Atoi(s)
@@ -238,7 +252,7 @@ func guestCount(t *testing.T, v *vmletv1.VirtualMachineInstance) int {
 
 // waitServed waits until port 8080 at pod's address answers token (this machine is on the pod
 // network's bridge).
-func waitServed(t *testing.T, pod *corev1.Pod, token string) {
+func waitServed(t testing.TB, pod *corev1.Pod, token string) {
 	t.Helper()
 	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
 	poll.Until(t, time.Minute, addr+" answering", func() (bool, string) {

@@ -70,7 +70,7 @@ func TestContainerDiskPullSecret(t *testing.T) {
 }
 
 // layoutImage is the one image of the OCI layout at dir (as hack/local-images.sh writes them).
-func layoutImage(t *testing.T, dir string) v1.Image {
+func layoutImage(t testing.TB, dir string) v1.Image {
 	t.Helper()
 	p, err := layout.FromPath(dir)
 	if err != nil {

@@ -24,7 +24,7 @@ const minimalSpec = `spec:
 
 // scheduled checks that the launcher pod was placed by kube-scheduler and is run by the kubelet
 // from the launcher image, as the contract says (non-root, no privileges).
-func scheduled(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
+func scheduled(t testing.TB, vmi *vmletv1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
 	pod := launcherPod(t, vmi)
 	if pod == nil {
@@ -65,7 +65,7 @@ type booted struct {
 	fp   footprint
 }
 
-func boot(t *testing.T, prefix, spec string) booted {
+func boot(t testing.TB, prefix, spec string) booted {
 	t.Helper()
 	b := booted{name: prefix + "-" + suffix()}
 	createVMI(t, b.name, spec)

@@ -32,8 +32,9 @@ declare -A flags=(
   [./storage]="-bench=. -benchtime=10x"
   [./network]="-bench=. -benchtime=3x"
   [./controllers]="-bench=. -benchtime=1x"
+  [./test/realclustere2e]="-bench=ClusterMigrationTLS -benchtime=3x"
 )
-order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network ./controllers)
+order=(./qemu/qmp ./qemu/launcher ./qemu ./test/testguest ./devices ./storage ./network ./controllers ./test/realclustere2e)
 pkgs=${BENCH_PKGS:-${order[*]}}
 [ "$pkgs" = none ] && pkgs=""
 # The agent benchmark's VMI counts (controllers BenchmarkCreateToRunning); 100 only runs here.

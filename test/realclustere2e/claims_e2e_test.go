@@ -27,14 +27,21 @@ import (
 // kube-controller-manager binds to it.
 func claimPV(t testing.TB, name, path string, mode corev1.PersistentVolumeMode, size string) {
 	t.Helper()
+	claimPVOn(t, name, path, mode, size, corev1.ReadWriteOnce, cl.NodeName)
+}
+
+// claimPVOn makes a local PersistentVolume at path reachable from the given nodes and a claim
+// bound to it with the access mode.
+func claimPVOn(t testing.TB, name, path string, mode corev1.PersistentVolumeMode, size string, am corev1.PersistentVolumeAccessMode, nodes ...string) {
+	t.Helper()
 	ctx := context.Background()
-	access := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	access := []corev1.PersistentVolumeAccessMode{am}
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
 		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}, AccessModes: access, VolumeMode: &mode,
 		StorageClassName: "vmlet-local", PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 		PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
 		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{cl.NodeName}}}}}}},
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}},
 	}}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: objMeta(name), Spec: corev1.PersistentVolumeClaimSpec{
 		AccessModes: access, VolumeMode: &mode, StorageClassName: ptr.To("vmlet-local"),
@@ -143,4 +150,59 @@ func TestVMIOnClaims(t *testing.T) {
 		}
 	}
 	deleteVMI(t, name+"-again")
+}
+
+// TestMigrationSharedClaim: a VMI with a ReadWriteMany Block claim (a loop device both nodes of
+// this machine reach, as a local PV whose node affinity names both) is LiveMigratable; the guest
+// writes to the claim, migrates to the other kubelet, and reads its write back there (the target
+// opened the same device, not a copy), then writes again and the bytes are on the device.
+func TestMigrationSharedClaim(t *testing.T) {
+	need(t)
+	t.Parallel()
+	name := "shared-" + suffix()
+	dev := loopdev.Attach(t, filepath.Join(t.TempDir(), "block.img"), "VMLET-SHARED-BLK", 8<<20)
+	var nodes []string
+	for _, n := range cl.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	claimPVOn(t, name, dev, corev1.PersistentVolumeBlock, "8Mi", corev1.ReadWriteMany, nodes...)
+	spec := strings.Replace(migratableSpec, "    devices:\n", "    devices:\n      disks:\n      - {name: root, disk: {}}\n      - {name: blk, serial: blk, disk: {}}\n", 1)
+	spec = strings.Replace(spec, "  volumes:\n", "  volumes:\n  - name: blk\n    persistentVolumeClaim: {claimName: "+name+"}\n", 1)
+	b := boot(t, name, spec)
+	v := waitVMI(t, b.name, time.Minute, "LiveMigratable", func(v *vmletv1.VirtualMachineInstance) bool {
+		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
+	})
+	devOf := func(v *vmletv1.VirtualMachineInstance) string {
+		return strings.TrimSpace(guestShell(t, v, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = blk ] && echo ${d##*/}; done; true`))
+	}
+	guestShell(t, v, "printf VMLET-BEFORE-MIGR | dd of=/dev/"+devOf(v)+" conv=notrunc 2>/dev/null && sync")
+	from := v.Status.NodeName
+	m := createMigration(t, b.name+"-m", b.name)
+	poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
+		if err := kc.Get(context.Background(), client.ObjectKeyFromObject(m), m); err != nil {
+			return false, err.Error()
+		}
+		if m.Status.Phase == vmletv1.MigrationFailed {
+			t.Fatalf("%s failed: %+v", m.Name, m.Status.MigrationState)
+		}
+		return m.Status.Phase == vmletv1.MigrationSucceeded, string(m.Status.Phase)
+	})
+	there := waitVMI(t, b.name, time.Minute, "on the other node", func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.NodeName != from && conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
+	})
+	if got := strings.TrimSpace(guestShell(t, there, "head -c 17 /dev/"+devOf(there))); got != "VMLET-BEFORE-MIGR" {
+		t.Errorf("after the migration the guest reads %q from the shared claim", got)
+	}
+	guestShell(t, there, "printf VMLET-AFTER--MIGR | dd of=/dev/"+devOf(there)+" conv=notrunc oflag=direct 2>/dev/null && sync")
+	poll.Until(t, 30*time.Second, "the target's write on the device", func() (bool, string) {
+		f, err := os.Open(dev)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer f.Close()
+		buf := make([]byte, 17)
+		_, _ = f.ReadAt(buf, 0)
+		return string(buf) == "VMLET-AFTER--MIGR", string(buf)
+	})
+	deleteVMI(t, b.name)
 }

@@ -25,11 +25,7 @@ import (
 // took the VMI down (LauncherPodDeleted). A migration that failed has its target pod deleted.
 func TestReleaseKeepsCompletedTarget(t *testing.T) {
 	prereq.APIServer(t)
-	env, err := apienv.Start(apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme}})
-	if err != nil {
-		t.Fatalf("start api server: %v", err)
-	}
-	defer func() { _ = env.Stop() }()
+	env := apienv.StartT(t, apienv.Options{AddToScheme: []func(*k8sruntime.Scheme) error{vmletv1.AddToScheme, migrationsv1.AddToScheme}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "release"}}); err != nil {

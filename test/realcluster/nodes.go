@@ -2,11 +2,14 @@ package realcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -187,4 +190,51 @@ func (n Node) logName(daemon string) string {
 		return daemon
 	}
 	return n.Name + "-" + daemon
+}
+
+// PinNodes gives each node's pods a CPU of their own (node i's on CPU i: the first node's
+// kubepods group, the others' cgroup roots), as separate hosts would have them, or (pinned
+// false) all the machine's CPUs back; pods made meanwhile inherit their group's CPUs. It writes
+// the cgroup-v1 cpuset hierarchy, where a group's CPUs stay within its parent's: children go
+// first when narrowing, last when widening.
+func (c *Cluster) PinNodes(pinned bool) error {
+	if pinned && len(c.Nodes) > runtime.NumCPU() {
+		return fmt.Errorf("%d nodes, %d CPUs: cannot give each its own", len(c.Nodes), runtime.NumCPU())
+	}
+	var h *hierarchy
+	for _, x := range cgroupHierarchies() {
+		if x.cpuset {
+			h = &x
+		}
+	}
+	if h == nil {
+		return errors.New("no cgroup-v1 cpuset hierarchy")
+	}
+	for i, n := range c.Nodes {
+		root := filepath.Join(h.path, n.cgroupRoot())
+		if i == 0 {
+			root = filepath.Join(root, "kubepods") // the other nodes' roots lie below the first's
+		}
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		if len(dirs) == 0 {
+			return fmt.Errorf("node %s: no cpuset group %s", n.Name, root)
+		}
+		cpus := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+		if pinned {
+			cpus = strconv.Itoa(i)
+			slices.Reverse(dirs) // deepest first
+		}
+		for _, d := range dirs {
+			if err := os.WriteFile(filepath.Join(d, "cpuset.cpus"), []byte(cpus), 0o644); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("node %s: CPUs %s for %s: %w", n.Name, cpus, d, err)
+			}
+		}
+	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -193,13 +192,7 @@ func portForwardReaches(t testing.TB, vmctl, name, token string) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	poll.Until(t, time.Minute, "127.0.0.1:"+port+" forwarded to the guest's 8080", func() (bool, string) {
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 5*time.Second)
-		if err != nil {
-			return false, err.Error() + "; vmctl: " + out.String()
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(conn)
-		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q; vmctl: %s", b, out.String())
+		ok, seen := answers("127.0.0.1:"+port, token)
+		return ok, seen + "; vmctl: " + out.String()
 	})
 }

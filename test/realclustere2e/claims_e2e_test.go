@@ -17,8 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers/launcherpod"
-	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/test/loopdev"
 	"github.com/vmlet/vmlet/test/poll"
 )
@@ -84,27 +82,6 @@ func claimSpec(name string) string {
 `
 }
 
-// guestSh runs a shell command in the guest through the launcher's guest agent (the launcher's
-// socket in its run folder, a hostPath on the node).
-func guestSh(t testing.TB, vmi *vmletv1.VirtualMachineInstance, cmd string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := launcher.Dial(ctx, launcherpod.HostSocket(launcherRoot, vmi.UID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.GuestExec(ctx, "/bin/sh", []string{"-c", cmd}, nil, 40*time.Second)
-	if err != nil {
-		t.Fatalf("guest exec %q: %v", cmd, err)
-	}
-	if r.GetExitCode() != 0 {
-		t.Fatalf("guest exec %q: exit %d: %s%s", cmd, r.GetExitCode(), r.GetStdout(), r.GetStderr())
-	}
-	return strings.TrimSpace(string(r.GetStdout()))
-}
-
 // TestVMIOnClaims: on the real cluster, a VMI boots from a containerDisk with a Filesystem
 // claim (a local PV folder: the agent makes disk.img in it) and a Block claim (a loop device
 // as a local PV, a dataVolume's claim), both bound by the real controller-manager and mounted
@@ -130,22 +107,22 @@ func TestVMIOnClaims(t *testing.T) {
 		return vmi
 	}
 	devOf := func(vmi *vmletv1.VirtualMachineInstance, serial string) string {
-		return guestSh(t, vmi, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = `+serial+` ] && echo ${d##*/}; done; true`)
+		return guestShell(t, vmi, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = `+serial+` ] && echo ${d##*/}; done; true`)
 	}
 	vmi := boot(name)
 	if m := meta.FindStatusCondition(vmi.Status.Conditions, vmletv1.VirtualMachineInstanceIsMigratable); m == nil || m.Reason != "DisksNotLiveMigratable" {
 		t.Errorf("LiveMigratable %+v", m)
 	}
-	if got := guestSh(t, vmi, "head -c 16 /dev/"+devOf(vmi, "blk")); got != "VMLET-REAL-BLOCK" {
+	if got := guestShell(t, vmi, "head -c 16 /dev/"+devOf(vmi, "blk")); got != "VMLET-REAL-BLOCK" {
 		t.Errorf("guest reads %q from the block claim", got)
 	}
-	guestSh(t, vmi, fmt.Sprintf("printf VMLET-WROTE-FS | dd of=/dev/%s conv=notrunc 2>/dev/null && printf VMLET-WROTE-BLK | dd of=/dev/%s conv=notrunc 2>/dev/null && sync",
+	guestShell(t, vmi, fmt.Sprintf("printf VMLET-WROTE-FS | dd of=/dev/%s conv=notrunc 2>/dev/null && printf VMLET-WROTE-BLK | dd of=/dev/%s conv=notrunc 2>/dev/null && sync",
 		devOf(vmi, "fs"), devOf(vmi, "blk")))
 	deleteVMI(t, name)
 
 	again := boot(name + "-again")
 	for serial, want := range map[string]string{"fs": "VMLET-WROTE-FS", "blk": "VMLET-WROTE-BLK"} {
-		if got := guestSh(t, again, fmt.Sprintf("head -c %d /dev/%s", len(want), devOf(again, serial))); got != want {
+		if got := guestShell(t, again, fmt.Sprintf("head -c %d /dev/%s", len(want), devOf(again, serial))); got != want {
 			t.Errorf("the new VMI reads %q from %s, want %q", got, serial, want)
 		}
 	}
@@ -173,7 +150,7 @@ func TestMigrationSharedClaim(t *testing.T) {
 		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
 	})
 	devOf := func(v *vmletv1.VirtualMachineInstance) string {
-		return strings.TrimSpace(guestShell(t, v, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = blk ] && echo ${d##*/}; done; true`))
+		return guestShell(t, v, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = blk ] && echo ${d##*/}; done; true`)
 	}
 	guestShell(t, v, "printf VMLET-BEFORE-MIGR | dd of=/dev/"+devOf(v)+" conv=notrunc 2>/dev/null && sync")
 	from := v.Status.NodeName
@@ -190,7 +167,7 @@ func TestMigrationSharedClaim(t *testing.T) {
 	there := waitVMI(t, b.name, time.Minute, "on the other node", func(v *vmletv1.VirtualMachineInstance) bool {
 		return v.Status.NodeName != from && conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
 	})
-	if got := strings.TrimSpace(guestShell(t, there, "head -c 17 /dev/"+devOf(there))); got != "VMLET-BEFORE-MIGR" {
+	if got := guestShell(t, there, "head -c 17 /dev/"+devOf(there)); got != "VMLET-BEFORE-MIGR" {
 		t.Errorf("after the migration the guest reads %q from the shared claim", got)
 	}
 	guestShell(t, there, "printf VMLET-AFTER--MIGR | dd of=/dev/"+devOf(there)+" conv=notrunc oflag=direct 2>/dev/null && sync")

@@ -105,9 +105,9 @@ func TestHotplugResizesLauncherPod(t *testing.T) {
 	mem0 := spec0.Limits[corev1.ResourceMemory]
 	t.Logf("booted: launcher requests %v limits %v; cpu.shares %d, memory limit %d", spec0.Requests, spec0.Limits,
 		readInt(t, filepath.Join(cpuCg, "cpu.shares")), readInt(t, filepath.Join(memCg, "memory.limit_in_bytes")))
-	nproc := func() string { return guestSh(t, vmi, "nproc") }
+	nproc := func() string { return guestShell(t, vmi, "nproc") }
 	memKiB := func() int64 {
-		f := strings.Fields(guestSh(t, vmi, "grep MemTotal /proc/meminfo"))
+		f := strings.Fields(guestShell(t, vmi, "grep MemTotal /proc/meminfo"))
 		n, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			t.Fatal(err)

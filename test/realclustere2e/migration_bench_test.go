@@ -3,8 +3,6 @@ package realclustere2e_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/test/realcluster"
 )
 
 // BenchmarkClusterMigrationTLS measures what TLS costs a live migration between the two real
@@ -25,15 +22,19 @@ import (
 // go both ways; QEMU's own figures (migrationState.progress) give the throughput. Two layouts
 // in the same run: "shared", both nodes' pods on the machine's 2 CPUs (as the other migration
 // benchmarks: the relays' AES-GCM competes with both QEMUs), and "pinned", each node's pods on
-// a CPU of their own (cpusets below the kubelets' cgroup roots), which is what two hosts are.
+// a CPU of their own (realcluster.Cluster.PinNodes), which is what two hosts are.
 //
 //	go test -run '^$' -bench ClusterMigrationTLS -benchtime 3x ./test/realclustere2e/
 func BenchmarkClusterMigrationTLS(b *testing.B) {
 	need(b)
-	if runtime.NumCPU() < 2 {
-		b.Skipf("needs 2 CPUs to pin the nodes apart (%d here)", runtime.NumCPU())
+	if runtime.NumCPU() < len(cl.Nodes) {
+		b.Skipf("needs a CPU per node to pin the nodes apart (%d here)", runtime.NumCPU())
 	}
-	b.Cleanup(func() { pinNodes(b, false) })
+	b.Cleanup(func() {
+		if err := cl.PinNodes(false); err != nil {
+			b.Error(err)
+		}
+	})
 	spec := strings.Replace(migratableSpec, "memory: {guest: 128Mi}", "memory: {guest: 1Gi}", 1)
 	bt := boot(b, "tlsbench", spec)
 	guestShell(b, bt.vmi, "mkdir -p /mnt/fill && mount -t tmpfs -o size=900m tmpfs /mnt/fill && dd if=/dev/urandom of=/mnt/fill/r bs=1M count=700 2>/dev/null")
@@ -42,7 +43,9 @@ func BenchmarkClusterMigrationTLS(b *testing.B) {
 	})
 	n := 0
 	for _, layout := range []string{"shared", "pinned"} {
-		pinNodes(b, layout == "pinned")
+		if err := cl.PinNodes(layout == "pinned"); err != nil {
+			b.Fatal(err)
+		}
 		rate := map[bool][]float64{}
 		for range b.N {
 			for _, plain := range []bool{true, true, false, false} {
@@ -75,39 +78,6 @@ func BenchmarkClusterMigrationTLS(b *testing.B) {
 	}
 	deleteVMI(b, bt.name)
 	assertGone(b, bt.fp)
-}
-
-// pinNodes puts each node's pods on a CPU of its own (the first node's kubepods on CPU 0, the
-// second node's cgroup root on CPU 1), or gives them both CPUs back. Children go first when
-// narrowing and last when widening (a cpuset group's CPUs stay within its parent's).
-func pinNodes(tb testing.TB, pinned bool) {
-	tb.Helper()
-	roots := map[string]string{
-		filepath.Join("/sys/fs/cgroup/cpuset", realcluster.CgroupRoot, "kubepods"):       "0",
-		filepath.Join("/sys/fs/cgroup/cpuset", realcluster.CgroupRoot, cl.Nodes[1].Name): "1",
-	}
-	for root, cpu := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		if len(dirs) == 0 {
-			tb.Fatalf("no cpuset cgroup %s", root)
-		}
-		if pinned {
-			slices.Reverse(dirs) // deepest first
-		} else {
-			cpu = "0-" + strconv.Itoa(runtime.NumCPU()-1)
-		}
-		for _, d := range dirs {
-			if err := os.WriteFile(filepath.Join(d, "cpuset.cpus"), []byte(cpu), 0o644); err != nil && !os.IsNotExist(err) {
-				tb.Fatalf("pin %s to CPU %s: %v", d, cpu, err)
-			}
-		}
-	}
 }
 
 func median(xs []float64) float64 {

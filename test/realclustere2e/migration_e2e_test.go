@@ -104,7 +104,7 @@ func TestMigrationBetweenNodes(t *testing.T) {
 	ready := waitVMI(t, b.name, time.Minute, "LiveMigratable with an address", func(v *vmletv1.VirtualMachineInstance) bool {
 		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable)) && len(v.Status.Interfaces) > 0 && v.Status.Interfaces[0].IP != ""
 	})
-	pid := strings.TrimSpace(guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
+	pid := guestShell(t, ready, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!")
 	token := "vmlet-" + suffix()
 	guestShell(t, ready, "nc -ll -p 8080 -e echo "+token+" </dev/null >/dev/null 2>&1 &")
 	waitServed(t, b.pod, token)
@@ -164,7 +164,7 @@ func TestMigrationBetweenNodes(t *testing.T) {
 			t.Errorf("QEMU %d is the source's", fp.qemuPid)
 		}
 		// The guest's memory came along: the same counter process, still counting.
-		if got := strings.TrimSpace(guestShell(t, v, "cat /proc/"+pid+"/cmdline >/dev/null && echo ok")); got != "ok" {
+		if got := guestShell(t, v, "cat /proc/"+pid+"/cmdline >/dev/null && echo ok"); got != "ok" {
 			t.Fatalf("counter process %s gone after %s", pid, m.Name)
 		}
 		poll.Until(t, 30*time.Second, "the counter counting on "+to, func() (bool, string) {
@@ -209,8 +209,8 @@ func launcherPodNamed(t testing.TB, name string) *corev1.Pod {
 }
 
 // guestShell runs cmd in v's guest through its launcher's guest agent (the launcher's socket
-// on v's node); it waits (30 s) for the agent to connect (after a migration the target's
-// reconnects).
+// on v's node, a hostPath) and returns its output, trimmed; it waits (30 s) for the agent to
+// connect (after a migration the target's reconnects) and fails the test on a non-zero exit.
 func guestShell(t testing.TB, v *vmletv1.VirtualMachineInstance, cmd string) string {
 	t.Helper()
 	sock := launcherpod.HostSocket(node(t, v.Status.NodeName).HostPath(launcherRoot), v.UID)
@@ -233,7 +233,7 @@ func guestShell(t testing.TB, v *vmletv1.VirtualMachineInstance, cmd string) str
 		if r.ExitCode != 0 {
 			t.Fatalf("guest exec %q on %s: exit %d: %s", cmd, v.Status.NodeName, r.ExitCode, r.Stderr)
 		}
-		out = string(r.Stdout)
+		out = strings.TrimSpace(string(r.Stdout))
 		return true, ""
 	})
 	return out
@@ -242,7 +242,7 @@ func guestShell(t testing.TB, v *vmletv1.VirtualMachineInstance, cmd string) str
 // guestCount reads the guest's counter (/tmp/count).
 func guestCount(t testing.TB, v *vmletv1.VirtualMachineInstance) int {
 	t.Helper()
-	s := strings.TrimSpace(guestShell(t, v, "cat /tmp/count"))
+	s := guestShell(t, v, "cat /tmp/count")
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatalf("guest counter %q: %v", s, err)
@@ -255,16 +255,20 @@ func guestCount(t testing.TB, v *vmletv1.VirtualMachineInstance) int {
 func waitServed(t testing.TB, pod *corev1.Pod, token string) {
 	t.Helper()
 	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
-	poll.Until(t, time.Minute, addr+" answering", func() (bool, string) {
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(conn)
-		return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
-	})
+	poll.Until(t, time.Minute, addr+" answering", func() (bool, string) { return answers(addr, token) })
+}
+
+// answers connects to addr and says whether what it reads there (the guest's server's answer,
+// until it closes) is token, and what it read.
+func answers(addr, token string) (bool, string) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(conn)
+	return strings.TrimSpace(string(b)) == token, fmt.Sprintf("%q", b)
 }
 
 // TestMigrationFaults: migrations between the two kubelets slowed to 1 MiB/s by a

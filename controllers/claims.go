@@ -83,8 +83,49 @@ func withClaims(env translate.NodeEnv, namespace string, claims map[string]launc
 // claimInfo is a claim volume's status.volumeStatus[].persistentVolumeClaimInfo.
 func claimInfo(c launcherpod.Claim) *vmletv1.PersistentVolumeClaimInfo {
 	mode := c.Mode
-	return &vmletv1.PersistentVolumeClaimInfo{ClaimName: c.ClaimName, AccessModes: c.AccessModes, VolumeMode: &mode,
-		Capacity: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(c.CapacityBytes, resource.BinarySI)}}
+	info := &vmletv1.PersistentVolumeClaimInfo{ClaimName: c.ClaimName, AccessModes: c.AccessModes, VolumeMode: &mode}
+	if c.CapacityBytes > 0 {
+		info.Capacity = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(c.CapacityBytes, resource.BinarySI)}
+	}
+	return info
+}
+
+// statusClaims are the claims volumeStatus describes: the launcher pod's (pod), and for the
+// volumes that have none there, the node's claims marked shared (local mode's, which every
+// node of the machine opens at the same path), described as ReadWriteMany: what they are to
+// a migration. A node claim that is not shared is described nowhere (nothing says how other
+// nodes reach it). Pure.
+func statusClaims(vmi *vmletv1.VirtualMachineInstance, pod map[string]launcherpod.Claim, node map[string]storage.Claim) map[string]launcherpod.Claim {
+	out, cloned := pod, false
+	for i := range vmi.Spec.Volumes {
+		name := volumeClaim(&vmi.Spec.Volumes[i])
+		if name == "" {
+			continue
+		}
+		if _, ok := out[name]; ok {
+			continue
+		}
+		c, ok := node[vmi.Namespace+"/"+name]
+		if !ok {
+			c, ok = node[name]
+		}
+		if !ok || !c.Shared {
+			continue
+		}
+		if !cloned {
+			out, cloned = maps.Clone(pod), true
+			if out == nil {
+				out = map[string]launcherpod.Claim{}
+			}
+		}
+		mode := corev1.PersistentVolumeFilesystem
+		if c.Mode == storage.Block {
+			mode = corev1.PersistentVolumeBlock
+		}
+		out[name] = launcherpod.Claim{ClaimName: name, Mode: mode, Path: c.Path, CapacityBytes: c.CapacityBytes,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}
+	}
+	return out
 }
 
 // volumeClaim is the claim a volume uses ("" for other sources).

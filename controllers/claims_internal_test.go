@@ -77,3 +77,71 @@ func TestTranslatePodClaims(t *testing.T) {
 		t.Errorf("claim info (-want +got):\n%s", diff)
 	}
 }
+
+// TestStatusClaims: volumes on the launcher pod's claims are described by them; the others by
+// the node's claims marked shared (namespace/name before name), as ReadWriteMany; a node claim
+// that is not shared is described nowhere. The pod's map is not changed.
+func TestStatusClaims(t *testing.T) {
+	claim := func(vol, name string, hot bool) vmletv1.Volume {
+		return vmletv1.Volume{Name: vol, VolumeSource: vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: name}, Hotpluggable: hot}}}
+	}
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Namespace = "ns"
+	vmi.Spec.Volumes = []vmletv1.Volume{claim("a", "from-pod", false), claim("b", "shared", true), claim("c", "own", false),
+		claim("d", "block", false), {Name: "e", VolumeSource: vmletv1.VolumeSource{EmptyDisk: &vmletv1.EmptyDiskSource{}}}}
+	pod := map[string]launcherpod.Claim{"from-pod": {ClaimName: "from-pod", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}
+	node := map[string]storage.Claim{
+		"shared":    {Path: "/any-namespace", Shared: true},
+		"ns/shared": {Path: "/srv/shared", CapacityBytes: 1 << 20, Shared: true},
+		"own":       {Path: "/srv/own"},
+		"block":     {Path: "/dev/loop9", Mode: storage.Block, Shared: true},
+		"from-pod":  {Path: "/srv/node-wide", Shared: true},
+	}
+	rwx := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	want := map[string]launcherpod.Claim{
+		"from-pod": pod["from-pod"],
+		"shared":   {ClaimName: "shared", Mode: corev1.PersistentVolumeFilesystem, Path: "/srv/shared", CapacityBytes: 1 << 20, AccessModes: rwx},
+		"block":    {ClaimName: "block", Mode: corev1.PersistentVolumeBlock, Path: "/dev/loop9", AccessModes: rwx},
+	}
+	if diff := cmp.Diff(want, statusClaims(vmi, pod, node)); diff != "" {
+		t.Errorf("statusClaims (-want +got):\n%s", diff)
+	}
+	if len(pod) != 1 {
+		t.Errorf("the pod's claims were changed: %v", pod)
+	}
+	if got := statusClaims(vmi, nil, map[string]storage.Claim{"own": {Path: "/srv/own"}}); got != nil {
+		t.Errorf("no shared claim: %v, want nil", got)
+	}
+	info := claimInfo(want["block"])
+	if info.Capacity != nil || *info.VolumeMode != corev1.PersistentVolumeBlock {
+		t.Errorf("claimInfo of a claim of unknown size: %+v, want no capacity", info)
+	}
+}
+
+// TestMarkHotplugged: the layout's disks of hotpluggable volumes and interfaces of secondary
+// networks are marked hot-plugged, the others not (a mark left from elsewhere is cleared).
+func TestMarkHotplugged(t *testing.T) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Spec.Volumes = []vmletv1.Volume{
+		{Name: "root", VolumeSource: vmletv1.VolumeSource{ContainerDisk: &vmletv1.ContainerDiskSource{Image: "i"}}},
+		{Name: "hot", VolumeSource: vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "c"}, Hotpluggable: true}}},
+	}
+	vmi.Spec.Networks = []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{Pod: &vmletv1.PodNetwork{}}},
+		{Name: "sec", NetworkSource: vmletv1.NetworkSource{Multus: &vmletv1.MultusNetwork{NetworkName: "vmlet-node"}}}}
+	l := &vmletv1.MigrationDomainLayout{Devices: []vmletv1.MigrationDevicePort{
+		{Kind: "disk", ID: storage.DiskID("root"), Port: 1, Hotplugged: true},
+		{Kind: "disk", ID: storage.DiskID("hot"), Port: 4},
+		{Kind: "nic", ID: translate.NICID("default"), Port: 2},
+		{Kind: "nic", ID: translate.NICID("sec"), Port: 3},
+	}}
+	markHotplugged(l, vmi)
+	var got []bool
+	for _, d := range l.Devices {
+		got = append(got, d.Hotplugged)
+	}
+	if diff := cmp.Diff([]bool{false, true, false, true}, got); diff != "" {
+		t.Errorf("hot-plugged marks (-want +got):\n%s", diff)
+	}
+}

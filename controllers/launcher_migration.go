@@ -12,6 +12,7 @@ import (
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // MigrationLauncher is a launcher that plays migration source and target (grpcLauncher is).
@@ -128,6 +129,27 @@ func layoutOf(s *pb.DomainSpec) *vmletv1.MigrationDomainLayout {
 		l.Devices = append(l.Devices, vmletv1.MigrationDevicePort{Kind: "nic", ID: n.GetId(), Port: n.GetPort()})
 	}
 	return l
+}
+
+// markHotplugged marks the layout's devices that were plugged into the running guest: the
+// disks of the vmi's hotpluggable volumes (and the interfaces of its secondary networks,
+// which the agent always plugs). Pure.
+func markHotplugged(l *vmletv1.MigrationDomainLayout, vmi *vmletv1.VirtualMachineInstance) {
+	hot := map[string]bool{}
+	for i := range vmi.Spec.Volumes {
+		if v := &vmi.Spec.Volumes[i]; v.Hotpluggable() {
+			hot["disk/"+storage.DiskID(v.Name)] = true
+		}
+	}
+	for _, n := range vmi.Spec.Networks {
+		if n.Multus != nil {
+			hot["nic/"+translate.NICID(n.Name)] = true
+		}
+	}
+	for i := range l.Devices {
+		d := &l.Devices[i]
+		d.Hotplugged = hot[d.Kind+"/"+d.ID]
+	}
 }
 
 func (g *grpcLauncher) PrepareTarget(ctx context.Context, spec, syncSpec *qemu.Spec, netns map[string]string, o MigrationOptions, receive []string) (string, string, error) {

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -177,7 +178,8 @@ func waitMigration(t testing.TB, key client.ObjectKey, d time.Duration) *vmletv1
 		desc := fmt.Sprintf("phase %s conditions %+v", m.Status.Phase, m.Status.Conditions)
 		v := &vmletv1.VirtualMachineInstance{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: key.Namespace, Name: m.Spec.VMIName}, v); err == nil {
-			desc += "; vmi " + summary(v) + fmt.Sprintf(" migrationState %+v", v.Status.MigrationState)
+			state, _ := json.Marshal(v.Status.MigrationState) // with its progress, not pointers
+			desc += "; vmi " + summary(v) + " migrationState " + string(state)
 		}
 		return migration.Final(m.Status.Phase), desc
 	})

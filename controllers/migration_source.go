@@ -279,6 +279,7 @@ func (r *VMIReconciler) sourceBegin(ctx context.Context, vmi *vmletv1.VirtualMac
 		if err != nil {
 			return err
 		}
+		markHotplugged(layout, vmi)
 		ms.SourceDomain = layout
 		vmi.Status.Machine = &vmletv1.Machine{Type: layout.Machine}
 		return nil // the target reads it from the status this pass writes

@@ -3,8 +3,10 @@ package controllers
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -115,6 +117,14 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	if ms.SourceDomain == nil {
 		return ctrl.Result{}, nil // the source publishes its layout; its status change wakes us
 	}
+	hot, err := r.targetHotDisks(vmi, o.want, ms.SourceDomain)
+	switch {
+	case errors.Is(err, errStoragePreparing):
+		return ctrl.Result{}, nil // the storage operation's end wakes the vmi
+	case err != nil:
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	}
 	l, res, err := r.ensureLauncher(ctx, scratch, o)
 	if l == nil {
 		if st, serr := r.Runtime.State(id); serr == nil && st.Exited != nil {
@@ -148,13 +158,22 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	if err := r.labelFiles(scratch, o.want.Storage, o.storageRes, o.found.Pid); err != nil {
 		return ctrl.Result{}, fmt.Errorf("label the target's files: %w", err)
 	}
-	in, err := translate.MigrationTarget(spec, ms.SourceDomain)
+	for _, h := range hot {
+		if err := r.labelHotplug(scratch, h.plan, h.res, o.found.Pid); err != nil {
+			return ctrl.Result{}, fmt.Errorf("label the target's files: %w", err)
+		}
+	}
+	sync := *spec // the spec the launcher compares later Syncs with: hot-plugged disks are not in it
+	sync.StartPaused = false
+	withHot := *spec
+	for _, h := range hot {
+		withHot.Disks = append(slices.Clone(withHot.Disks), h.disk)
+	}
+	in, err := translate.MigrationTarget(&withHot, ms.SourceDomain)
 	if err != nil {
 		r.targetFailed(vmi, err.Error())
 		return ctrl.Result{}, nil
 	}
-	sync := *spec
-	sync.StartPaused = false
 	copied := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 	opts := migrationOptions(vmi, copied)
 	var srvTLS *tls.Config

@@ -183,13 +183,9 @@ func (r *VMIReconciler) labelFiles(vmi *vmletv1.VirtualMachineInstance, plan *st
 }
 
 // labelHotplug labels a hotplugged volume's files before QEMU opens them.
-func (r *VMIReconciler) labelHotplug(vmi *vmletv1.VirtualMachineInstance, plan *storage.VMPlan, res *storage.Result) error {
+func (r *VMIReconciler) labelHotplug(vmi *vmletv1.VirtualMachineInstance, plan *storage.VMPlan, res *storage.Result, pid int) error {
 	if !r.SELinux.Labels() || r.Storage.Root == "" {
 		return nil
-	}
-	pid := 0
-	if vmi.Status.Launcher != nil {
-		pid = int(vmi.Status.Launcher.PID)
 	}
 	c, err := r.launcherContext(vmi, pid)
 	if err != nil {

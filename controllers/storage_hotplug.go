@@ -102,7 +102,11 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		d := res.Disks[0]
 		keep[d.ID] = true
 		if !isAttached[d.ID] {
-			if err := r.labelHotplug(vmi, hv.Plan, res); err != nil {
+			pid := 0
+			if vmi.Status.Launcher != nil {
+				pid = int(vmi.Status.Launcher.PID)
+			}
+			if err := r.labelHotplug(vmi, hv.Plan, res, pid); err != nil {
 				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonSELinuxLabelFailed, err.Error()}
 				errs = append(errs, fmt.Errorf("label volume %s: %w", hv.Name, err))
 				continue
@@ -139,7 +143,8 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 // setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready
 // while the domain runs; hotpluggable ones get their state from this reconcile (hot), or keep
 // the one they had when it did not look at them. A volume that newly fails gets a Warning event.
-// Volumes on the launcher pod's claims say which claim (persistentVolumeClaimInfo).
+// Volumes on the launcher pod's claims, and on claims every node shares (statusClaims), say
+// which claim (persistentVolumeClaimInfo).
 func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, running bool, hot map[string]volumeState, claims map[string]launcherpod.Claim) {
 	old := map[string]vmletv1.VolumeStatus{}
 	for _, s := range vmi.Status.VolumeStatus {
@@ -160,6 +165,9 @@ func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, run
 			continue
 		}
 		s.HotplugVolume = &vmletv1.HotplugVolumeStatus{}
+		if c, ok := claims[volumeClaim(v)]; ok {
+			s.PersistentVolumeClaimInfo = claimInfo(c)
+		}
 		st, ok := hot[v.Name]
 		switch {
 		case ok:

@@ -7,6 +7,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // DefaultPodNetnsRoot holds one folder of pod network namespaces per node when Config.Nodes >
@@ -66,9 +67,10 @@ func (cfg Config) fabricConfig() network.FabricConfig {
 // RunRoot/NAME, CgroupParent/NAME, storage StateDir/nodes/NAME/{images,volumes} (or
 // ImageCacheDir/NAME, VolumeRoot/NAME when set), pod namespaces in NetnsDir/NAME (default
 // DefaultPodNetnsRoot/NAME) and the node namespace and pod subnet of fabric[i], routed without
-// NAT. Pure.
+// NAT. Claims (--claim) are the machine's: every node gets them, marked shared. Pure.
 func planNodes(cfg Config, fabric []network.FabricNode) ([]nodeSpec, error) {
 	names := cfg.NodeNames()
+	cfg.Claims = sharedClaims(cfg.Claims)
 	if !cfg.multi() {
 		st := cfg.StorageConfig
 		st.Defaults(cfg.StateDir)
@@ -97,6 +99,20 @@ func planNodes(cfg Config, fabric []network.FabricNode) ([]nodeSpec, error) {
 			storage: st, network: nw, joinSystem: i == 0}
 	}
 	return out, nil
+}
+
+// sharedClaims returns the claims marked shared: every node of this machine opens the same
+// path, so a migration between them opens a claim on the target as it is (a copy of the map).
+func sharedClaims(claims map[string]storage.Claim) map[string]storage.Claim {
+	if claims == nil {
+		return nil
+	}
+	out := make(map[string]storage.Claim, len(claims))
+	for k, c := range claims {
+		c.Shared = true
+		out[k] = c
+	}
+	return out
 }
 
 // perNode is dir/node when dir is set, def otherwise.

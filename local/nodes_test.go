@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/nodeagent"
+	"github.com/vmlet/vmlet/storage"
 )
 
 func TestPlanNodesSingle(t *testing.T) {
@@ -55,6 +56,17 @@ func TestPlanNodesMulti(t *testing.T) {
 	got, _ = planNodes(cfg, fabric)
 	if st, nw := got[0].storage, got[0].network; st.ImageCacheDir != "/img/host-1" || st.VolumeRoot != "/vol/host-1" || nw.NetnsDir != "/pods/host-1" {
 		t.Errorf("explicit folders: %+v %+v, want a subfolder per node", st, nw)
+	}
+	// --claim: the machine's, the same path on every node, marked shared; the flags' map stays.
+	cfg.Claims = map[string]storage.Claim{"data": {Path: "/srv/data", CapacityBytes: 1 << 20}}
+	got, _ = planNodes(cfg, fabric)
+	for _, n := range got {
+		if c := n.storage.Claims["data"]; c != (storage.Claim{Path: "/srv/data", CapacityBytes: 1 << 20, Shared: true}) {
+			t.Errorf("node %s claim %+v, want /srv/data shared", n.name, c)
+		}
+	}
+	if cfg.Claims["data"].Shared {
+		t.Error("planNodes changed the configuration's claims")
 	}
 	cfg.Network.Subnet6 = network.DefaultNodeSubnet6
 	if _, err := planNodes(cfg, fabric); !errors.Is(err, nodeagent.ErrBadFlag) {

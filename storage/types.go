@@ -74,6 +74,10 @@ type Claim struct {
 	// CapacityBytes, if set, lets a Filesystem claim without disk.img get a sparse one of that
 	// size (KubeVirt does the same for empty filesystem PVCs).
 	CapacityBytes int64
+	// Shared says every node a VM may migrate to opens this same Path (local mode's nodes
+	// share one machine): a migration opens it on the target as it is instead of copying it,
+	// as it does a ReadWriteMany claim. Storage itself does not read it.
+	Shared bool
 }
 
 // DiskRequest is one VMI disk: how a volume appears to the guest. A volume without a

@@ -59,7 +59,9 @@ vmlet-node-<node> joined to the others by a node fabric (namespace vmlet-fabric,
 between nodes; the fabric reaches the host, or --node-netns, through the veth vmlet-fabric,
 which masquerades what leaves the fabric), its own run folders (<run-root>/<node>), cgroups
 (<cgroup-parent>/<node>), storage (<state-dir>/nodes/<node>/{images,volumes}) and pod
-namespaces (<pod-netns-dir, default /run/vmlet-pods>/<node>). VMIs go to the matching node with
+namespaces (<pod-netns-dir, default /run/vmlet-pods>/<node>); claims (--claim) are the machine's,
+the same path on every node, so a migration opens them on the target as they are (shared, as a
+ReadWriteMany claim). VMIs go to the matching node with
 the fewest VMIs. A node shutdown removes the fabric; --keep-vms leaves it for the next start.
 
 One vmlet local per --state-dir: a second one fails at once. etcd and kube-apiserver die with the

@@ -16,8 +16,9 @@ const (
 	ReasonCPUModeNotMigratable   = "CPUModeLiveMigratable" // sic: KubeVirt's value
 	// ReasonHostDeviceNotMigratable never applies today: the API refuses host devices.
 	ReasonHostDeviceNotMigratable = "HostDeviceNotLiveMigratable"
-	// ReasonHotplugNotMigratable is vmlet's: a disk or NIC plugged into the running guest
-	// cannot be reproduced on a target yet.
+	// ReasonHotplugNotMigratable is vmlet's: an interface of a secondary network, which the
+	// agent hot-plugs into the running guest, cannot be reproduced on a target. (Hot-plugged
+	// disks migrate like the others: their claims decide.)
 	ReasonHotplugNotMigratable = "HotplugNotLiveMigratable"
 	// ReasonMigratable is LiveMigratable=True's reason.
 	ReasonMigratable = "Migratable"
@@ -32,10 +33,12 @@ type Verdict struct {
 	Method vmletv1.VirtualMachineInstanceMigrationMethod
 }
 
-// Migratable decides LiveMigratable from the vmi's spec (and its hotplug status). Node-local
-// disks the migration copies (containerDisk and emptyDisk overlays) and media rebuilt on the
+// Migratable decides LiveMigratable from the vmi's spec and volume status. Node-local
+// disks the migration copies (containerDisk, emptyDisk and ephemeral overlays; the claim below an
+// ephemeral one must be shared, read-only will do) and media rebuilt on the
 // target (cloud-init, kernel boot files) are fine, and so are claims bound ReadWriteMany
-// (shared); other claims and unshared hostDisks are not (vmlet does not copy them); a bridge binding on the pod network
+// (shared: a cluster's, or local mode's, which every node of the machine opens), hot-plugged
+// or not; other claims and unshared hostDisks are not (vmlet does not copy them); a bridge binding on the pod network
 // is not (the guest holds the pod's address, which the target pod does not have); neither is a
 // host CPU model or a host device. Pure.
 func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
@@ -46,12 +49,24 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 			if v.HostDisk.Shared == nil || !*v.HostDisk.Shared {
 				return no(ReasonDisksNotMigratable, "hostDisk %s is not shared between nodes (hostDisk.shared: true says it is)", v.Name)
 			}
-		case v.PersistentVolumeClaim != nil, v.DataVolume != nil:
-			if verdict, ok := claimMigratable(vmi, v); !ok {
+		case v.PersistentVolumeClaim != nil:
+			if verdict, ok := claimMigratable(vmi, v.Name, "claim", v.PersistentVolumeClaim.ClaimName); !ok {
+				return verdict
+			}
+		case v.DataVolume != nil:
+			if verdict, ok := claimMigratable(vmi, v.Name, "dataVolume", v.DataVolume.Name); !ok {
 				return verdict
 			}
 		case v.Ephemeral != nil:
-			return no(ReasonDisksNotMigratable, "cannot migrate: ephemeral volume %s lies over a node-local claim", v.Name)
+			// Its overlay is copied (only what the guest wrote); the claim below it, which it
+			// only reads, must be there on the target: read-only shared will do.
+			if v.Ephemeral.PersistentVolumeClaim == nil {
+				return no(ReasonDisksNotMigratable, "cannot migrate: ephemeral volume %s names no claim", v.Name)
+			}
+			if verdict, ok := claimMigratable(vmi, v.Name, "ephemeral volume's claim", v.Ephemeral.PersistentVolumeClaim.ClaimName, corev1.ReadOnlyMany); !ok {
+				return verdict
+			}
+			copied = true
 		case v.ContainerDisk != nil, v.EmptyDisk != nil:
 			copied = true
 		}
@@ -71,8 +86,8 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 	if c := vmi.Spec.Domain.CPU; c != nil && c.Model == "host-passthrough" {
 		return no(ReasonCPUModeNotMigratable, "cannot migrate a VMI with cpu model host-passthrough: the target's CPU may differ")
 	}
-	if hotplugged(vmi) {
-		return no(ReasonHotplugNotMigratable, "cannot migrate yet: a disk or interface was hotplugged into the running guest")
+	if n := secondaryNetwork(vmi); n != "" {
+		return no(ReasonHotplugNotMigratable, "cannot migrate: network %s is a secondary (multus) network, whose hot-plugged interface does not migrate (each node's secondary network is a bridge of its own)", n)
 	}
 	v := Verdict{OK: true, Reason: ReasonMigratable, Method: vmletv1.LiveMigration}
 	if copied {
@@ -81,51 +96,41 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 	return v
 }
 
-// claimMigratable decides a persistentVolumeClaim or dataVolume volume: a claim whose bound
+// claimMigratable decides the claim name of a volume (what it is to the volume: "claim",
+// "dataVolume", ...): a claim whose bound
 // access modes (status.volumeStatus[].persistentVolumeClaimInfo, recorded in cluster mode) say
-// ReadWriteMany is shared between nodes and needs no copy; a ReadWriteOnce one is not, with
-// KubeVirt's message; one with no recorded modes is a node-local claim (local mode's --claim).
-func claimMigratable(vmi *vmletv1.VirtualMachineInstance, v vmletv1.Volume) (Verdict, bool) {
-	what, name := "claim", ""
-	if v.PersistentVolumeClaim != nil {
-		name = v.PersistentVolumeClaim.ClaimName
-	} else {
-		what, name = "dataVolume", v.DataVolume.Name
-	}
+// ReadWriteMany is shared between nodes and needs no copy (local mode records its claims so:
+// its nodes share the machine); a ReadWriteOnce one is not, with KubeVirt's message; one with
+// no recorded modes is this node's own (an agent's --claim outside local mode, or a hot-plugged
+// claim not attached yet). alsoShared are further access modes that will do (an ephemeral
+// volume only reads its claim: ReadOnlyMany).
+func claimMigratable(vmi *vmletv1.VirtualMachineInstance, volume, what, name string, alsoShared ...corev1.PersistentVolumeAccessMode) (Verdict, bool) {
+	shared := append([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, alsoShared...)
 	for _, s := range vmi.Status.VolumeStatus {
-		if s.Name != v.Name || s.PersistentVolumeClaimInfo == nil {
+		if s.Name != volume || s.PersistentVolumeClaimInfo == nil {
 			continue
 		}
-		if slices.Contains(s.PersistentVolumeClaimInfo.AccessModes, corev1.ReadWriteMany) {
-			return Verdict{}, true
+		for _, m := range s.PersistentVolumeClaimInfo.AccessModes {
+			if slices.Contains(shared, m) {
+				return Verdict{}, true
+			}
 		}
 		return no(ReasonDisksNotMigratable, "cannot migrate VMI: PVC %s is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", name), false
 	}
-	return no(ReasonDisksNotMigratable, "cannot migrate: %s %s is node-local here (vmlet does not copy or share claims yet)", what, name), false
+	return no(ReasonDisksNotMigratable, "cannot migrate: %s %s is this node's own (no access modes recorded: not a ReadWriteMany claim, nor one every node shares; vmlet does not copy claims)", what, name), false
 }
 
 func no(reason, format string, args ...any) Verdict {
 	return Verdict{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// hotplugged reports whether the running guest has (or gets) hotplugged devices: volumes the
-// status says were hotplugged, and the interfaces of secondary (multus) networks, which the
-// agent always hot-plugs.
-func hotplugged(vmi *vmletv1.VirtualMachineInstance) bool {
+// secondaryNetwork names the vmi's first secondary (multus) network: the agent hot-plugs
+// their interfaces, and none migrates (a node's secondary network is its own bridge).
+func secondaryNetwork(vmi *vmletv1.VirtualMachineInstance) string {
 	for _, n := range vmi.Spec.Networks {
 		if n.Multus != nil {
-			return true
+			return n.Name
 		}
 	}
-	for _, s := range vmi.Status.VolumeStatus {
-		if s.HotplugVolume != nil {
-			return true
-		}
-	}
-	for _, v := range vmi.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable {
-			return true
-		}
-	}
-	return false
+	return ""
 }

@@ -48,6 +48,20 @@ func TestMigratable(t *testing.T) {
 			v.Spec.Volumes = append(v.Spec.Volumes, vmletv1.Volume{Name: "c", VolumeSource: vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
 				PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "pvc"}}}})
 		}), ReasonDisksNotMigratable, ""},
+		{"hot-plugged claim not attached yet (no access modes)", running(hotClaim("c", nil)), ReasonDisksNotMigratable, ""},
+		{"hot-plugged ReadWriteOnce claim", running(hotClaim("c", []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce})), ReasonDisksNotMigratable, ""},
+		{"hot-plugged shared claim (ReadWriteMany, as local mode records its claims)", running(hotClaim("c", []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany})), ReasonMigratable, vmletv1.BlockMigration},
+		{"ephemeral volume on a claim no other node reaches", running(ephemeral(nil)), ReasonDisksNotMigratable, ""},
+		{"ephemeral volume on a ReadWriteOnce claim", running(ephemeral([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce})), ReasonDisksNotMigratable, ""},
+		{"ephemeral volume on a ReadOnlyMany claim: its overlay is copied", running(func(v *vmletv1.VirtualMachineInstance) {
+			v.Spec.Volumes = nil
+			ephemeral([]corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany})(v)
+		}), ReasonMigratable, vmletv1.BlockMigration},
+		{"a ReadOnlyMany claim as a disk is not shared for writing", running(func(v *vmletv1.VirtualMachineInstance) {
+			hotClaim("c", []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany})(v)
+			v.Spec.Volumes[1].PersistentVolumeClaim.Hotpluggable = false
+			v.Status.VolumeStatus[0].HotplugVolume = nil
+		}), ReasonDisksNotMigratable, ""},
 		{"bridge on the pod network", running(func(v *vmletv1.VirtualMachineInstance) {
 			v.Spec.Networks = []vmletv1.Network{{Name: "default", NetworkSource: vmletv1.NetworkSource{Pod: &vmletv1.PodNetwork{}}}}
 			v.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default", InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Bridge: &vmletv1.InterfaceBridge{}}}}
@@ -75,6 +89,31 @@ func TestMigratable(t *testing.T) {
 				t.Fatal("no message for a vmi that cannot migrate")
 			}
 		})
+	}
+}
+
+// hotClaim adds a hot-plugged claim volume whose status records modes (nil: none recorded).
+func hotClaim(name string, modes []corev1.PersistentVolumeAccessMode) func(*vmletv1.VirtualMachineInstance) {
+	return func(v *vmletv1.VirtualMachineInstance) {
+		v.Spec.Volumes = append(v.Spec.Volumes, vmletv1.Volume{Name: name, VolumeSource: vmletv1.VolumeSource{PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimSource: vmletv1.PersistentVolumeClaimSource{ClaimName: "pvc-" + name}, Hotpluggable: true}}})
+		s := vmletv1.VolumeStatus{Name: name, HotplugVolume: &vmletv1.HotplugVolumeStatus{}}
+		if modes != nil {
+			s.PersistentVolumeClaimInfo = &vmletv1.PersistentVolumeClaimInfo{ClaimName: "pvc-" + name, AccessModes: modes}
+		}
+		v.Status.VolumeStatus = append(v.Status.VolumeStatus, s)
+	}
+}
+
+// ephemeral adds an ephemeral volume over a claim whose status records modes (nil: none).
+func ephemeral(modes []corev1.PersistentVolumeAccessMode) func(*vmletv1.VirtualMachineInstance) {
+	return func(v *vmletv1.VirtualMachineInstance) {
+		v.Spec.Volumes = append(v.Spec.Volumes, vmletv1.Volume{Name: "e", VolumeSource: vmletv1.VolumeSource{Ephemeral: &vmletv1.EphemeralVolumeSource{
+			PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimSource{ClaimName: "base"}}}})
+		if modes != nil {
+			v.Status.VolumeStatus = append(v.Status.VolumeStatus, vmletv1.VolumeStatus{Name: "e",
+				PersistentVolumeClaimInfo: &vmletv1.PersistentVolumeClaimInfo{ClaimName: "base", AccessModes: modes}})
+		}
 	}
 }
 
@@ -273,9 +312,9 @@ func TestMigratableClaims(t *testing.T) {
 		{"ReadWriteOnce", withClaim(false, corev1.ReadWriteOnce), notShared},
 		{"dataVolume ReadWriteOncePod", withClaim(true, corev1.ReadWriteOncePod), notShared},
 		{"none recorded", withClaim(false), Verdict{Reason: ReasonDisksNotMigratable,
-			Message: "cannot migrate: claim pvc is node-local here (vmlet does not copy or share claims yet)"}},
+			Message: "cannot migrate: claim pvc is this node's own (no access modes recorded: not a ReadWriteMany claim, nor one every node shares; vmlet does not copy claims)"}},
 		{"dataVolume, none recorded", withClaim(true), Verdict{Reason: ReasonDisksNotMigratable,
-			Message: "cannot migrate: dataVolume pvc is node-local here (vmlet does not copy or share claims yet)"}},
+			Message: "cannot migrate: dataVolume pvc is this node's own (no access modes recorded: not a ReadWriteMany claim, nor one every node shares; vmlet does not copy claims)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if d := cmp.Diff(tc.want, Migratable(tc.vmi)); d != "" {

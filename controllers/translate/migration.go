@@ -28,7 +28,7 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 	take := func(kind, id string) (int, error) {
 		p, ok := ports[kind+"/"+id]
 		if !ok {
-			return 0, fmt.Errorf("migration target: %s %s is not on the source (was it unplugged or hot-plugged?)", kind, id)
+			return 0, fmt.Errorf("migration target: %s %s is not on the source (unplugged there, or in the spec and not plugged there yet)", kind, id)
 		}
 		delete(ports, kind+"/"+id)
 		return int(p), nil
@@ -53,7 +53,7 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 			left = append(left, k)
 		}
 		slices.Sort(left)
-		return nil, fmt.Errorf("migration target: the source has %v, which this node's translation lacks (hot-plugged devices do not migrate yet)", left)
+		return nil, fmt.Errorf("migration target: the source has %v, which this node's translation lacks (left the spec while the source still has it, or cannot be had here)", left)
 	}
 	if l.Machine == "" || l.CPUModel == "" {
 		return nil, fmt.Errorf("migration target: the source layout names no machine type or CPU model")
@@ -83,7 +83,8 @@ func MigrationTarget(spec *qemu.Spec, l *vmletv1.MigrationDomainLayout) (*qemu.S
 type CopiedDisk struct {
 	ID string
 	// Shallow copies only the top image: a containerDisk's overlay, whose backing image the
-	// target pulls itself (the same image).
+	// target pulls itself (the same image), or an ephemeral volume's, whose claim the target
+	// opens itself (a shared one).
 	Shallow bool
 	// Bytes is the most the copy can carry (an emptyDisk's capacity); 0 when not known
 	// beforehand (an overlay holds what the guest wrote).
@@ -91,7 +92,7 @@ type CopiedDisk struct {
 }
 
 // CopiedDisks are the disks of plan a migration must copy: the writable node-local ones
-// (containerDisk overlays, shallow; emptyDisks, whole). Read-only media (cloud-init ISOs) are
+// (containerDisk and ephemeral overlays, shallow; emptyDisks, whole). Read-only media (cloud-init ISOs) are
 // rebuilt by the target's own storage plan, shared hostDisks opened there as they are (vmis
 // with other disks do not migrate: migration.Migratable). Pure.
 func CopiedDisks(vmi *vmletv1.VirtualMachineInstance, disks []qemu.Disk, diskVolumes map[string]string) []CopiedDisk {
@@ -107,7 +108,7 @@ func CopiedDisks(vmi *vmletv1.VirtualMachineInstance, disks []qemu.Disk, diskVol
 		src, ok := sources[diskVolumes[d.ID]]
 		switch {
 		case !ok:
-		case src.ContainerDisk != nil:
+		case src.ContainerDisk != nil, src.Ephemeral != nil:
 			out = append(out, CopiedDisk{ID: d.ID, Shallow: true})
 		case src.EmptyDisk != nil:
 			out = append(out, CopiedDisk{ID: d.ID, Bytes: src.EmptyDisk.Capacity.Value()})

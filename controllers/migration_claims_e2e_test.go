@@ -52,6 +52,11 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 	defer waitDeleted(t, key)
 	defer func() { _ = env.Client.Delete(ctx, vmi) }()
 	waitCondition(t, key, vmletv1.VirtualMachineInstanceAgentConnected, metav1.ConditionTrue, 2*time.Minute)
+	waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	// From here on it stays migratable: the hotplug changes the volumes it is judged by, and
+	// the pass that sees the new volume must judge it with its status.
+	mw := watchCondition(t, vmi, vmletv1.VirtualMachineInstanceIsMigratable)
+	defer mw.stop()
 	patchVolumes(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
 		s.Volumes = append(s.Volumes, claimVolume("hot", "hot-claim", true))
 		s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, vmletv1.Disk{Name: "hot", Serial: "hot"})
@@ -64,6 +69,9 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 		}
 	}
 	vmi = waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+	if bad := mw.notReady(); len(bad) > 0 {
+		t.Errorf("LiveMigratable was not True during the hotplug: %v", bad)
+	}
 	if vmi.Status.NodeName != testNode {
 		t.Fatalf("runs on %s, want %s", vmi.Status.NodeName, testNode)
 	}

@@ -186,7 +186,8 @@ func waitMigration(t testing.TB, key client.ObjectKey, d time.Duration) *vmletv1
 	return m
 }
 
-// readyWatch records every Ready status the vmi's updates carry until stopped.
+// readyWatch records every status of one condition (Ready, or another) the vmi's updates
+// carry until stopped.
 type readyWatch struct {
 	mu   sync.Mutex
 	seen []string
@@ -194,6 +195,11 @@ type readyWatch struct {
 }
 
 func watchReady(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *readyWatch {
+	t.Helper()
+	return watchCondition(t, vmi, vmletv1.VirtualMachineInstanceReady)
+}
+
+func watchCondition(t *testing.T, vmi *vmletv1.VirtualMachineInstance, typ string) *readyWatch {
 	t.Helper()
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
@@ -211,7 +217,7 @@ func watchReady(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *readyWatch {
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			c := meta.FindStatusCondition(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady)
+			c := meta.FindStatusCondition(v.Status.Conditions, typ)
 			s := "none"
 			if c != nil {
 				s = string(c.Status) + "/" + c.Reason
@@ -224,6 +230,7 @@ func watchReady(t *testing.T, vmi *vmletv1.VirtualMachineInstance) *readyWatch {
 	return rw
 }
 
+// notReady lists the statuses seen that were not True.
 func (rw *readyWatch) notReady() []string {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()

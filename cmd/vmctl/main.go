@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 func main() {
@@ -66,6 +67,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, c *cli, args []string) int {
+	quietClientGo()
 	root := newRootCmd(c)
 	root.SetArgs(args)
 	root.SetIn(c.stdin)
@@ -215,4 +217,12 @@ func maxArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// quietClientGo silences client-go's own log (klog), which would otherwise print on stderr
+// what vmctl reports itself, and noise such as a watch's reflector warning that its watch
+// ended when vmctl stopped waiting on it (migrate --wait, drain).
+func quietClientGo() {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 }

@@ -11,10 +11,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/vmistatus"
 	"github.com/vmlet/vmlet/storage"
 	"github.com/vmlet/vmlet/test/prereq"
 	"github.com/vmlet/vmlet/test/testguest"
@@ -26,7 +31,9 @@ import (
 // on its source port, the guest's writes to all three are there after the migration (read past
 // the guest's page cache), the claim disks are the same files (a write on the target lands in
 // them), the ephemeral one's claim is untouched (its overlay was copied), and the hot-plugged
-// disk unplugs on the target like any other.
+// disk unplugs on the target like any other. A volume plugged while the guest migrates back
+// waits (WaitingForMigration, a Normal event) and is attached by the node the guest then runs
+// on; no Warning event all along.
 func TestMigrateClaimsAndHotplug(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -40,6 +47,7 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 	n := startTwoNodesOpts(t, nil, func(o *agentOptions) { o.Claims = claims })
 	defer n.stop(t)
 	vmi := masqueradeVMI("mig-claims")
+	vmi.Labels = map[string]string{"vmlet.dev/mig-claims": "slow"} // the slow policy's, created later
 	vmi.Spec.Volumes = append(vmi.Spec.Volumes, claimVolume("data", "data-claim", false),
 		vmletv1.Volume{Name: "eph", VolumeSource: vmletv1.VolumeSource{Ephemeral: &vmletv1.EphemeralVolumeSource{
 			PersistentVolumeClaim: &vmletv1.PersistentVolumeClaimSource{ClaimName: "base-claim"}}}})
@@ -162,6 +170,48 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 		ids := d.GetDisks()
 		return !inGuest && !slices.Contains(ids, hot.ID), fmt.Sprintf("in the guest: %v, launcher disks %v", inGuest, ids)
 	})
+
+	// Plugged while the guest migrates back (slowly: 8 MiB/s for a 128 MiB guest): it waits,
+	// and the node the guest then runs on attaches it; QEMU is never asked to plug mid-stream.
+	createPolicy(t, "mig-claims-slow", map[string]string{"vmlet.dev/mig-claims": "slow"}, nil, func(s *migrationsv1.MigrationPolicySpec) {
+		s.BandwidthPerMigration = ptr.To(resource.MustParse("8Mi"))
+	})
+	back := startMigration(t, vmi, "mig-claims-back")
+	waitMigrationPhase(t, back, vmletv1.MigrationRunning)
+	patchVolumes(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
+		s.Volumes = append(s.Volumes, claimVolume("hot", "hot-claim", true))
+		s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, vmletv1.Disk{Name: "hot", Serial: "hot"})
+	})
+	eventually(t, 30*time.Second, "the volume waiting for the migration", func() (bool, string) {
+		st, _ := volumeStatus(mustGetVMI(t, vmi), "hot")
+		return st.Phase == vmletv1.VolumePending && st.Reason == string(vmistatus.ReasonHotplugAfterMigration), fmt.Sprintf("%+v", st)
+	})
+	if m := waitMigration(t, back, 2*time.Minute); m.Status.Phase != vmletv1.MigrationSucceeded {
+		t.Fatalf("migration back: phase %s, state %+v", m.Status.Phase, m.Status.MigrationState)
+	}
+	vmi = waitVolumes(t, key, vmletv1.VolumeReady, "hot")
+	if vmi.Status.NodeName != testNode {
+		t.Fatalf("after the migration back: on %s", vmi.Status.NodeName)
+	}
+	waitLauncherAgent(t, n.a, uid)
+	ca := launcherClient(t, n.a, vmi)
+	eventually(t, 30*time.Second, "the guest sees the disk plugged after the migration", func() (bool, string) {
+		d, ok := guestDisksBySerial(t, ca)["hot"]
+		return ok, fmt.Sprintf("%+v", d)
+	})
+	if got := guestRun(t, ca, "dd if=/dev/"+guestDisksBySerial(t, ca)["hot"].dev+" bs=512 skip=100 count=1 2>/dev/null | head -c "+fmt.Sprint(len(mark("hot")))); got != mark("hot") {
+		t.Errorf("the disk plugged after the migration reads %q, want %q", got, mark("hot"))
+	}
+	var events eventsv1.EventList
+	if err := env.Client.List(ctx, &events, client.InNamespace(vmi.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Regarding.UID == vmi.UID && e.Type == "Warning" {
+			t.Errorf("Warning event %s: %s", e.Reason, e.Note)
+		}
+	}
+	waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
 }
 
 // readAt reads n bytes of the file at off.

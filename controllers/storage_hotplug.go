@@ -48,6 +48,42 @@ func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {
 	return g.c.UnplugDisk(ctx, id)
 }
 
+// holdHotplug stands for reconcileHotplug while the vmi migrates away from this node: QEMU
+// plugs and unplugs no device during a migration, and the target starts with the disks the
+// source had when it published its layout. Hotpluggable volumes attached stay as they are; the
+// others wait (Pending, WaitingForMigration) for the node the guest runs on afterwards, which
+// attaches them. Pure.
+func holdHotplug(vmi *vmletv1.VirtualMachineInstance) map[string]volumeState {
+	ready := map[string]bool{}
+	for _, s := range vmi.Status.VolumeStatus {
+		ready[s.Name] = s.Phase == vmletv1.VolumeReady
+	}
+	states := map[string]volumeState{}
+	for i := range vmi.Spec.Volumes {
+		if v := &vmi.Spec.Volumes[i]; v.Hotpluggable() && !ready[v.Name] {
+			states[v.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugAfterMigration,
+				"the VMI is migrating: the volume is attached on the node it runs on once the migration ended"}
+		}
+	}
+	return states
+}
+
+// waitForMigration writes the volume status of a vmi whose migration away from this node is
+// streaming (the ordinary pass, which writes it, does not run then): holdHotplug's, the claims
+// as the status described them, and for a volume new in the spec as statusClaims does.
+func (r *VMIReconciler) waitForMigration(vmi *vmletv1.VirtualMachineInstance) {
+	claims := statusClaims(vmi, nil, r.Env(r.Runtime.Dir(string(vmi.UID))).Storage.Claims)
+	for _, s := range vmi.Status.VolumeStatus {
+		if c := s.PersistentVolumeClaimInfo; c != nil {
+			if claims == nil {
+				claims = map[string]launcherpod.Claim{}
+			}
+			claims[c.ClaimName] = claimOf(c)
+		}
+	}
+	r.setVolumeStatus(vmi, true, holdHotplug(vmi), claims)
+}
+
 // volumeState is where one volume stands after a reconcile.
 type volumeState struct {
 	phase   vmletv1.VolumePhase
@@ -142,7 +178,8 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 
 // setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready
 // while the domain runs; hotpluggable ones get their state from this reconcile (hot), or keep
-// the one they had when it did not look at them. A volume that newly fails gets a Warning event.
+// the one they had when it did not look at them. A volume that newly fails gets a Warning event
+// (one that waits for a migration a Normal one).
 // Volumes on the launcher pod's claims, and on claims every node shares (statusClaims), say
 // which claim (persistentVolumeClaimInfo).
 func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, running bool, hot map[string]volumeState, claims map[string]launcherpod.Claim) {
@@ -177,7 +214,11 @@ func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, run
 			s.Phase, s.Reason, s.Message = prev.Phase, prev.Reason, prev.Message
 		}
 		if s.Reason != "" && s.Reason != old[v.Name].Reason {
-			r.Recorder.Eventf(vmi, nil, "Warning", s.Reason, "Hotplug", "volume %s: %s", v.Name, s.Message)
+			kind := "Warning"
+			if s.Reason == string(vmistatus.ReasonHotplugAfterMigration) {
+				kind = "Normal" // a wait, not a fault
+			}
+			r.Recorder.Eventf(vmi, nil, kind, s.Reason, "Hotplug", "volume %s: %s", v.Name, s.Message)
 		}
 		out = append(out, s)
 	}

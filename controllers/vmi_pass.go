@@ -249,7 +249,10 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState
 	var hotErr error
-	if dom.State == DomainRunning {
+	switch {
+	case dom.State == DomainRunning && roleOf(vmi, r.NodeName) == roleSource:
+		hot = holdHotplug(vmi) // the layout is published (or about to be): no device changes
+	case dom.State == DomainRunning:
 		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
 	}
 	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)

@@ -126,6 +126,9 @@ const (
 const (
 	ReasonHotplugUnsupported Reason = "HotplugUnsupported"
 	ReasonHotplugFailed      Reason = "HotplugFailed"
+	// ReasonHotplugAfterMigration: the volume waits for the VMI's migration to end (QEMU plugs
+	// no device during one); the node the guest runs on then attaches it.
+	ReasonHotplugAfterMigration Reason = "WaitingForMigration"
 )
 
 // Reasons of the HotVCPUChange and HotMemoryChange conditions (and their Events).

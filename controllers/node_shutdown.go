@@ -17,9 +17,16 @@ import (
 	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
-// shutdownMargin is how long past a VMI's grace period ShutdownNode waits for its launcher,
-// which stops QEMU by force when the grace period ends.
-const shutdownMargin = 15 * time.Second
+// defaultShutdownMargin is how long past a VMI's grace period ShutdownNode waits for its
+// launcher, which stops QEMU by force when the grace period ends (VMIReconciler.ShutdownMargin).
+const defaultShutdownMargin = 15 * time.Second
+
+func (r *VMIReconciler) shutdownMargin() time.Duration {
+	if r.ShutdownMargin > 0 {
+		return r.ShutdownMargin
+	}
+	return defaultShutdownMargin
+}
 
 // teardownTimeout bounds removing a VMI's node-local state and recording its end once its
 // launcher stopped (or its wait ran out).
@@ -85,7 +92,10 @@ func (r *VMIReconciler) ShutdownNode(ctx context.Context) error {
 	}
 	for id := range orphans {
 		wg.Go(func() {
-			_, err := r.stopLauncher(ctx, id, 30*time.Second+shutdownMargin)
+			_, err := r.stopLauncher(ctx, id, 30*time.Second+r.shutdownMargin())
+			if errors.Is(err, errLauncherStuck) {
+				err = nil // Remove kills it with its cgroup
+			}
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 			defer cancel()
 			errs <- errors.Join(err, r.Runtime.Remove(rctx, id))
@@ -110,9 +120,16 @@ func (r *VMIReconciler) reader() client.Reader {
 // shutdownVMI shuts one VMI's guest down, removes its node-local state and records the end.
 func (r *VMIReconciler) shutdownVMI(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
 	key := client.ObjectKeyFromObject(vmi)
-	// A launcher that outlives its deadline is killed with its cgroup by teardown.
-	ex, stopErr := r.stopLauncher(ctx, string(vmi.UID), gracePeriod(vmi)+shutdownMargin)
-	if stopErr != nil {
+	// A launcher that outlives its deadline (on a loaded node, among many stopping at once) is
+	// killed with its cgroup by teardown: the VMI's message says so, it is no failure of the
+	// shutdown.
+	wait := gracePeriod(vmi) + r.shutdownMargin()
+	ex, stopErr := r.stopLauncher(ctx, string(vmi.UID), wait)
+	stuck := errors.Is(stopErr, errLauncherStuck)
+	switch {
+	case stuck:
+		stopErr = nil
+	case stopErr != nil:
 		stopErr = fmt.Errorf("shut %s down: %w", key, stopErr)
 	}
 	// Even when the shutdown's deadline passed: kill what is left and write down how it ended.
@@ -121,7 +138,17 @@ func (r *VMIReconciler) shutdownVMI(ctx context.Context, vmi *vmletv1.VirtualMac
 	if err := r.teardown(ctx, vmi); err != nil {
 		return errors.Join(stopErr, fmt.Errorf("tear %s down: %w", key, err))
 	}
-	return errors.Join(stopErr, r.recordShutdown(ctx, vmi, shutdownMsg(ex, gracePeriod(vmi))))
+	msg := shutdownMsg(ex, gracePeriod(vmi))
+	if stuck {
+		msg = shutdownStuckMsg(wait)
+	}
+	return errors.Join(stopErr, r.recordShutdown(ctx, vmi, msg))
+}
+
+// shutdownStuckMsg is the VMI's message after a node shutdown whose wait for the launcher ran
+// out.
+func shutdownStuckMsg(wait time.Duration) string {
+	return fmt.Sprintf("the node shut down (vmlet stopped) and its launcher, asked to stop, had not exited after %s: it was killed with QEMU; a VMI is one run of a VM: create it again to run the VM again", wait)
 }
 
 // shutdownMsg is the VMI's message after a node shutdown: how its guest ended, and what to do.
@@ -175,9 +202,12 @@ func (r *VMIReconciler) recordShutdown(ctx context.Context, vmi *vmletv1.Virtual
 	}
 }
 
+// errLauncherStuck says a launcher asked to stop had not exited when its wait ran out.
+var errLauncherStuck = errors.New("did not exit")
+
 // stopLauncher sends the launcher SIGTERM and waits until it exited, at most d (the launcher
-// stops QEMU by force at the end of the grace period), and returns how it exited. No launcher,
-// or one that had exited already: nil.
+// stops QEMU by force at the end of the grace period), and returns how it exited
+// (errLauncherStuck once d passed). No launcher, or one that had exited already: nil.
 func (r *VMIReconciler) stopLauncher(ctx context.Context, id string, d time.Duration) (*process.Exit, error) {
 	st, err := r.Runtime.State(id)
 	if errors.Is(err, process.ErrNotFound) {
@@ -206,6 +236,9 @@ func (r *VMIReconciler) stopLauncher(ctx context.Context, id string, d time.Dura
 		}
 		select {
 		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				return nil, fmt.Errorf("launcher %s: %w after %s", id, errLauncherStuck, d)
+			}
 			return nil, fmt.Errorf("launcher %s did not exit: %w", id, ctx.Err())
 		case <-t.C:
 		}

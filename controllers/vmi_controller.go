@@ -69,6 +69,9 @@ type VMIReconciler struct {
 	Env func(runDir string) translate.NodeEnv
 	// KVM reports whether launchers get /dev/kvm.
 	KVM bool
+	// ShutdownMargin is how long past a VMI's grace period ShutdownNode waits for its launcher
+	// before it kills it; 0 means 15 s.
+	ShutdownMargin time.Duration
 	// Storage makes each VMI's disks and kernel before its launcher starts the domain.
 	Storage NodeStorage
 	// APIReader reads the Secrets VMIs name (uncached); nil means Client.

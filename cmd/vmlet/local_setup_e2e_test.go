@@ -445,7 +445,12 @@ func cpuGroups(t *testing.T, cg string) *cpuweight.Hierarchy {
 		return nil
 	}
 	t.Cleanup(func() {
-		_ = h.Teardown()
+		// Processes killed by the cleanup before this one leave their groups a moment later
+		// (once reaped): until then rmdir says busy. A group still busy after that is a leak.
+		poll.Until(t, 30*time.Second, "the test's cpu groups removed", func() (bool, string) {
+			err := h.Teardown()
+			return err == nil, fmt.Sprint(err)
+		})
 	})
 	return h
 }

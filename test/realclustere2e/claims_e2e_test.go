@@ -1,6 +1,7 @@
 package realclustere2e_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -132,7 +133,9 @@ func TestVMIOnClaims(t *testing.T) {
 // TestMigrationSharedClaim: a VMI with a ReadWriteMany Block claim (a loop device both nodes of
 // this machine reach, as a local PV whose node affinity names both) is LiveMigratable; the guest
 // writes to the claim, migrates to the other kubelet, and reads its write back there (the target
-// opened the same device, not a copy), then writes again and the bytes are on the device.
+// opened the same device, not a copy), then writes again and the bytes are on the device. An
+// ephemeral disk over a ReadOnlyMany claim (another loop device) migrates with it: the guest's
+// write to it is there after the migration (its overlay was copied), the claim never written.
 func TestMigrationSharedClaim(t *testing.T) {
 	need(t)
 	t.Parallel()
@@ -143,16 +146,23 @@ func TestMigrationSharedClaim(t *testing.T) {
 		nodes = append(nodes, n.Name)
 	}
 	claimPVOn(t, name, dev, corev1.PersistentVolumeBlock, "8Mi", corev1.ReadWriteMany, nodes...)
-	spec := strings.Replace(migratableSpec, "    devices:\n", "    devices:\n      disks:\n      - {name: root, disk: {}}\n      - {name: blk, serial: blk, disk: {}}\n", 1)
-	spec = strings.Replace(spec, "  volumes:\n", "  volumes:\n  - name: blk\n    persistentVolumeClaim: {claimName: "+name+"}\n", 1)
+	base := loopdev.Attach(t, filepath.Join(t.TempDir(), "base.img"), "VMLET-EPH-BASE", 8<<20)
+	claimPVOn(t, name+"-base", base, corev1.PersistentVolumeBlock, "8Mi", corev1.ReadOnlyMany, nodes...)
+	spec := strings.Replace(migratableSpec, "    devices:\n", "    devices:\n      disks:\n      - {name: root, disk: {}}\n      - {name: blk, serial: blk, disk: {}}\n      - {name: eph, serial: eph, disk: {}}\n", 1)
+	spec = strings.Replace(spec, "  volumes:\n", "  volumes:\n  - name: blk\n    persistentVolumeClaim: {claimName: "+name+"}\n  - name: eph\n    ephemeral:\n      persistentVolumeClaim: {claimName: "+name+"-base}\n", 1)
 	b := boot(t, name, spec)
 	v := waitVMI(t, b.name, time.Minute, "LiveMigratable", func(v *vmletv1.VirtualMachineInstance) bool {
 		return conditionTrue(v, string(vmletv1.VirtualMachineInstanceIsMigratable))
 	})
-	devOf := func(v *vmletv1.VirtualMachineInstance) string {
-		return guestShell(t, v, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = blk ] && echo ${d##*/}; done; true`)
+	devOf := func(v *vmletv1.VirtualMachineInstance, serial ...string) string {
+		s := "blk"
+		if len(serial) > 0 {
+			s = serial[0]
+		}
+		return guestShell(t, v, `for d in /sys/block/vd*; do [ "$(cat $d/serial)" = `+s+` ] && echo ${d##*/}; done; true`)
 	}
 	guestShell(t, v, "printf VMLET-BEFORE-MIGR | dd of=/dev/"+devOf(v)+" conv=notrunc 2>/dev/null && sync")
+	guestShell(t, v, "printf VMLET-EPH-WRITE | dd of=/dev/"+devOf(v, "eph")+" bs=512 seek=10 conv=notrunc 2>/dev/null && sync")
 	from := v.Status.NodeName
 	m := createMigration(t, b.name+"-m", b.name)
 	poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
@@ -169,6 +179,18 @@ func TestMigrationSharedClaim(t *testing.T) {
 	})
 	if got := guestShell(t, there, "head -c 17 /dev/"+devOf(there)); got != "VMLET-BEFORE-MIGR" {
 		t.Errorf("after the migration the guest reads %q from the shared claim", got)
+	}
+	// The ephemeral disk: its overlay was copied (the guest's write is there, read past its page
+	// cache), the claim below it only read on either node.
+	guestShell(t, there, "echo 3 > /proc/sys/vm/drop_caches")
+	if got := guestShell(t, there, "dd if=/dev/"+devOf(there, "eph")+" bs=512 skip=10 count=1 2>/dev/null | head -c 15"); got != "VMLET-EPH-WRITE" {
+		t.Errorf("after the migration the ephemeral disk reads %q at its write", got)
+	}
+	if got := guestShell(t, there, "head -c 14 /dev/"+devOf(there, "eph")); got != "VMLET-EPH-BASE" {
+		t.Errorf("after the migration the ephemeral disk reads %q from its claim", got)
+	}
+	if b, err := os.ReadFile(base); err != nil || !bytes.HasPrefix(b, []byte("VMLET-EPH-BASE")) || bytes.Contains(b, []byte("VMLET-EPH-WRITE")) {
+		t.Errorf("the ephemeral disk's claim changed (%v)", err)
 	}
 	guestShell(t, there, "printf VMLET-AFTER--MIGR | dd of=/dev/"+devOf(there)+" conv=notrunc oflag=direct 2>/dev/null && sync")
 	poll.Until(t, 30*time.Second, "the target's write on the device", func() (bool, string) {

@@ -1,12 +1,16 @@
 package leakaudit
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmlet/vmlet/test/poll"
 )
 
 func TestReportString(t *testing.T) {
@@ -52,6 +56,12 @@ func TestFilesAndProcesses(t *testing.T) {
 	}
 	_ = pr.Close()
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// Start returns once the child began its exec, which sets the new command line a moment
+	// later (/proc/PID/cmdline reads empty until then; seen under load in CI).
+	poll.Until(t, 10*time.Second, "the shell's command line", func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "cmdline"))
+		return strings.Contains(string(b), marker), fmt.Sprintf("%q", b)
+	})
 	rep, err := snap.Diff()
 	if err != nil {
 		t.Fatal(err)

@@ -71,11 +71,28 @@ func BenchmarkCreateToRunning(b *testing.B) {
 				report(b, "step-"+s, steps[s])
 			}
 			report(b, "paused-latency", pause)
+			report(b, pauseReconcile, steps[pauseReconcile])
+			report(b, pauseQueueWait, steps[pauseQueueWait])
+			if r := steps[pauseReconciles]; len(r) > 0 {
+				var sum time.Duration
+				for _, d := range r {
+					sum += d
+				}
+				b.ReportMetric(float64(sum)/float64(len(r))/float64(time.Millisecond), "pause-reconciles/vmi")
+			}
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N)/10, "agent-cpu-ms/s")
 			b.ReportMetric(float64(rss)/(1<<20), "agent-rss-MiB")
 		})
 	}
 }
+
+// The pause phase's breakdown (step keys of createRunPauseDelete): the agent's mean reconcile
+// time and mean queue wait, and its reconciles per VMI (stored as that many milliseconds).
+const (
+	pauseReconcile  = "pause-phase-reconcile-mean"
+	pauseQueueWait  = "pause-phase-queue-wait-mean"
+	pauseReconciles = "pause-phase-reconciles-per-vmi"
+)
 
 // createRunPauseDelete runs one round and returns per-VMI latencies, the agent process's CPU
 // time over a 10 s steady-state window with all VMIs running, and its RSS.
@@ -126,6 +143,7 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 			steps[step] = append(steps[step], d)
 		}
 	}
+	q0 := readQueueStats(b)
 	for name := range created {
 		setPausedB(ctx, b, name, true)
 		pausedAt[name] = time.Now()
@@ -136,6 +154,12 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		}
 		return len(paused) == n
 	})
+	// Where the pauses went: the agent's reconciles in that phase (mean time, how many per
+	// VMI) and how long keys waited in its queue.
+	workMs, works, waitMs := readQueueStats(b).since(q0)
+	steps[pauseReconcile] = append(steps[pauseReconcile], time.Duration(workMs*float64(time.Millisecond)))
+	steps[pauseQueueWait] = append(steps[pauseQueueWait], time.Duration(waitMs*float64(time.Millisecond)))
+	steps[pauseReconciles] = append(steps[pauseReconciles], time.Duration(float64(works)/float64(n)*float64(time.Millisecond)))
 	for name := range created {
 		v := &vmletv1.VirtualMachineInstance{}
 		v.Namespace, v.Name = "default", name

@@ -373,11 +373,13 @@ func TestMigrateAfterHotplug(t *testing.T) {
 		t.Helper()
 		eventually(t, time.Minute, what, func() (bool, string) {
 			v := mustGetVMI(t, vmi)
+			// What the guest's console said last, should it not answer in time.
+			console, _ := os.ReadFile(filepath.Join(a.runtime.Dir(string(v.UID)), "logs", "serial.log"))
 			nproc, mem, err := guestCPUsAndMem(a, v)
 			if err != nil {
-				return false, err.Error()
+				return false, err.Error() + "; console: " + tail(console)
 			}
-			return nproc == cpus && mem-bootKiB == grownKiB, fmt.Sprintf("nproc %d, MemTotal grown by %d KiB", nproc, mem-bootKiB)
+			return nproc == cpus && mem-bootKiB == grownKiB, fmt.Sprintf("nproc %d, MemTotal grown by %d KiB; console: %s", nproc, mem-bootKiB, tail(console))
 		})
 	}
 	settled := func(what string, sockets uint32, guestMi int64) *vmletv1.VirtualMachineInstance {

@@ -343,9 +343,9 @@ func cpuWeightCheck(t *testing.T, uid string) func(milli int64) {
 
 // TestMigrateAfterHotplug plugs a vCPU socket and 256Mi into a running VMI, migrates it to the
 // other node and checks that the guest kept them (nproc, MemTotal), that the status still says
-// so, and that the target goes on hotplugging (one more socket, the memory back down). Under
-// TCG on QEMU 10 the source plugs 2 sockets and unplugs one first; the plug it then refuses is
-// applied by the target, which then unplugs.
+// so, and that the target goes on hotplugging (one more socket, the memory back down). The
+// source unplugs no vCPU first: under TCG on QEMU 10 a migration started after one can stay in
+// "setup" for good (README, Not yet).
 func TestMigrateAfterHotplug(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -390,31 +390,13 @@ func TestMigrateAfterHotplug(t *testing.T) {
 				fmt.Sprintf("cpu %+v memory %+v", cpu, m)
 		})
 	}
-	// Under TCG on QEMU 10 the source unplugs too, after which its QEMU refuses another plug
-	// (qemu/tcg_vcpus.go): that plug stays asked and the target, a new QEMU, applies it.
-	l := vmi.Status.Launcher
-	replugOnTarget := l.Accelerator == vmletv1.AcceleratorTCG && !qemu.TCGUnplugCrashes(string(l.Accelerator), l.QEMUVersion)
-	if replugOnTarget {
-		if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":3},"memory":{"guest":"512Mi"}}}}`); err != nil {
-			t.Fatal(err)
-		}
-		settled("plugged before the migration", 3, 512)
-		sees(on, "plugged before the migration", 3, 256<<10)
-	}
+	// No vCPU unplug on the source: under TCG on QEMU 10 a migration started after one can stay
+	// in "setup" for good (qemu/tcg_vcpus.go).
 	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":2},"memory":{"guest":"512Mi"}}}}`); err != nil {
 		t.Fatal(err)
 	}
 	settled("plugged before the migration", 2, 512)
 	sees(on, "plugged before the migration", 2, 256<<10)
-	if replugOnTarget {
-		if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":3}}}}`); err != nil {
-			t.Fatal(err)
-		}
-		r := waitCondition(t, key, vmletv1.VirtualMachineInstanceVCPUChange, metav1.ConditionFalse, time.Minute)
-		if c := meta.FindStatusCondition(r.Status.Conditions, vmletv1.VirtualMachineInstanceVCPUChange); c.Reason != "HotplugRefused" || !strings.Contains(c.Message, "after a vcpu unplug") {
-			t.Errorf("plug after an unplug under TCG: HotVCPUChange %s %q, want HotplugRefused saying why", c.Reason, c.Message)
-		}
-	}
 
 	from := vmi.Status.NodeName
 	m := migrate(t, vmi, "mig-hotplug-there")
@@ -424,11 +406,7 @@ func TestMigrateAfterHotplug(t *testing.T) {
 	if l := m.Status.MigrationState.SourceDomain; l == nil || l.PluggedSockets != 1 || l.MemoryRequestedMiB != 256 {
 		t.Errorf("source layout %+v, want 1 plugged socket and 256 MiB requested", l)
 	}
-	if replugOnTarget {
-		vmi = settled("the refused plug applied on the target", 3, 512)
-	} else {
-		vmi = settled("after the migration", 2, 512)
-	}
+	vmi = settled("after the migration", 2, 512)
 	if vmi.Status.NodeName == from {
 		t.Fatalf("still on %s", from)
 	}
@@ -436,15 +414,6 @@ func TestMigrateAfterHotplug(t *testing.T) {
 		t.Errorf("boot values after the migration: launcher %+v memory %+v", l, vmi.Status.Memory)
 	}
 	to := n.on(vmi.Status.NodeName)
-	if replugOnTarget {
-		sees(to, "the guest kept its vCPUs and memory, and got the refused vCPU", 3, 256<<10)
-		if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":2},"memory":{"guest":"256Mi"}}}}`); err != nil {
-			t.Fatal(err)
-		}
-		settled("unplug on the target", 2, 256)
-		sees(to, "unplug on the target", 2, 0)
-		return
-	}
 	sees(to, "the guest kept its vCPUs and memory", 2, 256<<10)
 
 	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":3},"memory":{"guest":"256Mi"}}}}`); err != nil {

@@ -154,7 +154,7 @@ func (vm *VM) SetCPUs(ctx context.Context, sockets int, unplugWait time.Duration
 	}
 	plugs := slices.ContainsFunc(slots, func(s hotpluggableCPU) bool { return s.Props.Socket < sockets && s.QOMPath == "" })
 	if plugs && tcgPlugAfterUnplugRefused(vm.resolved.Accel, vm.cpuWasUnplugged()) {
-		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: under tcg a vcpu plugged after a vcpu unplug leaves qemu unable to migrate and can abort it: restart or migrate the VM, then plug", sockets, ErrUnsafe)
+		return CPUStatus{}, fmt.Errorf("set cpus %d: %w: under tcg a vcpu plugged after a vcpu unplug leaves qemu unable to migrate and can abort it: restart the VM, then plug", sockets, ErrUnsafe)
 	}
 	deleted, unsub := vm.mon.Subscribe(func(e qmp.Event) bool { _, ok := CPUUnplugged(e); return ok })
 	defer unsub()

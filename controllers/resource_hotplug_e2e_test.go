@@ -345,7 +345,7 @@ func cpuWeightCheck(t *testing.T, uid string) func(milli int64) {
 // other node and checks that the guest kept them (nproc, MemTotal), that the status still says
 // so, and that the target goes on hotplugging (one more socket, the memory back down). The
 // source unplugs no vCPU first: under TCG on QEMU 10 a migration started after one can stay in
-// "setup" for good (README, Not yet).
+// "setup" for good, and the launcher refuses it (TestCPUMemoryHotplug).
 func TestMigrateAfterHotplug(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)

@@ -238,6 +238,16 @@ func (vm *VM) watchCPUUnplugs(events <-chan qmp.Event) {
 	}
 }
 
+// MigrationSafe says whether an outgoing migration may start: not under TCG once a vCPU was
+// unplugged in this QEMU's life, where QEMU 10 can stay in the migration's "setup" for good
+// (qemu/tcg_vcpus.go): ErrUnsafe, saying to restart the VM.
+func (vm *VM) MigrationSafe() error {
+	if tcgMigrateAfterUnplugRefused(vm.resolved.Accel, vm.cpuWasUnplugged()) {
+		return fmt.Errorf("%w: under tcg a migration started after a vcpu unplug can hang in setup for good: restart the VM to move it", ErrUnsafe)
+	}
+	return nil
+}
+
 // cpuWasUnplugged reports whether a vCPU was unplugged since QEMU started.
 func (vm *VM) cpuWasUnplugged() bool {
 	vm.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -118,7 +119,8 @@ func waitPlugged(t testing.TB, ctx context.Context, p *proc, rec *recorder, from
 // requests get the documented codes; then the guest migrates (same host) with its plugged vCPU
 // and memory, both still there on the target, where memory goes back to 0 (MemTotal back to
 // the boot value), the plugged vCPU unplugs (refused under TCG before QEMU 10, which crashes
-// after one) and, but under TCG after that unplug (refused), a third socket plugs.
+// after one) and, but under TCG after that unplug (refused, as is a migration), a third socket
+// plugs.
 func TestCPUMemoryHotplug(t *testing.T) {
 	src := startLauncher(t, launchOpts{})
 	srcRec := watch(t, src.client, 0)
@@ -252,6 +254,10 @@ func TestCPUMemoryHotplug(t *testing.T) {
 		if td.GetAccel() == "tcg" {
 			if _, err := dst.client.SetCPUs(ctx, 2); !isCode(err, "FailedPrecondition", launcher.ErrUnsafe) {
 				t.Errorf("SetCPUs(2) after an unplug under tcg: %v, want FailedPrecondition (unsafe)", err)
+			}
+			// And so is a migration (it could stay in setup for good), before anything starts.
+			if err := dst.client.Migrate(ctx, "unix:"+filepath.Join(t.TempDir(), "nowhere"), opts); !isCode(err, "FailedPrecondition", launcher.ErrUnsafe) || !strings.Contains(err.Error(), "restart the VM") {
+				t.Errorf("Migrate after an unplug under tcg: %v, want FailedPrecondition (unsafe) saying to restart", err)
 			}
 			break
 		}

@@ -105,6 +105,9 @@ func (l *api) Migrate(ctx context.Context, req *pb.MigrateRequest) (*pb.MigrateR
 	if req.GetUri() == "" {
 		return nil, fmt.Errorf("migrate: %w: uri missing", ErrInvalidRequest)
 	}
+	if err := d.vm.MigrationSafe(); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
 	if err := checkMirrorRequest(req); err != nil {
 		return nil, err
 	}

@@ -90,18 +90,6 @@ func claimInfo(c launcherpod.Claim) *vmletv1.PersistentVolumeClaimInfo {
 	return info
 }
 
-// claimOf is the claim a volume status describes (claimInfo's inverse).
-func claimOf(info *vmletv1.PersistentVolumeClaimInfo) launcherpod.Claim {
-	c := launcherpod.Claim{ClaimName: info.ClaimName, AccessModes: info.AccessModes}
-	if info.VolumeMode != nil {
-		c.Mode = *info.VolumeMode
-	}
-	if q, ok := info.Capacity[corev1.ResourceStorage]; ok {
-		c.CapacityBytes = q.Value()
-	}
-	return c
-}
-
 // statusClaims are the claims volumeStatus describes: the launcher pod's (pod), and for the
 // volumes that have none there, the node's claims marked shared (local mode's, which every
 // node of the machine opens at the same path), described as ReadWriteMany: what they are to
@@ -117,10 +105,7 @@ func statusClaims(vmi *vmletv1.VirtualMachineInstance, pod map[string]launcherpo
 		if _, ok := out[name]; ok {
 			continue
 		}
-		c, ok := node[vmi.Namespace+"/"+name]
-		if !ok {
-			c, ok = node[name]
-		}
+		c, ok := translate.LookupClaim(node, vmi.Namespace, name)
 		if !ok || !c.Shared {
 			continue
 		}

@@ -4,10 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
-	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
 )
 
@@ -30,17 +28,5 @@ func TestHoldHotplug(t *testing.T) {
 		"the VMI is migrating: the volume is attached on the node it runs on once the migration ended"}
 	if diff := cmp.Diff(map[string]volumeState{"failed": wait, "new": wait}, holdHotplug(vmi), cmp.AllowUnexported(volumeState{})); diff != "" {
 		t.Errorf("holdHotplug (-want +got):\n%s", diff)
-	}
-}
-
-// TestClaimOf: the claim a volume status describes is the one claimInfo described.
-func TestClaimOf(t *testing.T) {
-	for _, c := range []launcherpod.Claim{
-		{ClaimName: "a", Mode: corev1.PersistentVolumeBlock, CapacityBytes: 1 << 30, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}},
-		{ClaimName: "b", Mode: corev1.PersistentVolumeFilesystem},
-	} {
-		if diff := cmp.Diff(c, claimOf(claimInfo(c))); diff != "" {
-			t.Errorf("claimOf(claimInfo) (-want +got):\n%s", diff)
-		}
 	}
 }

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -212,19 +211,4 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 		}
 	}
 	waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
-}
-
-// readAt reads n bytes of the file at off.
-func readAt(t *testing.T, path string, off int64, n int) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatalf("read %s at %d: %v", path, off, err)
-	}
-	return string(b)
 }

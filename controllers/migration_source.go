@@ -94,7 +94,7 @@ func (r *VMIReconciler) sourceStep(ctx context.Context, vmi *vmletv1.VirtualMach
 			// The target failed (it says so): end the stream here too.
 			_ = r.cancelMigration(ctx, vmi)
 		}
-		r.waitForMigration(vmi)
+		r.waitForMigration(ctx, vmi)
 		return ctrl.Result{RequeueAfter: progressEvery}, true, nil
 	}
 	// The run stays until its outcome is in the status (a write that conflicts is redone

@@ -175,16 +175,22 @@ func writeClaim(t testing.TB, dir, text string, size int64) string {
 // fileStarts reports whether the file at p starts with text.
 func fileStarts(t *testing.T, p, text string) bool {
 	t.Helper()
-	f, err := os.Open(p)
+	return readAt(t, p, 0, len(text)) == text
+}
+
+// readAt reads n bytes of the file at off.
+func readAt(t *testing.T, path string, off int64, n int) string {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b := make([]byte, len(text))
-	if _, err := f.Read(b); err != nil {
-		t.Fatalf("read %s: %v", p, err)
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatalf("read %s at %d: %v", path, off, err)
 	}
-	return string(b) == text
+	return string(b)
 }
 
 // cachedImages counts the images unpacked in an image cache folder.

@@ -69,19 +69,16 @@ func holdHotplug(vmi *vmletv1.VirtualMachineInstance) map[string]volumeState {
 }
 
 // waitForMigration writes the volume status of a vmi whose migration away from this node is
-// streaming (the ordinary pass, which writes it, does not run then): holdHotplug's, the claims
-// as the status described them, and for a volume new in the spec as statusClaims does.
-func (r *VMIReconciler) waitForMigration(vmi *vmletv1.VirtualMachineInstance) {
-	claims := statusClaims(vmi, nil, r.Env(r.Runtime.Dir(string(vmi.UID))).Storage.Claims)
-	for _, s := range vmi.Status.VolumeStatus {
-		if c := s.PersistentVolumeClaimInfo; c != nil {
-			if claims == nil {
-				claims = map[string]launcherpod.Claim{}
-			}
-			claims[c.ClaimName] = claimOf(c)
-		}
+// streaming (the ordinary pass, which writes it, does not run then): holdHotplug's, with the
+// claims described as that pass describes them. While the launcher pod's claims cannot be read
+// the status stays as it is (the next pass, a second later, looks again).
+func (r *VMIReconciler) waitForMigration(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) {
+	pod, err := r.podClaims(ctx, vmi)
+	if err != nil {
+		return
 	}
-	r.setVolumeStatus(vmi, true, holdHotplug(vmi), claims)
+	node := r.Env(r.Runtime.Dir(string(vmi.UID))).Storage.Claims
+	r.setVolumeStatus(vmi, true, holdHotplug(vmi), statusClaims(vmi, pod, node))
 }
 
 // volumeState is where one volume stands after a reconcile.

@@ -35,6 +35,7 @@ type observed struct {
 	storageRes   *storage.Result    // what Apply made, once storage is ready (labelled)
 	storageErr   error
 	claims       map[string]launcherpod.Claim // the launcher pod's claims, by name (pod runtime)
+	nodeClaims   map[string]storage.Claim     // the node's own claims (Env), for statusClaims
 }
 
 func (o *observed) backOff() *PullBackOffError {
@@ -75,7 +76,9 @@ func (r *VMIReconciler) observe(ctx context.Context, vmi *vmletv1.VirtualMachine
 		o.refsErr, o.facts.SecretsUnreadable = err, true
 		return o
 	}
-	env := withClaims(r.Env(o.runDir), vmi.Namespace, o.claims)
+	env := r.Env(o.runDir)
+	o.nodeClaims = env.Storage.Claims
+	env = withClaims(env, vmi.Namespace, o.claims)
 	env.VolumeDir = r.volumeDir(vmi.UID)
 	t0 := time.Now()
 	o.want, err = translate.Translate(vmi, env, refs)
@@ -257,7 +260,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	}
 	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)
 	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
-	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, statusClaims(vmi, o.claims, r.Env(o.runDir).Storage.Claims))
+	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, statusClaims(vmi, o.claims, o.nodeClaims))
 	setMigratable(vmi) // again: judged by the volume status just written (a new volume's claim)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)

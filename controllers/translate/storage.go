@@ -147,7 +147,7 @@ func storageOptions(vmi *vmletv1.VirtualMachineInstance, env NodeEnv, refs Refer
 	}
 	for _, v := range vmi.Spec.Volumes {
 		if name := claimName(&v); name != "" {
-			if c, ok := lookupClaim(env.Storage.Claims, vmi.Namespace, name); ok {
+			if c, ok := LookupClaim(env.Storage.Claims, vmi.Namespace, name); ok {
 				opts.Claims[name] = c
 			}
 		}
@@ -197,7 +197,9 @@ func claimName(v *vmletv1.Volume) string {
 	return ""
 }
 
-func lookupClaim(claims map[string]storage.Claim, namespace, name string) (storage.Claim, bool) {
+// LookupClaim finds a claim of namespace in a node's claims: "namespace/name" first, then
+// "name" (a claim of that name in any namespace).
+func LookupClaim(claims map[string]storage.Claim, namespace, name string) (storage.Claim, bool) {
 	if c, ok := claims[namespace+"/"+name]; ok {
 		return c, true
 	}

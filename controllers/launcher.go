@@ -38,6 +38,9 @@ type DomainState struct {
 	BootSockets int
 	// Memory is the virtio-mem state; nil when the domain has no memory hotplug.
 	Memory *MemoryState
+	// MigrationRefused says why the launcher would refuse an outgoing migration now (a vCPU
+	// unplugged under TCG); empty when one may start.
+	MigrationRefused string
 }
 
 // GuestInfo is what the launcher's guest agent poller reported last.

@@ -207,6 +207,8 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		CPU:            cpuState(d.GetCpu()),
 		BootSockets:    int(d.GetLiveSpec().GetCpu().GetSockets()),
 		Memory:         memoryState(d.GetMemory()),
+
+		MigrationRefused: d.GetMigrationRefused(),
 	}, nil
 }
 

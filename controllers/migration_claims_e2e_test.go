@@ -32,7 +32,8 @@ import (
 // them), the ephemeral one's claim is untouched (its overlay was copied), and the hot-plugged
 // disk unplugs on the target like any other. A volume plugged while the guest migrates back
 // waits (WaitingForMigration, a Normal event) and is attached by the node the guest then runs
-// on; no Warning event all along.
+// on; one removed while it migrates again is unplugged by the target after the switchover; no
+// Warning event all along.
 func TestMigrateClaimsAndHotplug(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -201,6 +202,33 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 	if got := guestRun(t, ca, "dd if=/dev/"+guestDisksBySerial(t, ca)["hot"].dev+" bs=512 skip=100 count=1 2>/dev/null | head -c "+fmt.Sprint(len(mark("hot")))); got != mark("hot") {
 		t.Errorf("the disk plugged after the migration reads %q, want %q", got, mark("hot"))
 	}
+
+	// Removed while the guest migrates (the target already runs it): QEMU is not asked to
+	// unplug mid-stream; the migration succeeds and the node the guest then runs on unplugs it.
+	again := startMigration(t, vmi, "mig-claims-unplug")
+	waitMigrationPhase(t, again, vmletv1.MigrationRunning)
+	patchVolumes(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
+		s.Volumes = slices.DeleteFunc(s.Volumes, func(v vmletv1.Volume) bool { return v.Name == "hot" })
+		s.Domain.Devices.Disks = slices.DeleteFunc(s.Domain.Devices.Disks, func(d vmletv1.Disk) bool { return d.Name == "hot" })
+	})
+	if m := waitMigration(t, again, 2*time.Minute); m.Status.Phase != vmletv1.MigrationSucceeded {
+		t.Fatalf("migration with the volume removed: phase %s, state %+v", m.Status.Phase, m.Status.MigrationState)
+	}
+	if vmi = mustGetVMI(t, vmi); vmi.Status.NodeName != secondNode {
+		t.Fatalf("after the migration with the volume removed: on %s", vmi.Status.NodeName)
+	}
+	waitLauncherAgent(t, n.b, uid)
+	cb = launcherClient(t, n.b, vmi)
+	eventually(t, time.Minute, "the removed disk unplugged on "+secondNode, func() (bool, string) {
+		_, inGuest := guestDisksBySerial(t, cb)["hot"]
+		d, err := cb.GetDomain(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		_, st := volumeStatus(mustGetVMI(t, vmi), "hot")
+		ids := d.GetDisks()
+		return !inGuest && !slices.Contains(ids, hot.ID) && !st, fmt.Sprintf("in the guest: %v, launcher disks %v, in the volume status: %v", inGuest, ids, st)
+	})
 	var events eventsv1.EventList
 	if err := env.Client.List(ctx, &events, client.InNamespace(vmi.Namespace)); err != nil {
 		t.Fatal(err)
@@ -210,5 +238,5 @@ func TestMigrateClaimsAndHotplug(t *testing.T) {
 			t.Errorf("Warning event %s: %s", e.Reason, e.Note)
 		}
 	}
-	waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+	waitLeft(t, n.a, testNet.cfg.NetnsDir, volumeRoot, uid)
 }

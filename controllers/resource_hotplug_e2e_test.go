@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/migration"
 	"github.com/vmlet/vmlet/cpuweight"
 	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -413,7 +414,7 @@ func TestMigrateAfterHotplug(t *testing.T) {
 	if l := vmi.Status.Launcher; l == nil || l.SocketsAtBoot != 1 || vmi.Status.Memory.GuestAtBoot.Value() != 256<<20 {
 		t.Errorf("boot values after the migration: launcher %+v memory %+v", l, vmi.Status.Memory)
 	}
-	to := n.on(vmi.Status.NodeName)
+	there, to := vmi.Status.NodeName, n.on(vmi.Status.NodeName)
 	sees(to, "the guest kept its vCPUs and memory", 2, 256<<10)
 
 	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":3},"memory":{"guest":"256Mi"}}}}`); err != nil {
@@ -421,6 +422,30 @@ func TestMigrateAfterHotplug(t *testing.T) {
 	}
 	settled("hotplug on the target", 3, 256)
 	sees(to, "hotplug on the target", 3, 0)
+
+	// A vCPU unplug on the target: under TCG (QEMU 10) the VMI may not migrate any more, and
+	// says so before anyone asks; a migration is refused at once with that reason.
+	if err := mergePatch(key, `{"spec":{"domain":{"cpu":{"sockets":2}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	vmi = settled("unplugged on the target", 2, 256)
+	sees(to, "unplugged on the target", 2, 0)
+	if vmi.Status.Launcher.Accelerator != vmletv1.AcceleratorTCG {
+		waitCondition(t, key, vmletv1.VirtualMachineInstanceIsMigratable, metav1.ConditionTrue, 10*time.Second)
+		return
+	}
+	eventually(t, 30*time.Second, "LiveMigratable False after a TCG vCPU unplug", func() (bool, string) {
+		c := meta.FindStatusCondition(mustGetVMI(t, vmi).Status.Conditions, vmletv1.VirtualMachineInstanceIsMigratable)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == migration.ReasonHotplugNotMigratable &&
+			strings.Contains(c.Message, "restart the VM"), fmt.Sprintf("%+v", c)
+	})
+	m = failureOf(t, startMigration(t, vmi, "mig-after-unplug"))
+	if f := meta.FindStatusCondition(m.Status.Conditions, "Failed"); f == nil || f.Reason != migration.ReasonNotMigratable || !strings.Contains(f.Message, migration.ReasonHotplugNotMigratable) {
+		t.Errorf("migration after a TCG unplug: condition %+v, want %s naming %s", f, migration.ReasonNotMigratable, migration.ReasonHotplugNotMigratable)
+	}
+	if v := mustGetVMI(t, vmi); v.Status.NodeName != there || v.Status.Phase != vmletv1.Running {
+		t.Errorf("after the refused migration: %s", summary(v))
+	}
 }
 
 // guestCPUsAndMem reads nproc and MemTotal (KiB) in the guest. Errors are returned, not

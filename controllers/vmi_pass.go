@@ -261,7 +261,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)
 	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, statusClaims(vmi, o.claims, o.nodeClaims))
-	setMigratable(vmi) // again: judged by the volume status just written (a new volume's claim)
+	setMigratable(vmi, dom) // again: judged by the volume status just written (a new volume's claim)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, spec, copy))

@@ -48,7 +48,7 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		AccelerationReason: d.AccelReason,
 		QEMUVersion:        d.QEMUVersion,
 	}
-	setMigratable(vmi)
+	setMigratable(vmi, d)
 	if g := d.Guest; g != nil {
 		// Kept when the agent goes (the OS did not change), replaced by its next answer.
 		vmi.Status.GuestOSInfo = vmletv1.VirtualMachineInstanceGuestOSInfo{
@@ -98,9 +98,13 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 }
 
 // setMigratable sets LiveMigratable from the vmi's spec (migration.Migratable), as
-// virt-handler does; the reason of False is KubeVirt's.
-func setMigratable(vmi *vmletv1.VirtualMachineInstance) {
+// virt-handler does, and from the launcher's word on the running QEMU (d.MigrationRefused: a
+// vCPU unplugged under TCG); the reason of False is KubeVirt's.
+func setMigratable(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
 	v := migration.Migratable(vmi)
+	if v.OK && d.MigrationRefused != "" {
+		v = migration.Verdict{Reason: migration.ReasonHotplugNotMigratable, Message: "cannot migrate: " + d.MigrationRefused}
+	}
 	if v.OK {
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, true, vmistatus.Reason(v.Reason), "")
 		return

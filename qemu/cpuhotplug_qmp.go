@@ -243,7 +243,7 @@ func (vm *VM) watchCPUUnplugs(events <-chan qmp.Event) {
 // (qemu/tcg_vcpus.go): ErrUnsafe, saying to restart the VM.
 func (vm *VM) MigrationSafe() error {
 	if tcgMigrateAfterUnplugRefused(vm.resolved.Accel, vm.cpuWasUnplugged()) {
-		return fmt.Errorf("%w: under tcg a migration started after a vcpu unplug can hang in setup for good: restart the VM to move it", ErrUnsafe)
+		return fmt.Errorf("%w: a vCPU was unplugged from this QEMU under TCG, where a migration can stay in setup for good (QEMU 10): restart the VM to move it", ErrUnsafe)
 	}
 	return nil
 }

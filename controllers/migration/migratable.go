@@ -16,9 +16,10 @@ const (
 	ReasonCPUModeNotMigratable   = "CPUModeLiveMigratable" // sic: KubeVirt's value
 	// ReasonHostDeviceNotMigratable never applies today: the API refuses host devices.
 	ReasonHostDeviceNotMigratable = "HostDeviceNotLiveMigratable"
-	// ReasonHotplugNotMigratable is vmlet's: an interface of a secondary network, which the
-	// agent hot-plugs into the running guest, cannot be reproduced on a target. (Hot-plugged
-	// disks migrate like the others: their claims decide.)
+	// ReasonHotplugNotMigratable is KubeVirt's name for a hot-plugged device that cannot
+	// move: in vmlet an interface of a secondary network, which the agent hot-plugs into the
+	// running guest and a target cannot reproduce, or (the agent's word, from the launcher) a
+	// vCPU unplugged under TCG. (Hot-plugged disks migrate like the others: their claims decide.)
 	ReasonHotplugNotMigratable = "HotplugNotLiveMigratable"
 	// ReasonMigratable is LiveMigratable=True's reason.
 	ReasonMigratable = "Migratable"

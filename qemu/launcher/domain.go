@@ -213,7 +213,10 @@ func (d *domain) snapshot() *pb.Domain {
 		out.Nics = append(out.Nics, n.ID)
 	}
 	out.LiveSpec = d.liveSpec()
-	out.Cpu, out.Memory = d.resources()
+	out.Cpu, out.Memory = d.resources() // first: it notes unplugs that completed unheard
+	if err := d.vm.MigrationSafe(); err != nil {
+		out.MigrationRefused = err.Error()
+	}
 	out.DhcpInterfaces, out.Leases = d.l.dhcp.snapshot()
 	out.ServesDhcp = true
 	d.mu.Lock()

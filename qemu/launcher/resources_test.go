@@ -234,6 +234,9 @@ func TestCPUMemoryHotplug(t *testing.T) {
 	}
 	waitPlugged(t, ctx, dst, dstRec, from, 0)
 	waitGuestMemTotal(t, ctx, dst, bootMem)
+	if r := mustDomain(t, dst).GetMigrationRefused(); r != "" {
+		t.Errorf("migration_refused before any unplug: %q", r)
+	}
 	switch {
 	case qemu.TCGUnplugCrashes(td.GetAccel(), td.GetQemuVersion()):
 		if _, err := dst.client.SetCPUs(ctx, 1); !isCode(err, "FailedPrecondition", launcher.ErrUnsafe) {
@@ -251,6 +254,10 @@ func TestCPUMemoryHotplug(t *testing.T) {
 			t.Fatalf("SetCPUs(1) on the target: cpu %v, %v", d.GetCpu(), err)
 		}
 		waitGuestCPUs(t, ctx, dst, 1)
+		// GetDomain says so before anyone asks (the agent's LiveMigratable reads it).
+		if r := mustDomain(t, dst).GetMigrationRefused(); (td.GetAccel() == "tcg") != strings.Contains(r, "restart the VM") {
+			t.Errorf("migration_refused after an unplug under %s: %q", td.GetAccel(), r)
+		}
 		if td.GetAccel() == "tcg" {
 			if _, err := dst.client.SetCPUs(ctx, 2); !isCode(err, "FailedPrecondition", launcher.ErrUnsafe) {
 				t.Errorf("SetCPUs(2) after an unplug under tcg: %v, want FailedPrecondition (unsafe)", err)

@@ -1481,9 +1481,13 @@ type Domain struct {
 	// users and filesystems are left out (GuestInfo answers them live). Unset before the first
 	// answer; kept when the agent goes (agent_connected says whether it is current). A change
 	// is an AgentEvent with guest_info_changed.
-	GuestInfo     *GuestInfoResponse `protobuf:"bytes,22,opt,name=guest_info,json=guestInfo,proto3" json:"guest_info,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GuestInfo *GuestInfoResponse `protobuf:"bytes,22,opt,name=guest_info,json=guestInfo,proto3" json:"guest_info,omitempty"`
+	// migration_refused says why an outgoing migration would be refused now (Migrate answers
+	// FailedPrecondition with it); empty when one may start. Set under TCG once a vCPU was
+	// unplugged in this QEMU's life (QEMU 10 can stay in the migration's setup for good).
+	MigrationRefused string `protobuf:"bytes,23,opt,name=migration_refused,json=migrationRefused,proto3" json:"migration_refused,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -1668,6 +1672,13 @@ func (x *Domain) GetGuestInfo() *GuestInfoResponse {
 		return x.GuestInfo
 	}
 	return nil
+}
+
+func (x *Domain) GetMigrationRefused() string {
+	if x != nil {
+		return x.MigrationRefused
+	}
+	return ""
 }
 
 // CPUStatus is the vCPU topology as QEMU reports it (query-cpus-fast / query-hotpluggable-cpus).
@@ -5941,7 +5952,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\xd6\x06\n" +
+	"\x10GetDomainRequest\"\x83\a\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -5967,7 +5978,8 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x03cpu\x18\x14 \x01(\v2\x1c.vmlet.launcher.v1.CPUStatusR\x03cpu\x127\n" +
 	"\x06memory\x18\x15 \x01(\v2\x1f.vmlet.launcher.v1.MemoryStatusR\x06memory\x12C\n" +
 	"\n" +
-	"guest_info\x18\x16 \x01(\v2$.vmlet.launcher.v1.GuestInfoResponseR\tguestInfo\"\x9d\x01\n" +
+	"guest_info\x18\x16 \x01(\v2$.vmlet.launcher.v1.GuestInfoResponseR\tguestInfo\x12+\n" +
+	"\x11migration_refused\x18\x17 \x01(\tR\x10migrationRefused\"\x9d\x01\n" +
 	"\tCPUStatus\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\x05R\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\x05R\x05cores\x12\x18\n" +

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -51,6 +52,11 @@ func BenchmarkCreateToRunning(b *testing.B) {
 			// As `vmlet local` runs (--cpu-weights on); VMLET_BENCH_CPU_WEIGHTS=0 measures
 			// without, in the same way as before the weights.
 			o.CPUWeights = os.Getenv("VMLET_BENCH_CPU_WEIGHTS") != "0" && cpuGroups != nil
+			if o.CPUWeights {
+				// The agent (this process), the API server and etcd in the system group, as
+				// `vmlet local` starts them.
+				joinGroup(b, cpuGroups.SystemPath())
+			}
 			a := startAgent(b, o)
 			defer a.stop(b)
 			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
@@ -71,6 +77,9 @@ func BenchmarkCreateToRunning(b *testing.B) {
 				report(b, "step-"+s, steps[s])
 			}
 			report(b, "paused-latency", pause)
+			for _, s := range pauseSteps {
+				report(b, s, steps[s])
+			}
 			report(b, pauseReconcile, steps[pauseReconcile])
 			report(b, pauseQueueWait, steps[pauseQueueWait])
 			if r := steps[pauseReconciles]; len(r) > 0 {
@@ -106,13 +115,13 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		b.Fatal(err)
 	}
 	defer w.Stop()
+	prefix := fmt.Sprintf("bench-%d-%d-", n, round)
+	seen := watchTimes(w, prefix)
 	created := map[string]time.Time{}
 	ready := map[string]time.Duration{}
-	readyAt := map[string]time.Time{}
 	uids := map[string]types.UID{}
 	paused := map[string]time.Duration{}
 	pausedAt := map[string]time.Time{}
-	prefix := fmt.Sprintf("bench-%d-%d-", n, round)
 	for i := 0; i < n; i++ {
 		v := newVMI(prefix + strconv.Itoa(i))
 		if guestMem != "" {
@@ -128,13 +137,10 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 			<-time.After(100 * time.Millisecond) // the scenario's arrival rate, not a wait for state
 		}
 	}
-	waitAll(ctx, b, w, prefix, func(v *vmletv1.VirtualMachineInstance) bool {
-		if _, done := ready[v.Name]; !done && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) {
-			readyAt[v.Name] = time.Now()
-			ready[v.Name] = readyAt[v.Name].Sub(created[v.Name])
-		}
-		return len(ready) == n
-	})
+	readyAt := seen.wait(ctx, b, "Ready", func(s *vmiTimes) map[string]time.Time { return s.ready }, n)
+	for name, at := range readyAt {
+		ready[name] = at.Sub(created[name])
+	}
 	cpu, rss = agentUsage(10 * time.Second)
 	// After the window: the agent traces its status write once the write returned, which can
 	// be after the client saw the status.
@@ -148,15 +154,17 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		setPausedB(ctx, b, name, true)
 		pausedAt[name] = time.Now()
 	}
-	waitAll(ctx, b, w, prefix, func(v *vmletv1.VirtualMachineInstance) bool {
-		if _, done := paused[v.Name]; !done && meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstancePaused) {
-			paused[v.Name] = time.Since(pausedAt[v.Name])
-		}
-		return len(paused) == n
-	})
+	for name, at := range seen.wait(ctx, b, "Paused", func(s *vmiTimes) map[string]time.Time { return s.paused }, n) {
+		paused[name] = at.Sub(pausedAt[name])
+	}
 	// Where the pauses went: the agent's reconciles in that phase (mean time, how many per
 	// VMI) and how long keys waited in its queue.
 	workMs, works, waitMs := readQueueStats(b).since(q0)
+	for name, uid := range uids {
+		for step, d := range tr.pauseBreakdown(uid, pausedAt[name], pausedAt[name].Add(paused[name])) {
+			steps[step] = append(steps[step], d)
+		}
+	}
 	steps[pauseReconcile] = append(steps[pauseReconcile], time.Duration(workMs*float64(time.Millisecond)))
 	steps[pauseQueueWait] = append(steps[pauseQueueWait], time.Duration(waitMs*float64(time.Millisecond)))
 	steps[pauseReconciles] = append(steps[pauseReconciles], time.Duration(float64(works)/float64(n)*float64(time.Millisecond)))
@@ -167,20 +175,7 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 			b.Fatal(err)
 		}
 	}
-	gone := 0
-	for gone < n {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				b.Fatal("watch closed")
-			}
-			if v, isVMI := ev.Object.(*vmletv1.VirtualMachineInstance); isVMI && ev.Type == watch.Deleted && strings.HasPrefix(v.Name, prefix) {
-				gone++
-			}
-		case <-ctx.Done():
-			b.Fatalf("VMIs not deleted: %v", ctx.Err())
-		}
-	}
+	seen.wait(ctx, b, "deleted", func(s *vmiTimes) map[string]time.Time { return s.gone }, n)
 	for _, d := range ready {
 		create = append(create, d)
 	}
@@ -188,6 +183,87 @@ func createRunPauseDelete(b *testing.B, wc client.WithWatch, n, round int, guest
 		pause = append(pause, d)
 	}
 	return create, pause, cpu, rss
+}
+
+// vmiTimes records, as the watch delivers them, when each VMI of a round was first seen Ready,
+// first seen Paused, and deleted. It reads the watch while the round sends its requests, so
+// that a time is when a client could see the change, not when the round's loop (creating VMIs
+// 100 ms apart, patching one after another) got round to reading it.
+type vmiTimes struct {
+	mu                  sync.Mutex
+	ready, paused, gone map[string]time.Time
+	changed             chan struct{} // a send after every change (buffered, never blocks)
+	closed              bool          // the watch ended
+}
+
+// watchTimes starts recording the events of w for VMIs whose name starts with prefix, until
+// w stops.
+func watchTimes(w watch.Interface, prefix string) *vmiTimes {
+	s := &vmiTimes{ready: map[string]time.Time{}, paused: map[string]time.Time{}, gone: map[string]time.Time{},
+		changed: make(chan struct{}, 1)}
+	note := func(m map[string]time.Time, name string, at time.Time) {
+		if _, ok := m[name]; !ok {
+			m[name] = at
+		}
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			at := time.Now()
+			v, isVMI := ev.Object.(*vmletv1.VirtualMachineInstance)
+			if !isVMI || !strings.HasPrefix(v.Name, prefix) {
+				continue
+			}
+			s.mu.Lock()
+			switch ev.Type {
+			case watch.Deleted:
+				note(s.gone, v.Name, at)
+			default:
+				if meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstanceReady) {
+					note(s.ready, v.Name, at)
+				}
+				if meta.IsStatusConditionTrue(v.Status.Conditions, vmletv1.VirtualMachineInstancePaused) {
+					note(s.paused, v.Name, at)
+				}
+			}
+			s.mu.Unlock()
+			s.kick()
+		}
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.kick()
+	}()
+	return s
+}
+
+func (s *vmiTimes) kick() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks until which(s) holds n VMIs and returns a copy of it.
+func (s *vmiTimes) wait(ctx context.Context, b *testing.B, what string, which func(*vmiTimes) map[string]time.Time, n int) map[string]time.Time {
+	for {
+		s.mu.Lock()
+		m, closed := which(s), s.closed
+		have := len(m)
+		if have >= n {
+			out := maps.Clone(m)
+			s.mu.Unlock()
+			return out
+		}
+		s.mu.Unlock()
+		if closed {
+			b.Fatalf("watch closed before %d VMIs were %s (%d were)", n, what, have)
+		}
+		select {
+		case <-s.changed:
+		case <-ctx.Done():
+			b.Fatalf("%d of %d VMIs %s: %v", have, n, what, ctx.Err())
+		}
+	}
 }
 
 func waitAll(ctx context.Context, b *testing.B, w watch.Interface, prefix string, done func(*vmletv1.VirtualMachineInstance) bool) {
@@ -318,6 +394,34 @@ func (t *startTrace) record(uid types.UID, step string, start, end time.Time) {
 	}
 	if _, ok := m[step]; !ok {
 		m[step] = [2]time.Time{start, end}
+	}
+}
+
+// pauseSteps are the parts of spec.paused → Paused that pauseBreakdown returns; they add up
+// to it.
+var pauseSteps = []string{"pause-api-to-rpc", "pause-rpc", "pause-rpc-to-write", "pause-status-write", "pause-agent-to-client"}
+
+// pauseBreakdown splits one VMI's spec.paused (the patch returned at asked) → Paused (the
+// client saw it at seen): the API server's watch delivering the change, the key's wait in the
+// agent's queue and the pass up to the launcher's Pause (observation, Sync), the Pause itself
+// (QMP stop), from its end to the status write (the wake-up and the pass that reports it), the
+// status write, the watch delivering it to the client. nil when the agent traced no pause.
+func (t *startTrace) pauseBreakdown(uid types.UID, asked, seen time.Time) map[string]time.Duration {
+	t.mu.Lock()
+	m := t.steps[uid]
+	t.mu.Unlock()
+	for _, s := range []string{controllers.TracePause, controllers.TraceStatusPaused} {
+		if _, ok := m[s]; !ok {
+			return nil
+		}
+	}
+	rpc, write := m[controllers.TracePause], m[controllers.TraceStatusPaused]
+	return map[string]time.Duration{
+		"pause-api-to-rpc":      rpc[0].Sub(asked),
+		"pause-rpc":             rpc[1].Sub(rpc[0]),
+		"pause-rpc-to-write":    write[0].Sub(rpc[1]),
+		"pause-status-write":    write[1].Sub(write[0]),
+		"pause-agent-to-client": seen.Sub(write[1]),
 	}
 }
 

@@ -109,6 +109,7 @@ func (r *VMIReconciler) stopOps() {
 	r.hotplugTracker().Stop()
 	r.placeTracker().Stop()
 	r.netTracker().Stop()
+	r.pauseTracker().Stop()
 	r.stopMigrations()
 }
 

@@ -106,8 +106,9 @@ type VMIReconciler struct {
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]
-	placeOps   *ops.Tracker[types.UID, struct{}] // vCPU placements (cpu_place.go)
-	netOps     *ops.Tracker[types.UID, struct{}] // early network attaches (network_early.go)
+	placeOps   *ops.Tracker[types.UID, struct{}]    // vCPU placements (cpu_place.go)
+	netOps     *ops.Tracker[types.UID, struct{}]    // early network attaches (network_early.go)
+	pauseOps   *ops.Tracker[types.UID, DomainState] // run-state changes (pause.go)
 	// migs are the migrations this agent drives, by vmi (migration_run.go).
 	migs map[types.UID]*migrationRun
 }
@@ -234,6 +235,9 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		uerr := r.Client.Status().Update(ctx, vmi)
 		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
 			r.trace(vmi.UID, TraceStatusRunning, t0)
+		}
+		if uerr == nil && !pausedCondition(before) && pausedCondition(&vmi.Status) {
+			r.trace(vmi.UID, TraceStatusPaused, t0)
 		}
 		if uerr == nil && before.Phase != vmi.Status.Phase {
 			vmimetrics.ObservePhaseTransition(before.Phase, vmi)
@@ -471,6 +475,7 @@ func (r *VMIReconciler) finalize(ctx context.Context, vmi *vmletv1.VirtualMachin
 func (r *VMIReconciler) teardown(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) error {
 	r.forgetRun(vmi.UID)
 	r.placeTracker().Forget(vmi.UID) // no cgroup write races the removal
+	r.pauseTracker().Forget(vmi.UID)
 	r.disconnect(vmi.UID)
 	if err := r.Runtime.Remove(ctx, string(vmi.UID)); err != nil {
 		return fmt.Errorf("remove launcher: %w", err)

@@ -232,7 +232,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 			return ctrl.Result{}, fmt.Errorf("get domain: %w", err)
 		}
 	}
-	if dom, err = r.reconcilePause(ctx, vmi, l, dom); err != nil {
+	if dom, err = r.reconcilePause(vmi, l, dom); err != nil {
 		// Say so on the VMI, not only in an Event: a hung QEMU (its QMP unanswered) leaves
 		// the domain short of the spec until it answers again.
 		vmistatus.NotSynchronized(vmi, vmistatus.ReasonSyncFailed, err.Error())
@@ -273,27 +273,6 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		return ctrl.Result{RequeueAfter: unplugRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: again}, hotErr
-}
-
-// reconcilePause makes the domain's run state match spec.paused.
-func (r *VMIReconciler) reconcilePause(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, dom DomainState) (DomainState, error) {
-	switch {
-	case vmi.Spec.Paused && dom.State == DomainRunning:
-		d, err := l.Pause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("pause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonPaused), "Pause", "guest vCPUs stopped (spec.paused)")
-		return d, nil
-	case !vmi.Spec.Paused && dom.State == DomainPaused:
-		d, err := l.Unpause(ctx)
-		if err != nil {
-			return dom, fmt.Errorf("unpause: %w", err)
-		}
-		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonResumed), "Unpause", "guest vCPUs resumed (spec.paused=false)")
-		return d, nil
-	}
-	return dom, nil
 }
 
 // launcherDisks are the block devices the VMI's disks open (block claims, ephemeral overlays'

@@ -116,6 +116,19 @@ func (t *Tracker[K, V]) Forget(key K) {
 	}
 }
 
+// Take returns key's outcome if its operation has ended, and forgets it; an operation still
+// running is left alone (false), as is a key with none.
+func (t *Tracker[K, V]) Take(key K) (Outcome[V], bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.ops[key]
+	if !ok || o.out.State != Done {
+		return Outcome[V]{}, false
+	}
+	delete(t.ops, key)
+	return o.out, true
+}
+
 // ForgetFunc is Forget for every key pred accepts.
 func (t *Tracker[K, V]) ForgetFunc(pred func(K) bool) {
 	t.mu.Lock()

@@ -197,3 +197,41 @@ func TestForgetFunc(t *testing.T) {
 		t.Fatalf("Running() = %d after forgetting vm1's, want 1 (vm2's)", n)
 	}
 }
+
+// TestTake: an ended operation's outcome is handed over once and forgotten (the next Ensure
+// of the same identity runs again); a running one, or none, is not taken.
+func TestTake(t *testing.T) {
+	w := make(wakes, 4)
+	tr := New[string, int](0, w.wake)
+	defer tr.Stop()
+	if _, ok := tr.Take("a"); ok {
+		t.Fatal("Take of a key with no operation: ok")
+	}
+	release := make(chan struct{})
+	var runs atomic.Int32
+	fn := func(context.Context) (int, error) {
+		runs.Add(1)
+		<-release
+		return 7, nil
+	}
+	tr.Ensure("a", "v1", fn)
+	if _, ok := tr.Take("a"); ok {
+		t.Fatal("Take of a running operation: ok")
+	}
+	close(release)
+	w.next(t)
+	o, ok := tr.Take("a")
+	if !ok || o.State != Done || o.Value != 7 || o.Err != nil {
+		t.Fatalf("Take after the end: %+v %v, want Done 7", o, ok)
+	}
+	if _, ok := tr.Take("a"); ok {
+		t.Fatal("second Take: ok, want the outcome forgotten")
+	}
+	if o := tr.Ensure("a", "v1", fn); o.State != Running {
+		t.Fatalf("Ensure after Take: %+v, want a new run", o)
+	}
+	w.next(t)
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d runs, want 2", n)
+	}
+}

@@ -117,6 +117,7 @@ type launcherConn struct {
 	l      Launcher
 	cancel context.CancelFunc
 	done   chan struct{}
+	synced string // the last Sync this launcher accepted for a running domain (sync.go); r.mu
 }
 
 // SetupWithManager registers the reconciler: it watches VMIs on this node and launcher events.

@@ -215,7 +215,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 		translate.PinBoot(vmi, spec)
 	}
 	t0 = time.Now()
-	if err := l.Sync(ctx, spec, netns); err != nil {
+	if err := r.sync(ctx, vmi.UID, l, dom, spec, netns); err != nil {
 		if starting && r.startRefused(vmi.UID, err) {
 			r.fail(vmi, vmistatus.ReasonStartRefused, fmt.Sprintf("QEMU refused to start the domain %d times: %v", maxStartAttempts, err))
 			return ctrl.Result{}, nil

@@ -1,6 +1,7 @@
 // Package ops runs the node agent's long operations (image pulls and storage preparation,
-// vCPU placement, early network attaches, pause and unpause) outside reconciles and remembers their outcome, so that a reconcile returns in
-// milliseconds and one slow VMI never holds a worker that another VMI needs.
+// vCPU placement, early network attaches, pause and unpause) outside reconciles and remembers
+// their outcome, so that a reconcile returns in milliseconds and one slow VMI never holds a
+// worker that another VMI needs.
 //
 // A reconcile asks a Tracker for the operation of a key (a VMI) with an identity (a hash of
 // what the operation is given): the first ask starts it in its own goroutine and says Running;

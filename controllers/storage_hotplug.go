@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/backoff"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
@@ -90,20 +92,24 @@ type volumeState struct {
 
 // reconcileHotplug makes the running domain's hotplugged disks match the VMI's hotpluggable
 // volumes (want.HotplugVolumes): it prepares and attaches the missing ones and detaches disks whose volume is gone
-// from the spec. A volume that fails is reported in its status; the others go on.
-func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, spec *qemu.Spec) (map[string]volumeState, error) {
+// from the spec. A volume that fails is reported in its status; the others go on. A volume
+// whose storage could not be made (no space on the node, a claim folder not there) is tried
+// again after a back-off (the image pulls' one: 10 s doubling to 5 min by default), which the
+// returned duration asks the caller to wake for: nothing else may happen to the VMI meanwhile.
+func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired, spec *qemu.Spec) (map[string]volumeState, time.Duration, error) {
 	states := map[string]volumeState{}
 	hp, ok := l.(DiskHotplugger)
 	if !ok {
 		for _, hv := range want.HotplugVolumes {
 			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonHotplugUnsupported, "this node's launchers cannot hotplug disks"}
 		}
-		return states, nil
+		return states, 0, nil
 	}
 	attached, err := hp.AttachedDisks(ctx)
 	if err != nil {
-		return states, err
+		return states, 0, err
 	}
+	var retry time.Duration
 	isAttached := map[string]bool{}
 	for _, id := range attached {
 		isAttached[id] = true
@@ -123,15 +129,24 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		for _, d := range hv.Plan.Disks {
 			keep[d.ID] = true
 		}
+		k := hotKey{vmi.UID, hv.Name}
+		if e, waiting := r.hotBackoff().Waiting(k); waiting {
+			retry = soonest(retry, time.Until(e.Next))
+			continue // its status says why (kept)
+		}
 		res, err := r.prepareHotplugVolume(vmi.UID, hv)
 		if errors.Is(err, errStoragePreparing) {
 			states[hv.Name] = volumeState{phase: vmletv1.VolumePending} // its end wakes the VMI
 			continue
 		}
 		if err != nil {
-			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.Reason(storage.Reason(err)), err.Error()}
+			e := r.hotBackoff().Failed(k, err.Error())
+			retry = soonest(retry, e.Delay)
+			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.Reason(storage.Reason(err)),
+				fmt.Sprintf("%v; next try in %s (at %s)", err, e.Delay, e.Next.UTC().Format("15:04:05Z"))}
 			continue
 		}
+		r.hotBackoff().Reset(k)
 		d := res.Disks[0]
 		keep[d.ID] = true
 		if !isAttached[d.ID] {
@@ -153,6 +168,11 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		}
 		states[hv.Name] = volumeState{phase: vmletv1.VolumeReady}
 	}
+	inSpec := map[string]bool{}
+	for _, hv := range want.HotplugVolumes {
+		inSpec[hv.Name] = true
+	}
+	r.hotBackoff().DeleteFunc(func(k hotKey) bool { return k.uid == vmi.UID && !inSpec[k.volume] }) // added again later: tried at once
 	for _, id := range attached {
 		if keep[id] {
 			continue
@@ -170,7 +190,18 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 		}
 		r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonVolumeDetached), "Unplug", "disk %s detached (its volume left the spec)", id)
 	}
-	return states, errors.Join(errs...)
+	return states, retry, errors.Join(errs...)
+}
+
+// hotBackoff is the node's back-off of hotpluggable volumes whose storage failed, made on
+// first use.
+func (r *VMIReconciler) hotBackoff() *backoff.Backoff[hotKey] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hotRetries == nil {
+		r.hotRetries = backoff.New[hotKey](r.Storage.PullBackOff, r.Storage.PullBackOffMax, nil)
+	}
+	return r.hotRetries
 }
 
 // setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready

@@ -101,6 +101,7 @@ func (r *VMIReconciler) prepareStorage(uid types.UID, plan *storage.VMPlan) (*st
 func (r *VMIReconciler) forgetStorage(uid types.UID) {
 	r.storageTracker().Forget(uid)
 	r.hotplugTracker().ForgetFunc(func(k hotKey) bool { return k.uid == uid })
+	r.hotBackoff().DeleteFunc(func(k hotKey) bool { return k.uid == uid })
 }
 
 // stopOps stops every operation (the agent is stopping).

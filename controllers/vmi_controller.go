@@ -103,6 +103,8 @@ type VMIReconciler struct {
 	wakeup  chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
 	ready   *readyWatch // nil: poll starting launchers
 	pulls   *backoff.Backoff[pullKey]
+	// hotRetries holds back hotpluggable volumes whose storage failed (storage_hotplug.go).
+	hotRetries *backoff.Backoff[hotKey]
 	// storageOps prepares each VMI's storage outside its reconciles (storage_ops.go).
 	storageOps *ops.Tracker[types.UID, *storage.Result]
 	hotplugOps *ops.Tracker[hotKey, *storage.Result]

@@ -252,13 +252,15 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState
 	var hotErr error
+	var hotAgain time.Duration
 	switch {
 	case dom.State == DomainRunning && roleOf(vmi, r.NodeName) == roleSource:
 		hot = holdHotplug(vmi) // the layout is published (or about to be): no device changes
 	case dom.State == DomainRunning:
-		hot, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
+		hot, hotAgain, hotErr = r.reconcileHotplug(ctx, vmi, l, o.want, spec)
 	}
 	again, resErr := r.reconcileResources(ctx, vmi, l, dom, spec)
+	again = soonest(again, hotAgain)
 	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, statusClaims(vmi, o.claims, o.nodeClaims))
 	setMigratable(vmi, dom) // again: judged by the volume status just written (a new volume's claim)

@@ -348,6 +348,7 @@ func (r *VMIReconciler) gone(ctx context.Context, key types.NamespacedName) erro
 	}
 	r.mu.Lock()
 	delete(r.keys, uid)
+	delete(r.wrote, uid)
 	r.mu.Unlock()
 	return nil
 }

@@ -98,6 +98,7 @@ type VMIReconciler struct {
 	mu    sync.Mutex
 	conns map[types.UID]*launcherConn
 	keys  map[types.UID]types.NamespacedName // for wake-ups by launcher id
+	wrote map[types.UID]string               // the agent's last status write, by VMI (echo.go)
 	// refused counts the starts QEMU refused, by VMI (start_refused.go).
 	refused map[types.UID]int
 	wakeup  chan event.TypedGenericEvent[*vmletv1.VirtualMachineInstance]
@@ -151,12 +152,12 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("vmi-node").
-		For(&vmletv1.VirtualMachineInstance{}, builder.WithPredicates(onNode)).
+		For(&vmletv1.VirtualMachineInstance{}, builder.WithPredicates(onNode, r.notOwnEcho())).
 		WatchesRawSource(source.Channel(r.wakeup, &handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{}))
 	for _, c := range r.VMICaches {
 		b = b.WatchesRawSource(source.Kind(c, &vmletv1.VirtualMachineInstance{},
 			&handler.TypedEnqueueRequestForObject[*vmletv1.VirtualMachineInstance]{},
-			predicate.NewTypedPredicateFuncs(here)))
+			predicate.NewTypedPredicateFuncs(here), r.notOwnEchoTyped()))
 	}
 	return b.
 		// Different VMIs reconcile in parallel (one VMI never does): a slow image pull or a
@@ -236,6 +237,9 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if !equality.Semantic.DeepEqual(before, &vmi.Status) {
 		t0 := time.Now()
 		uerr := r.Client.Status().Update(ctx, vmi)
+		if uerr == nil {
+			r.wroteStatus(vmi)
+		}
 		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
 			r.trace(vmi.UID, TraceStatusRunning, t0)
 		}

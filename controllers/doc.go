@@ -5,7 +5,11 @@
 //     a LauncherRuntime: process in local mode, podruntime in a cluster; reached over gRPC,
 //     woken by readyWatch and launcher events) and writes the observed domain state back into
 //     status once per pass. It refuses unsupported KubeVirt annotations (hook sidecars) and
-//     keeps its finalizer until the node-local state is torn down.
+//     keeps its finalizer until the node-local state is torn down. Anything slow runs as a
+//     tracked operation (subpackage ops) whose end wakes the VMI: storage, vCPU placement,
+//     early network attaches, pause and unpause (pause.go). A running domain's Sync is asked
+//     once per spec and QEMU (sync.go); the echo of the agent's own status write makes no
+//     pass (echo.go).
 //   - Translation is subpackage translate (pure, table-tested): each reconcile pass turns the
 //     VMI into one translate.Desired (domain spec, storage plan, network spec, hotplug sets)
 //     and hands it to the storage, network and hotplug steps.

@@ -63,9 +63,7 @@ func (e *PullBackOffError) Message() string {
 	return fmt.Sprintf("Back-off pulling image %q: %s: %s", e.Image, e.wait(), e.Cause)
 }
 
-func (e *PullBackOffError) wait() string {
-	return fmt.Sprintf("next try in %s (at %s)", e.Delay, e.Next.UTC().Format("15:04:05Z"))
-}
+func (e *PullBackOffError) wait() string { return e.NextTry() }
 
 func (e *PullBackOffError) Unwrap() error { return e.Err }
 
@@ -81,13 +79,17 @@ func (e *PullBackOffError) Reason() vmistatus.Reason {
 }
 
 // pullBackOff is the node's back-off of failed image pulls, made on first use.
-func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] {
+func (r *VMIReconciler) pullBackOff() *backoff.Backoff[pullKey] { return lazyBackoff(r, &r.pulls) }
+
+// lazyBackoff returns *b, made on its first use with the storage's back-off (the kubelet's
+// image pull one by default), as lazyTracker makes trackers.
+func lazyBackoff[K comparable](r *VMIReconciler, b **backoff.Backoff[K]) *backoff.Backoff[K] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pulls == nil {
-		r.pulls = backoff.New[pullKey](r.Storage.PullBackOff, r.Storage.PullBackOffMax, nil)
+	if *b == nil {
+		*b = backoff.New[K](r.Storage.PullBackOff, r.Storage.PullBackOffMax, nil)
 	}
-	return r.pulls
+	return *b
 }
 
 // applyStorage returns the spec to start with once the files of the boot-time volumes and the

@@ -143,7 +143,7 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 			e := r.hotBackoff().Failed(k, err.Error())
 			retry = soonest(retry, e.Delay)
 			states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.Reason(storage.Reason(err)),
-				fmt.Sprintf("%v; next try in %s (at %s)", err, e.Delay, e.Next.UTC().Format("15:04:05Z"))}
+				fmt.Sprintf("%v; %s", err, e.NextTry())}
 			continue
 		}
 		r.hotBackoff().Reset(k)
@@ -195,14 +195,7 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 
 // hotBackoff is the node's back-off of hotpluggable volumes whose storage failed, made on
 // first use.
-func (r *VMIReconciler) hotBackoff() *backoff.Backoff[hotKey] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.hotRetries == nil {
-		r.hotRetries = backoff.New[hotKey](r.Storage.PullBackOff, r.Storage.PullBackOffMax, nil)
-	}
-	return r.hotRetries
-}
+func (r *VMIReconciler) hotBackoff() *backoff.Backoff[hotKey] { return lazyBackoff(r, &r.hotRetries) }
 
 // setVolumeStatus writes status.volumeStatus in spec order. Volumes attached at boot are Ready
 // while the domain runs; hotpluggable ones get their state from this reconcile (hot), or keep

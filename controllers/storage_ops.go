@@ -116,9 +116,19 @@ func (r *VMIReconciler) stopOps() {
 
 // planID identifies a storage plan: the same plan prepared twice gives the same files.
 func planID(p *storage.VMPlan) (string, error) {
-	b, err := json.Marshal(p)
+	id, err := jsonHash(p)
 	if err != nil {
 		return "", fmt.Errorf("hash storage plan: %w", err)
+	}
+	return id, nil
+}
+
+// jsonHash identifies v by the SHA-256 of its JSON (maps in key order): equal values, equal
+// hashes. An operation's identity, or what a launcher accepted (sync.go).
+func jsonHash(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil

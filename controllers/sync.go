@@ -2,9 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -21,12 +18,11 @@ import (
 func (r *VMIReconciler) sync(ctx context.Context, uid types.UID, l Launcher, dom DomainState, spec *qemu.Spec, netns map[string]string) error {
 	key := ""
 	if dom.State != DomainNone && dom.Pid != 0 {
-		if b, err := json.Marshal(struct {
+		if h, err := jsonHash(struct {
 			Spec  *qemu.Spec
 			NetNS map[string]string
 		}{spec, netns}); err == nil {
-			sum := sha256.Sum256(b)
-			key = strconv.Itoa(dom.Pid) + "/" + hex.EncodeToString(sum[:])
+			key = strconv.Itoa(dom.Pid) + "/" + h
 		}
 	}
 	if key != "" && r.syncedAs(uid) == key {

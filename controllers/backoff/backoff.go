@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,6 +37,11 @@ type Entry struct {
 	Cause string
 	Delay time.Duration
 	Next  time.Time
+}
+
+// NextTry says when the wait ends, for messages: "next try in 10s (at 15:04:05Z)".
+func (e Entry) NextTry() string {
+	return fmt.Sprintf("next try in %s (at %s)", e.Delay, e.Next.UTC().Format("15:04:05Z"))
 }
 
 // New makes a Backoff; initial or maxWait ≤ 0 take the kubelet's defaults, and the maximum is

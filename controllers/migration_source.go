@@ -249,8 +249,10 @@ func (r *VMIReconciler) sourceAdopt(ctx context.Context, vmi *vmletv1.VirtualMac
 		})
 		return ctrl.Result{}, true, nil
 	}
-	if strings.HasPrefix(mst.Status, "postcopy") {
-		// The guest ran on the target, its stream went with the old agent's relay: lost.
+	if strings.HasPrefix(mst.Status, "postcopy") || vmi.Status.MigrationState.Mode == vmletv1.MigrationPostCopy {
+		// The guest ran on the target, its stream went with the old agent's relay: lost. So
+		// too when the old agent had asked for the switch and QEMU failed before it reported
+		// post-copy (the source's guest was stopped for it: postcopyLost).
 		return ctrl.Result{}, true, r.postcopyFailed(ctx, vmi, "the source node agent restarted during post-copy (QEMU's migration was "+mst.Status+")")
 	}
 	if mst.Status != "failed" && mst.Status != "cancelled" && mst.Status != "none" {

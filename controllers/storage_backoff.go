@@ -156,7 +156,8 @@ func (r *VMIReconciler) storageDegraded(vmi *vmletv1.VirtualMachineInstance, dom
 // waitForImage reports a pull in back-off, as the kubelet reports a container's: a VMI not
 // started yet is Scheduled; Synchronized=False with the failed try's reason (ErrImagePull for
 // most) and one Warning event per try, then ImagePullBackOff while waiting, the next try's
-// time and the cause in the message. The VMI is requeued for the next try.
+// time and the cause in the message. The VMI is requeued at once after a failed try (to say
+// it waits) and then for the next try.
 func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *PullBackOffError) ctrl.Result {
 	if vmi.Status.Phase == "" || vmi.Status.Phase == vmletv1.Pending {
 		vmistatus.SetPhase(vmi, vmletv1.Scheduled)
@@ -172,6 +173,11 @@ func (r *VMIReconciler) waitForImage(vmi *vmletv1.VirtualMachineInstance, pb *Pu
 	vmistatus.NotSynchronized(vmi, reason, pb.Message())
 	if vmi.Status.Phase == vmletv1.Scheduled { // not running yet: say why it is not Ready either
 		vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceReady, false, reason, pb.Message())
+	}
+	if pb.Err != nil {
+		// The failed try is written; the next pass (the echo of this write makes none) says
+		// the VMI waits (ImagePullBackOff), as the kubelet follows ErrImagePull with it.
+		return ctrl.Result{RequeueAfter: time.Millisecond}
 	}
 	return ctrl.Result{RequeueAfter: max(time.Until(pb.Next), time.Millisecond)}
 }

@@ -238,7 +238,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		t0 := time.Now()
 		uerr := r.Client.Status().Update(ctx, vmi)
 		if uerr == nil {
-			r.wroteStatus(vmi)
+			r.wroteStatus(before.Phase, vmi)
 		}
 		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
 			r.trace(vmi.UID, TraceStatusRunning, t0)

@@ -17,20 +17,22 @@ import (
 // a pause. Only this agent's writes are skipped: the cluster controller's and other nodes'
 // agents' (a migration's other side) are not its own.
 //
-// Two kinds of write still get their next pass: one that changed the phase (Reconcile does
-// not remember it, so its echo is a pass as any other: the phase decides the step, a final
-// one the teardown), and one whose pass leaves a step for the next (a failed image pull is
-// followed by the wait, ImagePullBackOff): that pass requeues the VMI itself.
+// Two kinds of write still get their next pass: one that changed the phase or this node's
+// migration role (Reconcile does not remember it, so its echo is a pass as any other: they
+// decide the step; a final phase the teardown, a completed migration the source's cleanup),
+// and one whose pass leaves a step for the next (a failed image pull is followed by the wait,
+// ImagePullBackOff): that pass requeues the VMI itself.
 
 // wroteStatus remembers vmi's resourceVersion after this agent's status write, unless the
-// write changed the phase (from was the phase before): that echo makes a pass.
-func (r *VMIReconciler) wroteStatus(from vmletv1.VirtualMachineInstancePhase, vmi *vmletv1.VirtualMachineInstance) {
+// write changed the step (newStep: the phase, or this node's migration role): that echo makes
+// a pass.
+func (r *VMIReconciler) wroteStatus(vmi *vmletv1.VirtualMachineInstance, newStep bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.wrote == nil {
 		r.wrote = map[types.UID]string{}
 	}
-	if from != vmi.Status.Phase {
+	if newStep {
 		delete(r.wrote, vmi.UID)
 		return
 	}

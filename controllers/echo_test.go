@@ -11,7 +11,8 @@ import (
 
 // TestEchoFilter: the update event carrying exactly the object of the agent's last status
 // write makes no pass; any other version (another writer's), and the echo of a write that
-// changed the phase (the phase decides the next step, a final one the teardown), do.
+// changed the step (the phase or the migration role: a final phase is followed by the
+// teardown), do.
 func TestEchoFilter(t *testing.T) {
 	r := &VMIReconciler{}
 	p := r.notOwnEcho()
@@ -25,16 +26,16 @@ func TestEchoFilter(t *testing.T) {
 	if !passes(vmi("5", vmletv1.Running)) {
 		t.Error("an update before any write of the agent made no pass")
 	}
-	r.wroteStatus(vmletv1.Running, vmi("6", vmletv1.Running))
+	r.wroteStatus(vmi("6", vmletv1.Running), false)
 	if passes(vmi("6", vmletv1.Running)) {
 		t.Error("the echo of the agent's own write made a pass")
 	}
 	if !passes(vmi("7", vmletv1.Running)) {
 		t.Error("another writer's update made no pass")
 	}
-	r.wroteStatus(vmletv1.Running, vmi("8", vmletv1.Failed))
+	r.wroteStatus(vmi("8", vmletv1.Failed), true)
 	if !passes(vmi("8", vmletv1.Failed)) {
-		t.Error("the echo of a write that changed the phase made no pass (no teardown)")
+		t.Error("the echo of a write that changed the step made no pass (no teardown)")
 	}
 	if !passes(vmi("6", vmletv1.Running)) {
 		t.Error("an earlier write is still remembered after a phase change")

@@ -121,6 +121,8 @@ type launcherConn struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	synced string // the last Sync this launcher accepted for a running domain (sync.go); r.mu
+	// memAsked is when the virtio-mem size was last asked of this launcher (resource_hotplug.go); r.mu
+	memAsked time.Time
 }
 
 // SetupWithManager registers the reconciler: it watches VMIs on this node and launcher events.
@@ -218,7 +220,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if !seen {
 		r.trace(vmi.UID, TraceFirstReconcile, time.Now())
 	}
-	before := vmi.Status.DeepCopy()
+	before, roleBefore := vmi.Status.DeepCopy(), roleOf(vmi, r.NodeName)
 	res, err = r.reconcile(ctx, vmi)
 	if apierrors.IsConflict(err) {
 		// A write raced another writer of the VMI (e.g. the finalizer patch, guarded by the
@@ -238,7 +240,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		t0 := time.Now()
 		uerr := r.Client.Status().Update(ctx, vmi)
 		if uerr == nil {
-			r.wroteStatus(before.Phase, vmi)
+			r.wroteStatus(vmi, before.Phase != vmi.Status.Phase || roleOf(vmi, r.NodeName) != roleBefore)
 		}
 		if uerr == nil && before.Phase != vmletv1.Running && vmi.Status.Phase == vmletv1.Running {
 			r.trace(vmi.UID, TraceStatusRunning, t0)

@@ -260,3 +260,30 @@ func mapIDs(t *testing.T, id ebpf.ProgramID) []ebpf.MapID {
 	ids, _ := info.MapIDs()
 	return ids
 }
+
+// kvmNode is the device node the tests grant and deny, KVM's (misc 10:232), and the errno an
+// open of it gives once the filter allows it: /dev/kvm and 0 where the kvm module made it;
+// else a node of that number made in /dev for the test (removed after it) and ENODEV, as no
+// driver serves the number. The cgroup's device check comes before the driver, so a denied
+// open is EPERM either way.
+func kvmNode(t testing.TB) (string, unix.Errno) {
+	t.Helper()
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		return "/dev/kvm", 0
+	}
+	path := fmt.Sprintf("/dev/vmlet-test-kvm-%d", os.Getpid())
+	if err := unix.Mknod(path, unix.S_IFCHR|0o600, int(unix.Mkdev(MiscMajor, KVMMinor))); err != nil && !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("make a node for misc %d:%d: %v", MiscMajor, KVMMinor, err)
+	}
+	t.Cleanup(func() { _ = os.Remove(path) })
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		return path, 0 // served after all (the module loaded on demand)
+	}
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		t.Fatal(err)
+	}
+	return path, errno
+}

@@ -33,13 +33,14 @@ func attachStandIn(t *testing.T, cgroupPath, name string, rules []Rule) ebpf.Pro
 // on it; ReplaceKeeping swaps it for ours; runc's rules still hold, our rules and grants work,
 // and exactly one program remains.
 func TestReplaceKeepingRunc(t *testing.T) {
+	kvmDev, kvmOK := kvmNode(t)
 	cg := newTestCgroup(t)
 	loop, lmaj, lmin := loopDevice(t)
 	runcID := attachStandIn(t, cg.Path, "runc_standin", RuncDefaultRules())
 	c := startChild(t, cg)
 	dir := t.TempDir()
 	expect(t, "runc: null", c.open("/dev/null", "rw"), 0)
-	expect(t, "runc: kvm", c.open("/dev/kvm", "rw"), unix.EPERM)
+	expect(t, "runc: kvm", c.open(kvmDev, "rw"), unix.EPERM)
 
 	_, err := Attach(cg.Path, Baseline(BaselineOptions{KVM: true}))
 	if !errors.Is(err, ErrForeignProgram) {
@@ -48,7 +49,7 @@ func TestReplaceKeepingRunc(t *testing.T) {
 	if id := onlyProgram(t, cg.Path); id != runcID {
 		t.Fatalf("failed Attach changed the cgroup: program %d, want %d", id, runcID)
 	}
-	expect(t, "after refused attach: kvm", c.open("/dev/kvm", "rw"), unix.EPERM)
+	expect(t, "after refused attach: kvm", c.open(kvmDev, "rw"), unix.EPERM)
 
 	f, err := ReplaceKeeping(cg.Path, RuncDefaultRules(), []Rule{Allow(CharDevice, MiscMajor, KVMMinor, ReadWrite)})
 	must(t, err)
@@ -67,7 +68,7 @@ func TestReplaceKeepingRunc(t *testing.T) {
 		{"runc rule: tun", c.open("/dev/net/tun", "rw"), 0},
 		{"runc rule: mknod any char", c.mknod(filepath.Join(dir, "n1"), "c", 1, 3), 0},
 		{"runc rule: mknod any block", c.mknod(filepath.Join(dir, "n2"), "b", lmaj, lmin), 0},
-		{"our rule: kvm", c.open("/dev/kvm", "rw"), 0},
+		{"our rule: kvm", c.open(kvmDev, "rw"), kvmOK},
 		{"neither: loop", c.open(loop, "r"), unix.EPERM},
 	} {
 		expect(t, tc.what, tc.got, tc.want)
@@ -91,6 +92,7 @@ func TestReplaceKeepingRunc(t *testing.T) {
 // TestReplaceKeepingRemovesExtras: with two foreign programs (runc's and systemd's, say), one is
 // replaced and the other detached: exactly one program remains.
 func TestReplaceKeepingRemovesExtras(t *testing.T) {
+	kvmDev, _ := kvmNode(t)
 	cg := newTestCgroup(t)
 	attachStandIn(t, cg.Path, "runc_standin", RuncDefaultRules())
 	attachStandIn(t, cg.Path, "other_standin", []Rule{Allow(AllDevices, Wildcard, Wildcard, All)})
@@ -107,5 +109,5 @@ func TestReplaceKeepingRemovesExtras(t *testing.T) {
 	}
 	c := startChild(t, cg)
 	expect(t, "null", c.open("/dev/null", "rw"), 0)
-	expect(t, "kvm", c.open("/dev/kvm", "rw"), unix.EPERM)
+	expect(t, "kvm", c.open(kvmDev, "rw"), unix.EPERM)
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
@@ -54,11 +55,39 @@ func (g *grpcLauncher) SetMemory(ctx context.Context, requestedMiB int) (DomainS
 
 // hotChangeGiveUp is how long a change may wait on the guest (a vCPU it does not release,
 // memory its virtio-mem driver does not unplug) before the condition turns False with the
-// reason; the agent keeps asking after that.
+// reason; the agent keeps watching after that (and asks again for memory, memoryReask).
 const hotChangeGiveUp = 60 * time.Second
 
 // hotChangeRetry is how often a pending change is looked at when no launcher event came.
 const hotChangeRetry = 2 * time.Second
+
+// memoryReask is how often a memory change the guest has not completed is asked again. QEMU
+// tells the guest again even when the size did not change, and Linux's virtio-mem driver then
+// tries at once; left alone, it retries memory it could not unplug (pages briefly pinned)
+// after a back-off that doubles up to 5 minutes.
+const memoryReask = 10 * time.Second
+
+// memoryAskDue reports whether the VMI's memory size is to be asked of its launcher again
+// (memoryReask since the last ask over this connection) and, if so, records the ask now.
+func (r *VMIReconciler) memoryAskDue(uid types.UID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.conns[uid]
+	if c == nil || now.Sub(c.memAsked) < memoryReask {
+		return false
+	}
+	c.memAsked = now
+	return true
+}
+
+// memoryAsked records an ask of the VMI's memory size over its launcher connection.
+func (r *VMIReconciler) memoryAsked(uid types.UID, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.conns[uid]; c != nil {
+		c.memAsked = now
+	}
+}
 
 // refused reports whether a launcher error is its final answer to this request (out of range,
 // no hotplug in the domain, not implemented), not a transient failure worth retrying.
@@ -251,6 +280,7 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 		}
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("changing the hotplugged memory from %dMi to %dMi", m.RequestedBytes>>20, want>>20))
 		d, err := hp.SetMemory(ctx, int(want>>20))
+		r.memoryAsked(vmi.UID, time.Now())
 		if refused(err) {
 			r.hotRefused(vmi, cond, vmistatus.ReasonHotplugRefused, refusalMessage(err))
 			return 0, nil
@@ -278,6 +308,17 @@ func (r *VMIReconciler) reconcileMemory(ctx context.Context, vmi *vmletv1.Virtua
 	if !act {
 		vmistatus.SetCondition(vmi, cond, true, vmistatus.ReasonHotplugInProgress, fmt.Sprintf("%dMi hotplugged, %dMi asked: applied once the guest runs here", m.PluggedBytes>>20, want>>20))
 		return 0, nil
+	}
+	if m.RequestedBytes == want && r.memoryAskDue(vmi.UID, time.Now()) {
+		// Asked again (no event: nothing new asked); the launcher's answer is the latest word.
+		d, err := hp.SetMemory(ctx, int(want>>20))
+		if err != nil {
+			return 0, err
+		}
+		if d.Memory != nil {
+			m = d.Memory
+			vmi.Status.Memory.GuestCurrent = resource.NewQuantity(boot+m.PluggedBytes, resource.BinarySI)
+		}
 	}
 	msg := fmt.Sprintf("the guest's virtio-mem driver has plugged %dMi of the %dMi asked", m.PluggedBytes>>20, m.RequestedBytes>>20)
 	return r.hotPending(vmi, cond, vmistatus.ReasonMemoryPlugPending, vmistatus.ReasonMemoryChangeIncomplete, msg), nil

@@ -141,10 +141,11 @@ const (
 	// the memory asked yet (True).
 	ReasonMemoryPlugPending Reason = "MemoryPlugPending"
 	// ReasonCPUUnplugIncomplete: the guest did not release a vCPU in time (False); the agent
-	// keeps asking.
+	// keeps watching (the eject is asked once).
 	ReasonCPUUnplugIncomplete Reason = "CPUUnplugIncomplete"
 	// ReasonMemoryChangeIncomplete: the guest did not plug or unplug all the memory asked in
-	// time (False; e.g. unmovable pages in the memory to unplug); the agent keeps asking.
+	// time (False; e.g. unmovable pages in the memory to unplug); the agent keeps asking
+	// (every memoryReask).
 	ReasonMemoryChangeIncomplete Reason = "MemoryChangeIncomplete"
 	// ReasonHotplugRefused: the launcher refused the change (False), the message says why.
 	ReasonHotplugRefused Reason = "HotplugRefused"

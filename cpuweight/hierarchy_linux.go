@@ -36,6 +36,8 @@ const (
 type Hierarchy struct {
 	Version Version
 	Root    string
+	// Mount is the hierarchy's mount point (its root group), where LeaveSystem moves a process.
+	Mount string
 }
 
 // Find returns the hierarchy with the cpu controller for parent (the node's --cgroup-parent, a
@@ -54,12 +56,12 @@ func Find(parent string) (*Hierarchy, error) {
 		return nil, fmt.Errorf("find cpu controller: %w", err)
 	}
 	if m.v1CPU != "" {
-		return &Hierarchy{Version: V1, Root: filepath.Join(m.v1CPU, parent)}, nil
+		return &Hierarchy{Version: V1, Root: filepath.Join(m.v1CPU, parent), Mount: m.v1CPU}, nil
 	}
 	if m.v2 != "" {
 		b, err := os.ReadFile(filepath.Join(m.v2, "cgroup.controllers"))
 		if err == nil && slices.Contains(strings.Fields(string(b)), "cpu") {
-			return &Hierarchy{Version: V2, Root: filepath.Join(m.v2, parent)}, nil
+			return &Hierarchy{Version: V2, Root: filepath.Join(m.v2, parent), Mount: m.v2}, nil
 		}
 	}
 	return nil, fmt.Errorf("find cpu controller: %w", ErrNoCPUController)
@@ -132,7 +134,8 @@ func enableCPU(root string) error {
 func (h *Hierarchy) SystemPath() string { return filepath.Join(h.Root, SystemGroup) }
 
 // Teardown removes the node-level groups Setup made (system, launchers, Root on v1) once
-// nothing runs in them and no VM group is left: for tests and uninstalls; vmlet keeps them.
+// nothing runs in them and no VM group is left: local mode's graceful shutdown, tests and
+// uninstalls; the node agent (`vmlet agent`) keeps them, as the kubelet keeps kubepods.
 // Equivalent to: rmdir <root>/system <root>/launchers <root>
 func (h *Hierarchy) Teardown() error {
 	dirs := []string{h.SystemPath(), h.LauncherPath()}
@@ -170,6 +173,16 @@ func (h *Hierarchy) AddLauncher(pid int) error {
 func (h *Hierarchy) JoinSystem(pid int) error {
 	if err := write(filepath.Join(h.SystemPath(), "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 		return fmt.Errorf("join system cpu group: %w", err)
+	}
+	return nil
+}
+
+// LeaveSystem moves process pid (all its threads) out of the system group into the
+// hierarchy's root group, as a process never placed: a process that joined the system group
+// leaves it before Teardown removes the group. Equivalent to: echo PID > <mount>/cgroup.procs
+func (h *Hierarchy) LeaveSystem(pid int) error {
+	if err := write(filepath.Join(h.Mount, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("leave system cpu group: %w", err)
 	}
 	return nil
 }

@@ -252,3 +252,38 @@ func TestRemoveBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaveSystem: a process in the system group keeps Teardown from removing it; once it
+// left (into the hierarchy's root group, all its threads) Teardown removes every node-level
+// group, as local mode's graceful shutdown does.
+func TestLeaveSystem(t *testing.T) {
+	h := testHierarchy(t)
+	if err := h.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := startThreads(t)
+	pid := cmd.Process.Pid
+	if err := h.JoinSystem(pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Teardown(); err == nil {
+		t.Fatal("Teardown removed the system group with a process in it")
+	}
+	if err := h.LeaveSystem(pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := readValue(t, filepath.Join(h.SystemPath(), "cgroup.procs")); got != "" {
+		t.Errorf("system group after LeaveSystem holds %q", got)
+	}
+	if !slices.Contains(strings.Fields(readValue(t, filepath.Join(h.Mount, "cgroup.procs"))), strconv.Itoa(pid)) {
+		t.Errorf("process %d not in the root group %s", pid, h.Mount)
+	}
+	if err := h.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{h.SystemPath(), h.LauncherPath()} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after Teardown: %v", d, err)
+		}
+	}
+}

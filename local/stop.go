@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
@@ -48,7 +52,57 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		errs = append(errs, s.removeFabric())
 	}
 	errs = append(errs, s.CP.Stop())
+	errs = append(errs, s.removeNodeDirs())
 	return errors.Join(errs...)
+}
+
+// removeNodeDirs removes what the nodes' process runtimes made for each node as a whole once
+// its VMs and the control plane are gone: the CPU groups (system, launchers, the node's; vmlet
+// first leaves the system group it joined), the launchers' cgroup parent and the run root,
+// and with several nodes their common parents. Each goes only if empty: a VM that could not be
+// cleaned up keeps its folders, and the error names them. The node agent (`vmlet agent`)
+// keeps its own, as the kubelet keeps kubepods; `--keep-vms` (Leave) keeps everything.
+// Equivalent to: echo $$ > <cpu mount>/cgroup.procs; rmdir <cpu root>/{system,launchers}
+// <cpu root> <cgroup parent> <run root>
+func (s *Stack) removeNodeDirs() error {
+	var errs []error
+	var parents []string
+	for _, n := range s.Nodes {
+		rt := n.Runtime
+		if rt == nil {
+			continue
+		}
+		if h := rt.CPU; h != nil {
+			if n.spec.joinSystem {
+				errs = append(errs, h.LeaveSystem(os.Getpid()))
+			}
+			errs = append(errs, h.Teardown())
+			parents = append(parents, filepath.Dir(h.Root))
+		}
+		for _, d := range []string{rt.CgroupParent, rt.RunRoot} {
+			errs = append(errs, removeEmpty(d))
+			parents = append(parents, filepath.Dir(d))
+		}
+	}
+	if s.cfg.multi() { // the nodes' folders live in the configured ones
+		for _, d := range slices.Compact(slices.Sorted(slices.Values(parents))) {
+			errs = append(errs, removeEmpty(d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeEmpty removes folder dir if it is empty (rmdir; a cgroup with no children and no
+// processes counts as empty), and says what is left in it if not.
+func removeEmpty(dir string) error {
+	err := unix.Rmdir(dir)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s left: not empty: %w", dir, err)
+	}
+	return fmt.Errorf("remove %s: %w", dir, err)
 }
 
 // removeFabric removes the node fabric and the nodes' (now empty) pod netns folders.

@@ -24,7 +24,8 @@ import (
 
 // TestLocalNodeShutdown: Ctrl-C of `vmlet local` is a graceful node shutdown. Both running VMIs
 // (the demo and another one) end Failed with reason NodeShutdown, Ready=False and a Warning
-// Event, and nothing of them is left on the node; the control plane is gone. The next start
+// Event, and nothing of them is left on the node, nor of the node (run root, cgroups); the
+// control plane is gone. The next start
 // deletes the final demo VMI and creates it again, and it runs; the other VMI stays Failed.
 // The Node is Ready=True (VmletReady) while vmlet runs, Ready=False (NodeShutdown) after.
 func TestLocalNodeShutdown(t *testing.T) {
@@ -58,6 +59,7 @@ func TestLocalNodeShutdown(t *testing.T) {
 	s.assertGone(t, demo)
 	s.assertGone(t, other)
 	s.assertControlPlaneGone(t, 10*time.Second)
+	s.assertNodeDirsGone(t)
 	if _, err := os.Stat(filepath.Join(s.stateDir, "controlplane.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("control plane record left after a clean stop: %v", err)
 	}

@@ -128,6 +128,7 @@ func TestLocalNodes(t *testing.T) {
 	for _, vm := range vms {
 		s.assertNodeVMGone(t, vm)
 	}
+	s.assertNodeDirsGone(t, nodes...)
 	s.assertFabricGone(t, fabric, plan, uplinkBefore)
 }
 

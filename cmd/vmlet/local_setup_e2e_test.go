@@ -481,3 +481,43 @@ func (s *localSetup) assertCPUGroups(t *testing.T, p *localProc, vm vmState) {
 		return in(g.Path, vm.qemuPid) && len(v) > 0, fmt.Sprintf("vcpus %v", v)
 	})
 }
+
+// assertNodeDirsGone checks that a graceful shutdown left nothing of the nodes either: run
+// roots, launcher cgroup parents, CPU groups (the node's, system, launchers). No nodes: the
+// single node, in the configured folders themselves; with nodes, their folders and the
+// configured ones holding them.
+func (s *localSetup) assertNodeDirsGone(t *testing.T, nodes ...string) {
+	t.Helper()
+	var cpuParents []string
+	if len(nodes) == 0 {
+		cpuParents = []string{s.cg}
+	} else {
+		for _, n := range nodes {
+			cpuParents = append(cpuParents, filepath.Join(s.cg, n))
+		}
+	}
+	paths := []string{s.runRoot, filepath.Join(s.cgroupMount, s.cg)}
+	for _, n := range nodes {
+		paths = append(paths, filepath.Join(s.runRoot, n), filepath.Join(s.cgroupMount, s.cg, n))
+	}
+	for _, p := range cpuParents {
+		if h, err := cpuweight.Find(p); err == nil {
+			paths = append(paths, h.SystemPath(), h.LauncherPath(), h.Root)
+		}
+	}
+	if s.cpu != nil {
+		paths = append(paths, s.cpu.Root)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			ents, _ := os.ReadDir(p)
+			var names []string
+			for _, e := range ents {
+				if e.IsDir() {
+					names = append(names, e.Name())
+				}
+			}
+			t.Errorf("after the shutdown %s is left (folders in it: %v): %v", p, names, err)
+		}
+	}
+}

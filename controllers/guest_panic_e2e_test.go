@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,12 @@ func TestVMIGuestPanicPCI(t *testing.T) {
 	guestRun(t, c, sysrqPanic)
 	failed := waitPhase(t, key, vmletv1.Failed, 2*time.Minute)
 	if failed.Status.Reason != "GuestPanicked" {
-		t.Errorf("failed with reason %q, want GuestPanicked: %s", failed.Status.Reason, summary(failed))
+		// How the launcher classified QEMU's exit (seen once in CI: QEMUDied).
+		log, _ := os.ReadFile(filepath.Join(a.runtime.Dir(string(failed.UID)), "launcher.log"))
+		if len(log) > 3000 {
+			log = log[len(log)-3000:]
+		}
+		t.Errorf("failed with reason %q, want GuestPanicked: %s; launcher.log ends:\n%s", failed.Status.Reason, summary(failed), log)
 	}
 	eventually(t, time.Minute, "QEMU gone", func() (bool, string) {
 		return !alive(qemuPid), "alive"

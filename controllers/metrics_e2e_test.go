@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -47,7 +48,8 @@ func scrapeMetrics(t testing.TB, url string) scraped {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %s", resp.Status)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // the registry's error
+		t.Fatalf("scrape: %s: %s", resp.Status, body)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)

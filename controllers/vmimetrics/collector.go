@@ -108,6 +108,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
+	// A VMI's launcher overhead and migration outcome have no node label: while a migration
+	// hands the VMI over, the source's cache and the target's may both have it on their node,
+	// and the same series twice fails the whole scrape (HTTP 500). Those go once per VMI.
+	once := map[types.UID]bool{}
 	for _, s := range sources {
 		var l vmletv1.VirtualMachineInstanceList
 		if err := s.VMIs.List(ctx, &l); err != nil {
@@ -121,13 +125,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- VMIInfo(vmi)
-			if s.Overhead != nil {
-				if b, ok := s.Overhead(vmi); ok {
-					ch <- Overhead(vmi, b)
+			if !once[vmi.UID] {
+				once[vmi.UID] = true
+				if s.Overhead != nil {
+					if b, ok := s.Overhead(vmi); ok {
+						ch <- Overhead(vmi, b)
+					}
 				}
-			}
-			for _, m := range MigrationOutcome(vmi, names[migrationUID(vmi)]) {
-				ch <- m
+				for _, m := range MigrationOutcome(vmi, names[migrationUID(vmi)]) {
+					ch <- m
+				}
 			}
 			wg.Add(1)
 			go func() {

@@ -229,6 +229,32 @@ func TestCollectorMigration(t *testing.T) {
 	}
 }
 
+// TestCollectorMigrationHandover: while a migration hands a VMI over, the source agent's cache
+// and the target's may both have it on their own node (one process serves both in local
+// mode): its outcome and launcher overhead, which have no node label, are exported once, not
+// twice (which failed the whole scrape: HTTP 500 in TestVMIMigrationMetrics).
+func TestCollectorMigrationHandover(t *testing.T) {
+	now := metav1.Now()
+	ms := &vmletv1.VirtualMachineInstanceMigrationState{SourceNode: "node-a", TargetNode: "node-b", StartTimestamp: &now, Completed: true, MigrationUID: "mig-uid-1"}
+	onSource, onTarget := testVMIOn("node-a", "m1"), testVMIOn("node-b", "m1")
+	onSource.Status.MigrationState, onTarget.Status.MigrationState = ms, ms.DeepCopy()
+	overhead := func(*vmletv1.VirtualMachineInstance) (int64, bool) { return 42, true }
+	c := New(Source{Node: "node-a", VMIs: reader(t, onSource), Launchers: &fakeLaunchers{}, Overhead: overhead},
+		Source{Node: "node-b", VMIs: reader(t, onTarget), Launchers: &fakeLaunchers{}, Overhead: overhead})
+	n := map[string]int{}
+	for _, s := range gatherSamples(t, c) { // fails on a series collected twice
+		n[s.name]++
+	}
+	for _, name := range []string{"kubevirt_vmi_migration_succeeded", "kubevirt_vmi_launcher_memory_overhead_bytes"} {
+		if n[name] != 1 {
+			t.Errorf("%d %s series, want 1", n[name], name)
+		}
+	}
+	if n["kubevirt_vmi_info"] != 2 {
+		t.Errorf("%d info series, want 2 (one per node: the label tells them apart)", n["kubevirt_vmi_info"])
+	}
+}
+
 // TestAddToProcess: several node agents of one process (local mode's nodes) share the one
 // collector on controller-runtime's registry; each VMI carries its node; a removed agent's
 // VMIs go.

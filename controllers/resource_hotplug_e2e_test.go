@@ -248,7 +248,7 @@ func TestCPUAndMemoryHotplug(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return n == int(s.sockets) && mem-bootKiB == (s.guestMi-256)<<10,
+			return n == int(s.sockets) && abs(mem-bootKiB-(s.guestMi-256)<<10) < 1024, // within a few pages (as in TestMigrateAfterHotplug)
 				fmt.Sprintf("nproc %d (want %d), MemTotal grew by %d KiB (want %d)", n, s.sockets, mem-bootKiB, (s.guestMi-256)<<10)
 		})
 		weight(100 * int64(s.sockets))
@@ -380,7 +380,9 @@ func TestMigrateAfterHotplug(t *testing.T) {
 			if err != nil {
 				return false, err.Error() + "; console: " + tail(console)
 			}
-			return nproc == cpus && mem-bootKiB == grownKiB, fmt.Sprintf("nproc %d, MemTotal grown by %d KiB; console: %s", nproc, mem-bootKiB, tail(console))
+			// MemTotal moves by a few pages as the kernel frees or takes memory for itself
+			// (seen: +36 KiB after a migration); a memory block is 128 MiB.
+			return nproc == cpus && abs(mem-bootKiB-grownKiB) < 1024, fmt.Sprintf("nproc %d, MemTotal grown by %d KiB; console: %s", nproc, mem-bootKiB, tail(console))
 		})
 	}
 	settled := func(what string, sockets uint32, guestMi int64) *vmletv1.VirtualMachineInstance {
@@ -469,4 +471,11 @@ func guestCPUsAndMem(a *agent, v *vmletv1.VirtualMachineInstance) (int, int64, e
 		return 0, 0, fmt.Errorf("guest output %q: %w", r.GetStdout(), err)
 	}
 	return n, kib, nil
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -27,6 +27,7 @@ import (
 
 	migrationsv1 "github.com/vmlet/vmlet/api/migrations/v1alpha1"
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/evacuation"
 	"github.com/vmlet/vmlet/controllers/launcherpod"
 	"github.com/vmlet/vmlet/devices"
@@ -263,6 +264,17 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 				t.Logf("launcher pod %s output:\n%s", strings.TrimSuffix(filepath.Base(l), ".log"), poll.Tail(string(b), 3000))
 			}
 		}
+	})
+	// Every node takes launcher pods once its agent labelled it (its heartbeat): until then the
+	// scheduler passes it over, and a test's first VMI would not go to the first node.
+	poll.Until(t, 2*time.Minute, "every node labelled schedulable by its agent", func() (bool, string) {
+		for _, name := range names {
+			n := &corev1.Node{}
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil || n.Labels[controllers.LabelSchedulable] != "true" {
+				return false, fmt.Sprintf("node %s: labels %v, %v", name, n.Labels, err)
+			}
+		}
+		return true, ""
 	})
 	return c
 }

@@ -41,6 +41,9 @@ type DomainState struct {
 	// MigrationRefused says why the launcher would refuse an outgoing migration now (a vCPU
 	// unplugged under TCG); empty when one may start.
 	MigrationRefused string
+	// ExitDetail is how QEMU ended, once it did (the launcher's words: "qemu crash, signal
+	// killed", its last stderr lines); empty while it runs.
+	ExitDetail string
 }
 
 // GuestInfo is what the launcher's guest agent poller reported last.

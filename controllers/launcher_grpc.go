@@ -209,6 +209,7 @@ func domainState(d *pb.Domain) (DomainState, error) {
 		Memory:         memoryState(d.GetMemory()),
 
 		MigrationRefused: d.GetMigrationRefused(),
+		ExitDetail:       d.GetExitDetail(),
 	}, nil
 }
 

@@ -152,6 +152,10 @@ func TestVMIQEMUKilled(t *testing.T) {
 	if failed.Status.Reason != "QEMUDied" {
 		t.Errorf("failed with reason %q, want QEMUDied: %s", failed.Status.Reason, summary(failed))
 	}
+	// And how, in the launcher's words (its run folder, with QEMU's log, goes with the VMI).
+	if c := meta.FindStatusCondition(failed.Status.Conditions, vmletv1.VirtualMachineInstanceReady); c == nil || !strings.Contains(c.Message, "signal killed") {
+		t.Errorf("Ready condition %+v does not say QEMU was killed", c)
+	}
 	if err := env.Client.Delete(context.Background(), failed); err != nil {
 		t.Fatal(err)
 	}

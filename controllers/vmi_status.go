@@ -23,7 +23,7 @@ func (r *VMIReconciler) fail(vmi *vmletv1.VirtualMachineInstance, reason vmistat
 func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *process.Exit) {
 	o := vmistatus.Exited(ex.Code, ex.Signal, ex.Known)
 	if o.Phase != vmletv1.Succeeded {
-		r.fail(vmi, o.Reason, o.Message)
+		r.fail(vmi, o.Reason, vmistatus.WithDetail(o.Message, ex.Detail))
 		return
 	}
 	if vmistatus.Succeed(vmi) {
@@ -82,11 +82,11 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		switch d.Reason {
 		case launcher.ReasonCrashed:
 			o := vmistatus.Exited(launcher.ExitQEMUDied, "", true)
-			r.fail(vmi, o.Reason, o.Message)
+			r.fail(vmi, o.Reason, vmistatus.WithDetail(o.Message, d.ExitDetail))
 			return
 		case launcher.ReasonGuestPanicked:
 			o := vmistatus.Exited(launcher.ExitGuestPanicked, "", true)
-			r.fail(vmi, o.Reason, o.Message)
+			r.fail(vmi, o.Reason, vmistatus.WithDetail(o.Message, d.ExitDetail))
 			return
 		}
 		// QEMU runs but the guest cannot go on (internal-error).

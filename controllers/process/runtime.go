@@ -28,6 +28,7 @@ const (
 	StartingSocket = "launcher.sock.starting"
 	pidFile        = "launcher.pid"
 	exitFile       = "launcher.exit"
+	endFile        = "launcher.end" // the launcher's (qemu/launcher's EndRecord)
 	logFile        = "launcher.log"
 )
 
@@ -71,6 +72,9 @@ type Exit struct {
 	Signal string `json:"signal,omitempty"` // terminating signal, if any
 	Known  bool   `json:"known"`            // false: the process vanished while no agent watched
 	At     time.Time
+	// Detail is the launcher's own word on how its domain ended (its end record, e.g. "qemu
+	// crash, signal killed"): written by the unprivileged launcher, so shown, never trusted.
+	Detail string `json:"detail,omitempty"`
 }
 
 // State is a launcher's observed state.
@@ -333,6 +337,7 @@ func (r *Runtime) reap(id string, cmd *exec.Cmd, done chan struct{}) {
 		ex.Signal = ws.Signal().String()
 	}
 	_ = err // the exit status is in ProcessState
+	ex.Detail = readEnd(r.Dir(id))
 	if b, jerr := json.Marshal(ex); jerr == nil {
 		_ = writeRecord(r.Dir(id), exitFile, b)
 	}
@@ -372,7 +377,7 @@ func (r *Runtime) State(id string) (State, error) {
 			// the child: read it again, the child may have been reaped since the first read.
 			// Anything else vanished unobserved.
 			if st.Exited = readExit(dir); st.Exited == nil {
-				st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+				st.Exited = &Exit{Code: -1, Known: false, At: time.Now(), Detail: readEnd(dir)}
 			}
 			return st, nil
 		}
@@ -395,6 +400,22 @@ func readExit(dir string) *Exit {
 		return nil
 	}
 	return &ex
+}
+
+// readEnd returns the detail of the launcher's end record in dir (a record: at most 4 KiB
+// read), "" when there is none. Whoever shows it cleans it (vmistatus.WithDetail).
+func readEnd(dir string) string {
+	b, err := readRecord(filepath.Join(dir, endFile))
+	if err != nil {
+		return ""
+	}
+	var end struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(b, &end) != nil {
+		return ""
+	}
+	return end.Detail
 }
 
 // watchAdopted reports the exit of a running launcher that is not this runtime's child (it was

@@ -2,6 +2,9 @@ package vmistatus
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -35,6 +38,34 @@ func Exited(code int, signal string, known bool) Outcome {
 		return fail(ReasonGuestPanicked, "the guest kernel panicked (its panic device told QEMU) and the VM was stopped")
 	}
 	return fail(ReasonLauncherFailed, fmt.Sprintf("the launcher exited with status %d; see its launcher.log", code))
+}
+
+// maxDetail bounds the launcher's words in a message.
+const maxDetail = 1024
+
+// WithDetail adds the launcher's word on how QEMU ended (e.g. "qemu crash, signal killed",
+// with QEMU's last stderr lines) to an end's message: QEMU's log goes with the VMI's run
+// folder. The detail comes from the unprivileged launcher: it is made valid UTF-8, line breaks
+// become "; ", other control characters go, and it is cut to maxDetail bytes.
+func WithDetail(msg, detail string) string {
+	detail = strings.ReplaceAll(strings.TrimSpace(strings.ToValidUTF8(detail, "?")), "\n", "; ")
+	detail = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, detail)
+	if detail == "" {
+		return msg
+	}
+	if len(detail) > maxDetail {
+		cut := maxDetail
+		for cut > 0 && !utf8.RuneStart(detail[cut]) {
+			cut--
+		}
+		detail = detail[:cut] + "…"
+	}
+	return msg + " (" + detail + ")"
 }
 
 // ExitMeaning explains a vmlet-launcher exit status in a few words ("" when it has no

@@ -1,6 +1,7 @@
 package vmistatus_test
 
 import (
+	"strings"
 	"testing"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -62,6 +63,26 @@ func TestExitMeaning(t *testing.T) {
 	} {
 		if got := vmistatus.ExitMeaning(tt.code); got != tt.want {
 			t.Errorf("ExitMeaning(%d) = %q, want %q", tt.code, got, tt.want)
+		}
+	}
+}
+
+// TestWithDetail: the launcher's words on QEMU's end join the message cleaned (valid UTF-8,
+// line breaks as "; ", no other control characters) and bounded (cut on a character).
+func TestWithDetail(t *testing.T) {
+	const msg = "QEMU ended unexpectedly"
+	long := strings.Repeat("é", 600) // 1200 bytes
+	tests := []struct{ detail, want string }{
+		{"", msg},
+		{" \n ", msg},
+		{"qemu crash, signal killed", msg + " (qemu crash, signal killed)"},
+		{"qemu crash, status 1, stderr: a\nb\x1b[31m\x00", msg + " (qemu crash, status 1, stderr: a; b[31m)"},
+		{"bad \xff byte", msg + " (bad ? byte)"},
+		{long, msg + " (" + strings.Repeat("é", 512) + "…)"},
+	}
+	for _, tt := range tests {
+		if got := vmistatus.WithDetail(msg, tt.detail); got != tt.want {
+			t.Errorf("WithDetail(%q) = %q, want %q", tt.detail, got, tt.want)
 		}
 	}
 }

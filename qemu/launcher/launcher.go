@@ -2,9 +2,11 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -171,5 +173,26 @@ func (l *Launcher) finish(d *domain) Exit {
 	l.terminate()
 	ex := d.exit()
 	l.log.Info("domain ended", "reason", ex.Reason, "code", ex.Code, "detail", ex.Detail)
+	if err := writeEnd(l.paths.EndRecord(), ex); err != nil {
+		l.log.Warn("record the domain's end", "err", err)
+	}
 	return ex
+}
+
+// writeEnd records ex at path (Paths.EndRecord), whole or not at all (a temporary file
+// renamed).
+func writeEnd(path string, ex Exit) error {
+	b, err := json.Marshal(struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
+		Detail string `json:"detail"`
+	}{ex.Code, ex.Reason, ex.Detail})
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +15,15 @@ import (
 const (
 	ReadySocket    = "launcher.sock"
 	StartingSocket = "launcher.sock.starting"
+	// EndRecord is where the launcher writes how its domain ended ({"code", "reason",
+	// "detail"}, JSON) before it exits; the agent shows the detail with the VMI's end.
+	EndRecord = "launcher.end"
 )
 
 // Paths is the run dir layout. Everything the launcher creates lives under Root:
 //
 //	launcher.sock(.starting)   the API (gRPC), 0600
+//	launcher.end               how the domain ended (written last, 0600)
 //	disks/ cloud-init/ hotplug/ volumes the agent prepares for this VM (left alone)
 //	sockets/qmp.sock           QEMU's monitor; only the launcher connects
 //	sockets/qmp-debug.sock     QMP for humans, proxied through the launcher (while QEMU runs)
@@ -60,6 +65,9 @@ func (p Paths) Logs() string { return filepath.Join(p.Root, "logs") }
 
 // ReadySocket is the launcher's API socket once it takes commands.
 func (p Paths) ReadySocket() string { return filepath.Join(p.Root, ReadySocket) }
+
+// EndRecord is the record of how the domain ended.
+func (p Paths) EndRecord() string { return filepath.Join(p.Root, EndRecord) }
 
 // StartingSocket is where the launcher binds its API socket before renaming it to ReadySocket.
 func (p Paths) StartingSocket() string { return filepath.Join(p.Root, StartingSocket) }
@@ -119,10 +127,13 @@ func (p Paths) check() error {
 	return nil
 }
 
-// prepare creates the folders (0700; existing ones are chmodded). An existing one must be a
-// folder, not a symlink to one: every launcher's user could have planted it (the logs would go
-// where it points).
+// prepare creates the folders (0700; existing ones are chmodded) and removes an earlier
+// launcher's end record. An existing folder must be a folder, not a symlink to one: every
+// launcher's user could have planted it (the logs would go where it points).
 func (p Paths) prepare() error {
+	if err := os.Remove(p.EndRecord()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the last end record: %w", err)
+	}
 	for _, d := range p.Dirs() {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create dir: %w", err)

@@ -285,6 +285,9 @@ func (d *domain) supervise() {
 		state = pb.State_STATE_CRASHED
 	}
 	d.setAgent(false)
+	d.mu.Lock()
+	d.endDetail = ex.Detail
+	d.mu.Unlock()
 	d.setStateMsg(state, ex.Reason, "", ex.Detail)
 	d.exitVal = ex
 	close(d.exited)

@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,6 +128,10 @@ func TestQEMUDies(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), lostLog) {
 		t.Errorf("launcher log does not count the lost QMP connection (%q)", lostLog)
+	}
+	// And in its end record, which the agent reads once the launcher is gone.
+	if b, err := os.ReadFile(p.paths.EndRecord()); err != nil || !strings.Contains(string(b), `"code":4`) || !strings.Contains(string(b), "signal killed") {
+		t.Errorf("end record %s: %q, %v; want code 4 and the signal", p.paths.EndRecord(), b, err)
 	}
 	p.assertClean(t)
 }

@@ -1486,8 +1486,12 @@ type Domain struct {
 	// FailedPrecondition with it); empty when one may start. Set under TCG once a vCPU was
 	// unplugged in this QEMU's life (QEMU 10 can stay in the migration's setup for good).
 	MigrationRefused string `protobuf:"bytes,23,opt,name=migration_refused,json=migrationRefused,proto3" json:"migration_refused,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// exit_detail is how QEMU ended, once it did (state SHUTOFF or CRASHED; the launcher's Exit
+	// detail, also in its end record: "qemu crash, signal killed", "qemu guest-panic, status 1,
+	// shutdown reason guest-panic"); empty while it runs.
+	ExitDetail    string `protobuf:"bytes,24,opt,name=exit_detail,json=exitDetail,proto3" json:"exit_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Domain) Reset() {
@@ -1677,6 +1681,13 @@ func (x *Domain) GetGuestInfo() *GuestInfoResponse {
 func (x *Domain) GetMigrationRefused() string {
 	if x != nil {
 		return x.MigrationRefused
+	}
+	return ""
+}
+
+func (x *Domain) GetExitDetail() string {
+	if x != nil {
+		return x.ExitDetail
 	}
 	return ""
 }
@@ -5952,7 +5963,7 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\fKillResponse\"\x0e\n" +
 	"\fResetRequest\"\x0f\n" +
 	"\rResetResponse\"\x12\n" +
-	"\x10GetDomainRequest\"\x83\a\n" +
+	"\x10GetDomainRequest\"\xa4\a\n" +
 	"\x06Domain\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.vmlet.launcher.v1.StateR\x05state\x12\x16\n" +
@@ -5979,7 +5990,9 @@ const file_qemu_launcher_api_v1_launcher_proto_rawDesc = "" +
 	"\x06memory\x18\x15 \x01(\v2\x1f.vmlet.launcher.v1.MemoryStatusR\x06memory\x12C\n" +
 	"\n" +
 	"guest_info\x18\x16 \x01(\v2$.vmlet.launcher.v1.GuestInfoResponseR\tguestInfo\x12+\n" +
-	"\x11migration_refused\x18\x17 \x01(\tR\x10migrationRefused\"\x9d\x01\n" +
+	"\x11migration_refused\x18\x17 \x01(\tR\x10migrationRefused\x12\x1f\n" +
+	"\vexit_detail\x18\x18 \x01(\tR\n" +
+	"exitDetail\"\x9d\x01\n" +
 	"\tCPUStatus\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\x05R\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\x05R\x05cores\x12\x18\n" +

@@ -514,7 +514,14 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 			return fmt.Errorf("wait for launcher exit: %w", ctx.Err())
 		}
 	}
-	if err := os.RemoveAll(r.Dir(id)); err != nil {
+	// A file written while the folder is removed (the exit record of a reaper of another
+	// Runtime on the same run root: an agent's tests adopt with a second one) makes RemoveAll
+	// fail with ENOTEMPTY: it is removed again.
+	err := os.RemoveAll(r.Dir(id))
+	for try := 0; try < 3 && errors.Is(err, unix.ENOTEMPTY); try++ {
+		err = os.RemoveAll(r.Dir(id))
+	}
+	if err != nil {
 		return fmt.Errorf("remove run dir: %w", err)
 	}
 	return nil

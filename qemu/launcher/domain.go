@@ -45,10 +45,7 @@ type domain struct {
 	closers  []func()     // end the agent poller and the debug proxy (under mu)
 	watchers sync.WaitGroup
 	exited   chan struct{} // closed after QEMU exited and the final event was emitted
-	exitVal  Exit
-	// endDetail is exitVal's Detail, set with the final state (mu): a snapshot that says
-	// SHUTOFF or CRASHED says how.
-	endDetail string
+	exitVal  Exit          // set (under mu) with the final state, before exited closes
 }
 
 // mapStatus maps QEMU's run state (query-status) to the API's state and reason. Pure.
@@ -220,12 +217,11 @@ func (d *domain) snapshot() *pb.Domain {
 	if err := d.vm.MigrationSafe(); err != nil {
 		out.MigrationRefused = err.Error()
 	}
-
 	out.DhcpInterfaces, out.Leases = d.l.dhcp.snapshot()
 	out.ServesDhcp = true
 	d.mu.Lock()
 	out.State, out.Reason, out.AgentConnected = d.state, d.reason, d.agentUp
-	out.ExitDetail = d.endDetail
+	out.ExitDetail = d.exitVal.Detail // a SHUTOFF or CRASHED state says how
 	if d.guestInfo != nil {
 		out.GuestInfo = proto.CloneOf(d.guestInfo)
 	}

@@ -286,10 +286,9 @@ func (d *domain) supervise() {
 	}
 	d.setAgent(false)
 	d.mu.Lock()
-	d.endDetail = ex.Detail
+	d.exitVal = ex
 	d.mu.Unlock()
 	d.setStateMsg(state, ex.Reason, "", ex.Detail)
-	d.exitVal = ex
 	close(d.exited)
 }
 

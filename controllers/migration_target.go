@@ -19,7 +19,9 @@ import (
 	"github.com/vmlet/vmlet/controllers/lifecycle"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/controllers/translate"
+	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/network/relay"
+	"github.com/vmlet/vmlet/qemu/launcher"
 )
 
 // targetStep is the target's pass for a vmi migrating to this node: storage, network and a
@@ -152,6 +154,21 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
 	}
 	spec.NICs = nics
+	hotNICs, hotNetns, err := r.targetHotNICs(scratch, o.want, ms.SourceDomain)
+	switch {
+	case errors.Is(err, errUnknownSecondary), errors.Is(err, network.ErrInvalidSpec), errors.Is(err, errNoPodNetwork):
+		r.targetFailed(vmi, err.Error())
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
+	}
+	if netns == nil {
+		netns = launcher.NetNS{}
+	}
+	for _, n := range hotNICs {
+		netns[n.ID] = hotNetns
+	}
+	// After the hot-plugged interfaces: their DHCP service goes to the launcher too.
 	if _, err := r.ensureDHCP(ctx, scratch, l, launcherDHCP{supported: dom.ServesDHCP, served: dom.DHCPServed}, false); err != nil {
 		return ctrl.Result{}, fmt.Errorf("wire the target's network: %w", err)
 	}
@@ -163,12 +180,13 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 			return ctrl.Result{}, fmt.Errorf("label the target's files: %w", err)
 		}
 	}
-	sync := *spec // the spec the launcher compares later Syncs with: hot-plugged disks are not in it
+	sync := *spec // the spec the launcher compares later Syncs with: hot-plugged devices are not in it
 	sync.StartPaused = false
 	withHot := *spec
 	for _, h := range hot {
 		withHot.Disks = append(slices.Clone(withHot.Disks), h.disk)
 	}
+	withHot.NICs = append(slices.Clone(withHot.NICs), hotNICs...)
 	in, err := translate.MigrationTarget(&withHot, ms.SourceDomain)
 	if err != nil {
 		r.targetFailed(vmi, err.Error())

@@ -62,3 +62,36 @@ func (r *VMIReconciler) targetHotDisks(vmi *vmletv1.VirtualMachineInstance, want
 	}
 	return out, nil
 }
+
+// targetHotNICs wires on a migration target the interfaces of secondary networks the source's
+// guest has (the layout's NICs that are the vmi's multus interfaces): the target's QEMU starts
+// with them, each pinned to its source port by translate.MigrationTarget, on a pod interface of
+// this node that has the source's address and MAC (a network that spans the nodes), with its
+// bridge binding; the DHCP service that goes with it is handed over with the others. The
+// ordinary reconcile finds them plugged once the guest runs here. A multus interface the
+// source has not plugged yet is left to it. It returns the NICs and the netns of their taps; an
+// error wrapping errUnknownSecondary or network.ErrInvalidSpec cannot be had on this node.
+func (r *VMIReconciler) targetHotNICs(vmi *vmletv1.VirtualMachineInstance, want *translate.Desired, l *vmletv1.MigrationDomainLayout) ([]qemu.NIC, string, error) {
+	onSource := map[string]bool{}
+	for _, d := range l.Devices {
+		if d.Kind == "nic" {
+			onSource[d.ID] = true
+		}
+	}
+	var out []qemu.NIC
+	var netns string
+	for _, hot := range want.HotplugNICs {
+		if !onSource[hot.NIC.ID] {
+			continue
+		}
+		if r.Network == nil || r.Network.Pods == nil {
+			return nil, "", fmt.Errorf("interface %s runs on the source: %w", hot.Name, errNoPodNetwork)
+		}
+		nic, ns, err := r.Network.plugSecondary(vmi.UID, want.Network, hot)
+		if err != nil {
+			return nil, "", fmt.Errorf("interface %s runs on the source: %w", hot.Name, err)
+		}
+		out, netns = append(out, nic), ns
+	}
+	return out, netns, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -63,15 +64,54 @@ var errUnknownSecondary = errors.New("secondary network not offered by this node
 // offers reports whether the node offers multus network name (a "namespace/" prefix is
 // ignored: the node's networks are not namespaced).
 func (n *NodeNetwork) offers(name string) bool {
-	nets := n.Secondary
-	if nets == nil {
-		nets = DefaultSecondaryNetworks
+	return slices.Contains(n.secondaryNames(), shortNetwork(name))
+}
+
+// shortNetwork is a multus network name without its "namespace/" prefix.
+func shortNetwork(name string) string {
+	if _, short, found := strings.Cut(name, "/"); found {
+		return short
 	}
-	_, short, found := strings.Cut(name, "/")
-	if !found {
-		short = name
+	return name
+}
+
+// interfacesOf is where the pod interfaces of multus network name are made: a spanning
+// network's own, else the node's.
+func (n *NodeNetwork) interfacesOf(name string) PodInterfaces {
+	if sp, ok := n.Spanning[shortNetwork(name)]; ok {
+		return sp
 	}
-	return slices.Contains(nets, short)
+	return n.Pods
+}
+
+// everyInterfaces are the node's PodInterfaces: its own and each spanning network's.
+func (n *NodeNetwork) everyInterfaces() []PodInterfaces {
+	out := []PodInterfaces{n.Pods}
+	for _, name := range slices.Sorted(maps.Keys(n.Spanning)) {
+		out = append(out, n.Spanning[name])
+	}
+	return out
+}
+
+// SpanningNetworks are the names of the multus networks that span the nodes, sorted.
+func (n *NodeNetwork) SpanningNetworks() []string {
+	if n == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(n.Spanning))
+}
+
+// removeInterfaces removes every interface of pod id that pi holds (what names pi in errors).
+func removeInterfaces(pi PodInterfaces, id, what string) error {
+	names, err := pi.Interfaces(id)
+	if err != nil {
+		return fmt.Errorf("list %s interfaces: %w", what, err)
+	}
+	var errs []error
+	for _, ifname := range names {
+		errs = append(errs, pi.RemoveInterface(id, ifname))
+	}
+	return errors.Join(errs...)
 }
 
 // plugSecondary wires interface hot of spec in the VMI's pod: its pod interface (Multus's job,
@@ -95,17 +135,18 @@ func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot trans
 	if !n.offers(att) {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w: multus network %q (this node offers %v)", hot.Name, errUnknownSecondary, att, n.secondaryNames())
 	}
-	had, err := n.Pods.Interfaces(string(uid))
+	pods := n.interfacesOf(att)
+	had, err := pods.Interfaces(string(uid))
 	if err != nil {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
 	}
-	if _, err := n.Pods.AddInterface(string(uid), hot.PodInterface); err != nil {
+	if _, err := pods.AddInterface(string(uid), hot.PodInterface); err != nil {
 		return qemu.NIC{}, "", fmt.Errorf("plug interface %s: %w", hot.Name, err)
 	}
 	undo := revert.New()
 	defer undo.FailErr(&err)
 	if !slices.Contains(had, hot.PodInterface) {
-		undo.AddErr(func() error { return n.Pods.RemoveInterface(string(uid), hot.PodInterface) })
+		undo.AddErr(func() error { return pods.RemoveInterface(string(uid), hot.PodInterface) })
 	}
 	s := *spec
 	s.ResolvConf = n.ResolvConf
@@ -118,10 +159,11 @@ func (n *NodeNetwork) plugSecondary(uid types.UID, spec *network.Spec, hot trans
 }
 
 func (n *NodeNetwork) secondaryNames() []string {
-	if n.Secondary == nil {
-		return DefaultSecondaryNetworks
+	nets := n.Secondary
+	if nets == nil {
+		nets = DefaultSecondaryNetworks
 	}
-	return n.Secondary
+	return append(slices.Clone(nets), n.SpanningNetworks()...)
 }
 
 // unplugSecondary removes interface name's binding and pod interface podIf (idempotent).
@@ -130,7 +172,9 @@ func (n *NodeNetwork) unplugSecondary(uid types.UID, name, podIf string) error {
 	if a := n.attachment(uid); a != nil {
 		errs = append(errs, a.RemoveInterface(name))
 	}
-	errs = append(errs, n.Pods.RemoveInterface(string(uid), podIf))
+	for _, pods := range n.everyInterfaces() { // wherever it is: RemoveInterface is idempotent
+		errs = append(errs, pods.RemoveInterface(string(uid), podIf))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("unplug interface %s: %w", name, err)
 	}
@@ -156,16 +200,19 @@ func (n *NodeNetwork) pruneSecondaries(uid types.UID, boot []string, keep []tran
 		}
 		errs = append(errs, a.RemoveInterface(name))
 	}
-	podIfs, err := n.Pods.Interfaces(string(uid))
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, podIf := range podIfs {
-		if slices.ContainsFunc(keep, func(h translate.HotNIC) bool { return h.PodInterface == podIf }) ||
-			slices.ContainsFunc(busy, func(name string) bool { return network.SecondaryInterfaceName(name) == podIf }) {
+	for _, pods := range n.everyInterfaces() {
+		podIfs, err := pods.Interfaces(string(uid))
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, n.Pods.RemoveInterface(string(uid), podIf))
+		for _, podIf := range podIfs {
+			if slices.ContainsFunc(keep, func(h translate.HotNIC) bool { return h.PodInterface == podIf }) ||
+				slices.ContainsFunc(busy, func(name string) bool { return network.SecondaryInterfaceName(name) == podIf }) {
+				continue
+			}
+			errs = append(errs, pods.RemoveInterface(string(uid), podIf))
+		}
 	}
 	return errors.Join(errs...)
 }

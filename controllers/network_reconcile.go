@@ -28,8 +28,14 @@ type PodNetworks interface {
 	CreatePod(id string) (network.PodNetwork, error)
 	// DeletePod removes it (idempotent).
 	DeletePod(id string) error
-	// AddInterface gives pod id an additional interface ifname on a secondary network
-	// (idempotent): Multus's job in a cluster.
+	PodInterfaces
+}
+
+// PodInterfaces adds pods' interfaces on a secondary network: Multus's job in a cluster.
+// network.Node implements it for its own bridge, network.Segment for a network every node of
+// the machine shares.
+type PodInterfaces interface {
+	// AddInterface gives pod id an additional interface ifname (idempotent).
 	AddInterface(id, ifname string) (network.PodNetwork, error)
 	// RemoveInterface removes it (idempotent).
 	RemoveInterface(id, ifname string) error
@@ -37,7 +43,15 @@ type PodNetworks interface {
 	Interfaces(id string) ([]string, error)
 }
 
-var _ PodNetworks = (*network.Node)(nil)
+var (
+	_ PodNetworks   = (*network.Node)(nil)
+	_ PodInterfaces = (*network.Segment)(nil)
+)
+
+// SharedNetwork is the multus network local mode's nodes share when there are several
+// (network.Segment in the fabric namespace): an interface on it keeps its address and MAC on
+// every node, so a VMI attached to it migrates.
+const SharedNetwork = "vmlet-shared"
 
 // DefaultSecondaryNetworks is the multus network a local-mode node offers: its node bridge.
 var DefaultSecondaryNetworks = []string{"vmlet-node"}
@@ -61,6 +75,11 @@ type NodeNetwork struct {
 	// additional pod interface on the node bridge, PodNetworks.AddInterface); nil means
 	// DefaultSecondaryNetworks. A "namespace/" prefix of a VMI's networkName is ignored.
 	Secondary []string
+	// Spanning are multus networks, by name, that span the nodes: an interface on one keeps
+	// its address and MAC on every node (the pod of the same VMI on another node gets them),
+	// so a VMI attached to them can migrate. Local mode with several nodes offers
+	// SharedNetwork.
+	Spanning map[string]PodInterfaces
 
 	mu       sync.Mutex
 	attached map[types.UID]*vmiAttachment
@@ -120,6 +139,10 @@ func (n *NodeNetwork) release(uid types.UID) error {
 		if err := a.Detach(); err != nil {
 			errs = append(errs, fmt.Errorf("detach network: %w", err))
 		}
+	}
+	for name, sp := range n.Spanning {
+		// Before the pod's netns goes: the veth's host end is outside it.
+		errs = append(errs, removeInterfaces(sp, string(uid), name))
 	}
 	if err := n.Pods.DeletePod(string(uid)); err != nil {
 		errs = append(errs, fmt.Errorf("delete pod network: %w", err))

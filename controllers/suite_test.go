@@ -214,6 +214,9 @@ type agentOptions struct {
 	NoScheduler bool
 	// SELinux is the agent's SELinux labelling (VMIReconciler.SELinux); nil: none.
 	SELinux *controllers.NodeSELinux
+	// SharedNetns offers controllers.SharedNetwork, a network.Segment whose bridge lives in
+	// this namespace (local mode's fabric namespace); empty: not offered.
+	SharedNetns string
 }
 
 // testNodeDirs are another test node's name, folders and node network.
@@ -279,6 +282,13 @@ func startAgent(t testing.TB, o agentOptions) *agent {
 		nn = &controllers.NodeNetwork{Pods: n, ResolvConf: testNet.resolv}
 	}
 	nn.Secondary = o.Secondary
+	if o.SharedNetns != "" {
+		seg, err := network.NewSegment(network.SegmentConfig{NetnsPath: o.SharedNetns, NetnsDir: nn.Pods.(*network.Node).Config().NetnsDir, Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nn.Spanning = map[string]controllers.PodInterfaces{controllers.SharedNetwork: seg}
+	}
 	senv := translate.StorageEnv{HostDiskRoot: o.HostDiskRoot, Claims: o.Claims, ImageSources: sources}
 	events := &recordedEvents{EventRecorder: mgr.GetEventRecorder("vmlet-agent")}
 	senv.Owner = &storage.Owner{UID: int(launcherUser.UID), GID: int(launcherUser.GID)} // the VMIs' files are the launchers'

@@ -246,7 +246,9 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	r.observeDomain(vmi, dom)
 	cpuErr := r.placeVCPUs(vmi, l, dom)
 	var nicErr error
-	if dom.State == DomainRunning {
+	// A migration's source changes no NIC: the target starts with the layout the source
+	// published, and once the guest runs there its node plugs and unplugs what the spec says.
+	if dom.State == DomainRunning && roleOf(vmi, r.NodeName) != roleSource {
 		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced, served)
 	}
 	r.observeInterfaces(ctx, vmi, l, dom)
@@ -263,7 +265,7 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	again = soonest(again, hotAgain)
 	hotErr = errors.Join(cpuErr, nicErr, hotErr, resErr)
 	r.setVolumeStatus(vmi, dom.State == DomainRunning || dom.State == DomainPaused, hot, statusClaims(vmi, o.claims, o.nodeClaims))
-	setMigratable(vmi, dom) // again: judged by the volume status just written (a new volume's claim)
+	setMigratable(vmi, dom, r.Network.SpanningNetworks()...) // again: judged by the volume status just written (a new volume's claim)
 	if roleOf(vmi, r.NodeName) == roleSource && r.migrationRun(vmi.UID) == nil {
 		copy := translate.CopiedDisks(vmi, spec.Disks, o.want.Storage.DiskVolumes)
 		hotErr = errors.Join(hotErr, r.sourceBegin(ctx, vmi, l, dom, spec, copy))

@@ -48,7 +48,7 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 		AccelerationReason: d.AccelReason,
 		QEMUVersion:        d.QEMUVersion,
 	}
-	setMigratable(vmi, d)
+	setMigratable(vmi, d, r.Network.SpanningNetworks()...)
 	if g := d.Guest; g != nil {
 		// Kept when the agent goes (the OS did not change), replaced by its next answer.
 		vmi.Status.GuestOSInfo = vmletv1.VirtualMachineInstanceGuestOSInfo{
@@ -97,11 +97,12 @@ func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d Dom
 	}
 }
 
-// setMigratable sets LiveMigratable from the vmi's spec (migration.Migratable), as
-// virt-handler does, and from the launcher's word on the running QEMU (d.MigrationRefused: a
-// vCPU unplugged under TCG); the reason of False is KubeVirt's.
-func setMigratable(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
-	v := migration.Migratable(vmi)
+// setMigratable sets LiveMigratable from the vmi's spec (migration.Migratable, with the
+// secondary networks that span the nodes), as virt-handler does, and from the launcher's word
+// on the running QEMU (d.MigrationRefused: a vCPU unplugged under TCG); the reason of False is
+// KubeVirt's.
+func setMigratable(vmi *vmletv1.VirtualMachineInstance, d DomainState, spanning ...string) {
+	v := migration.Migratable(vmi, spanning...)
 	if v.OK && d.MigrationRefused != "" {
 		v = migration.Verdict{Reason: migration.ReasonHotplugNotMigratable, Message: "cannot migrate: " + d.MigrationRefused}
 	}

@@ -95,6 +95,7 @@ func planNodes(cfg Config, fabric []network.FabricNode) ([]nodeSpec, error) {
 		nw := cfg.Network
 		nw.Subnet, nw.NetnsPath, nw.NoMasquerade = fabric[i].PodSubnet, fabric[i].NetnsPath, true
 		nw.NetnsDir = filepath.Join(podRoot, n)
+		nw.Shared, nw.Node = fabric[i].Fabric, n // the nodes' shared multus network, vmlet-shared
 		out[i] = nodeSpec{name: n, runRoot: filepath.Join(cfg.RunRoot, n), cgroupParent: filepath.Join(cfg.CgroupParent, n),
 			storage: st, network: nw, joinSystem: i == 0}
 	}

@@ -47,7 +47,7 @@ func TestPlanNodesMulti(t *testing.T) {
 	want := nodeSpec{name: "host-2", runRoot: "/run/vmlet/host-2", cgroupParent: "vmlet/host-2",
 		storage: nodeagent.StorageConfig{ImageCacheDir: "/s/nodes/host-2/images", VolumeRoot: "/s/nodes/host-2/volumes"},
 		network: nodeagent.NetworkConfig{Subnet: netip.MustParsePrefix("198.19.130.0/24"), NetnsPath: "/run/netns/vmlet-node-host-2",
-			NetnsDir: "/run/vmlet-pods/host-2", ResolvConf: "/r", NoMasquerade: true}}
+			NetnsDir: "/run/vmlet-pods/host-2", ResolvConf: "/r", NoMasquerade: true, Shared: "/run/netns/vmlet-fabric", Node: "host-2"}}
 	if !reflect.DeepEqual(b, want) || !got[0].joinSystem || got[0].runRoot != "/run/vmlet/host-1" {
 		t.Errorf("planNodes =\n%+v\nwant node 2\n%+v", got, want)
 	}

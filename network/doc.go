@@ -46,6 +46,15 @@
 // links' "vmlet-binding NAME" alias); Node.RemoveInterface then deletes the veth. Names never
 // depend on an interface's position, so adding or removing one leaves the others alone.
 //
+// Shared segment (several nodes on one machine): a Segment is one node's side of an L2 network
+// that every node shares, a bridge (vmlet-shared) in a namespace they all reach (the fabric's),
+// where Segment.AddInterface gives this node's pod one more interface as Node.AddInterface
+// does on the node bridge, from DefaultSegmentSubnet (198.19.119.0/24). Host veths carry the
+// node in their alias and name ("vmlet-pod ID ADDR IFNAME NODE"), so the pods of one VMI on
+// two nodes each have their own; the second one gets the address the first has (and the
+// MAC, derived from the pod id and interface), so a migrating guest keeps both. The bridge
+// comes with the first interface and goes with the last; it has no address and routes nothing.
+//
 // DHCP (package dhcp): one server per binding, its socket created inside the launcher's
 // netns and bound to the bridge; it offers exactly one address to exactly one MAC, with
 // router, DNS and search domains (from the pod's resolv.conf or the spec), hostname, MTU and

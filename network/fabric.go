@@ -49,6 +49,9 @@ type FabricNode struct {
 	Gateway   netip.Addr   // the uplink's address: the node's default route
 	// Link is the node's interface on the fabric, inside NetnsPath.
 	Link string
+	// Fabric is the fabric namespace, which every node reaches: where a Segment the nodes
+	// share puts its bridge (SegmentConfig.NetnsPath).
+	Fabric string
 	// Peers are the other nodes' pod subnets and the addresses that route them.
 	Peers []FabricRoute
 }
@@ -188,6 +191,7 @@ func PlanFabric(cfg FabricConfig, nodes []string) ([]FabricNode, error) {
 			PodSubnet: cfg.block(i + 1),
 			Gateway:   cfg.uplinkAddr().Addr(),
 			Link:      FabricLink,
+			Fabric:    cfg.fabricNetns(),
 		}
 	}
 	for i := range out {

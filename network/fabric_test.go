@@ -16,7 +16,7 @@ func TestPlanFabric(t *testing.T) {
 	node := func(name, addr, pods string, peers ...FabricRoute) FabricNode {
 		return FabricNode{
 			Name: name, NetnsPath: "/run/netns/vmlet-node-" + name, Addr: netip.MustParseAddr(addr),
-			PodSubnet: netip.MustParsePrefix(pods), Gateway: gw, Link: FabricLink, Peers: peers,
+			PodSubnet: netip.MustParsePrefix(pods), Gateway: gw, Link: FabricLink, Peers: peers, Fabric: "/run/netns/vmlet-fabric",
 		}
 	}
 	route := func(dst, via string) FabricRoute {
@@ -30,8 +30,8 @@ func TestPlanFabric(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("PlanFabric =\n%+v\nwant\n%+v", got, want)
 	}
-	if DefaultFabricSubnet.Overlaps(DefaultNodeSubnet) {
-		t.Errorf("DefaultFabricSubnet %s overlaps DefaultNodeSubnet %s", DefaultFabricSubnet, DefaultNodeSubnet)
+	if DefaultFabricSubnet.Overlaps(DefaultNodeSubnet) || DefaultSegmentSubnet.Overlaps(DefaultNodeSubnet) || DefaultSegmentSubnet.Overlaps(DefaultFabricSubnet) {
+		t.Errorf("default subnets overlap: fabric %s, node %s, segment %s", DefaultFabricSubnet, DefaultNodeSubnet, DefaultSegmentSubnet)
 	}
 	if w := "table inet vmlet_fabric {\n\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tip saddr 198.19.128.0/17 ip daddr != 198.19.128.0/17 counter masquerade\n\t}\n}\n"; fabricTable(FabricConfig{Name: "vmlet", Subnet: DefaultFabricSubnet}).Render() != w {
 		t.Errorf("fabric table =\n%s\nwant\n%s", fabricTable(FabricConfig{Name: "vmlet", Subnet: DefaultFabricSubnet}).Render(), w)

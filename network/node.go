@@ -81,6 +81,9 @@ type PodNetwork struct {
 	// Secondary marks an additional interface of the pod (Node.AddInterface): an address on
 	// the node subnet but no routes, like a Multus attachment's.
 	Secondary bool
+	// Node is the node whose pod holds an interface of a segment that spans nodes
+	// (Segment.AddInterface); empty on a node's own bridge.
+	Node string
 }
 
 var podIDRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
@@ -219,11 +222,14 @@ func lastAddr(p netip.Prefix) netip.Addr {
 }
 
 // podAlias is the alias of a pod's host veth: "vmlet-pod <id> <addr>/<bits>", followed by
-// the pod-side name for a secondary interface.
+// the pod-side name for a secondary interface and, on a segment, the node of the pod.
 func podAlias(p PodNetwork) string {
 	s := podAliasPrefix + p.ID + " " + p.Addr.String()
 	if p.Secondary {
 		s += " " + p.Interface
+		if p.Node != "" {
+			s += " " + p.Node
+		}
 	}
 	return s
 }
@@ -233,6 +239,7 @@ type podVeth struct {
 	id     string
 	addr   netip.Prefix
 	ifname string // the pod side of a secondary interface; "" for the pod's eth0
+	node   string // the pod's node, for an interface on a segment (Segment)
 }
 
 // parsePodAlias reverses podAlias.
@@ -242,7 +249,7 @@ func parsePodAlias(s string) (podVeth, bool) {
 		return podVeth{}, false
 	}
 	f := strings.Fields(rest)
-	if len(f) != 2 && len(f) != 3 {
+	if len(f) < 2 || len(f) > 4 {
 		return podVeth{}, false
 	}
 	addr, err := netip.ParsePrefix(f[1])
@@ -250,18 +257,30 @@ func parsePodAlias(s string) (podVeth, bool) {
 		return podVeth{}, false
 	}
 	v := podVeth{id: f[0], addr: addr}
-	if len(f) == 3 {
+	if len(f) >= 3 {
 		v.ifname = f[2]
+	}
+	if len(f) == 4 {
+		v.node = f[3]
 	}
 	return v, true
 }
 
 // hostName is the host veth's name this alias belongs on.
 func (v podVeth) hostName() string {
-	if v.ifname == "" {
+	switch {
+	case v.ifname == "":
 		return hostVethName(v.id)
+	case v.node != "":
+		return segmentVethName(v.id, v.ifname, v.node)
 	}
 	return hostVethName(v.id + "/" + v.ifname)
+}
+
+// segmentVethName is the host veth of pod id's interface ifname on a segment, for the pod on
+// node: the pods of one VMI on two nodes (a migration's source and target) have one each.
+func segmentVethName(id, ifname, node string) string {
+	return hostVethName(id + "/" + ifname + "@" + node)
 }
 
 // secondaryPlan is the plan of pod id's secondary interface ifname with address addr.

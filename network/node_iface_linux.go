@@ -84,7 +84,7 @@ func (n *Node) RemoveInterface(id, ifname string) error {
 		return fmt.Errorf("remove interface %s of pod %s: %w", ifname, id, err)
 	}
 	defer done()
-	if err := deleteSecondaries(h, id, ifname); err != nil {
+	if err := deleteSecondaries(h, id, ifname, n.tag); err != nil {
 		return fmt.Errorf("remove interface %s of pod %s: %w", ifname, id, err)
 	}
 	return nil
@@ -119,7 +119,7 @@ func (n *Node) secondaries(h *netlink.Handle, id string) (map[string]podVeth, er
 	}
 	out := map[string]podVeth{}
 	for _, l := range links {
-		if v, ok := parsePodAlias(l.Attrs().Alias); ok && v.id == id && v.ifname != "" && l.Attrs().Name == v.hostName() {
+		if v, ok := parsePodAlias(l.Attrs().Alias); ok && v.id == id && v.ifname != "" && v.node == n.tag && l.Attrs().Name == v.hostName() {
 			out[v.ifname] = v
 		}
 	}
@@ -127,15 +127,16 @@ func (n *Node) secondaries(h *netlink.Handle, id string) (map[string]podVeth, er
 }
 
 // deleteSecondaries deletes the host veths of pod id's additional interface ifname, or of all
-// of them when ifname is empty.
-func deleteSecondaries(h *netlink.Handle, id, ifname string) error {
+// of them when ifname is empty: those of node's pod on a segment, those on a node's own
+// bridge when node is empty.
+func deleteSecondaries(h *netlink.Handle, id, ifname, node string) error {
 	links, err := h.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
 		v, ok := parsePodAlias(l.Attrs().Alias)
-		if !ok || v.id != id || v.ifname == "" || (ifname != "" && v.ifname != ifname) || l.Attrs().Name != v.hostName() {
+		if !ok || v.id != id || v.ifname == "" || v.node != node || (ifname != "" && v.ifname != ifname) || l.Attrs().Name != v.hostName() {
 			continue
 		}
 		if err := h.LinkDel(l); err != nil && !isLinkNotFound(err) {

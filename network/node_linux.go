@@ -21,6 +21,9 @@ import (
 type Node struct {
 	cfg NodeConfig
 	mu  sync.Mutex
+	// tag is the node a Segment's secondary interfaces belong to; empty for a node's own
+	// bridge.
+	tag string
 }
 
 // NewNode validates cfg and fills in its defaults. It changes nothing on the host.
@@ -215,7 +218,7 @@ func (n *Node) DeletePod(id string) error {
 			return fmt.Errorf("delete pod %s: delete veth: %w", id, err)
 		}
 	}
-	if err := deleteSecondaries(h, id, ""); err != nil {
+	if err := deleteSecondaries(h, id, "", ""); err != nil {
 		return fmt.Errorf("delete pod %s: %w", id, err)
 	}
 	if err := removeNetns(filepath.Join(n.cfg.NetnsDir, "vmlet-"+id)); err != nil {

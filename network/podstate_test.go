@@ -59,7 +59,13 @@ func TestAliases(t *testing.T) {
 	if !ok || v.id != "pod-1" || v.addr != sec.Addr || v.ifname != "pod0123456789a" || v.hostName() != sec.HostVeth || sec.HostVeth == p.HostVeth {
 		t.Errorf("secondary pod alias round trip: %+v %v (host veth %s)", v, ok, sec.HostVeth)
 	}
-	for _, s := range []string{"vmlet-pod x", "vmlet-pod x 198.19.118.1/24 a b"} {
+	seg := secondaryPlan(NodeConfig{Subnet: DefaultSegmentSubnet}, "pod-1", "pod0123456789a", netip.MustParseAddr("198.19.119.10"))
+	seg.HostVeth, seg.Node = segmentVethName("pod-1", "pod0123456789a", "node-a"), "node-a"
+	v, ok = parsePodAlias(podAlias(seg))
+	if !ok || v.id != "pod-1" || v.addr != seg.Addr || v.ifname != "pod0123456789a" || v.node != "node-a" || v.hostName() != seg.HostVeth || seg.HostVeth == sec.HostVeth {
+		t.Errorf("segment pod alias round trip: %+v %v (host veth %s)", v, ok, seg.HostVeth)
+	}
+	for _, s := range []string{"vmlet-pod x", "vmlet-pod x 198.19.118.1/24 a b c"} {
 		if _, ok := parsePodAlias(s); ok {
 			t.Errorf("malformed pod alias %q accepted", s)
 		}

@@ -35,6 +35,13 @@ type NetworkConfig struct {
 	// NoMasquerade leaves pod traffic leaving the pod subnet un-NATed: the pod subnet is routed
 	// (local mode's fabric, where the uplink masquerades what leaves the fabric).
 	NoMasquerade bool
+	// Shared, when set, offers the multus network controllers.SharedNetwork: one L2 segment
+	// that every node of the machine shares (network.Segment), whose bridge lives in this
+	// namespace (local mode's fabric namespace). An interface on it keeps its address on
+	// every node, so VMIs attached to it migrate.
+	Shared string
+	// Node is this node's name on the shared segment (with Shared).
+	Node string
 }
 
 func (cfg NetworkConfig) node() network.NodeConfig {
@@ -53,7 +60,15 @@ func openNetwork(cfg NetworkConfig) (*controllers.NodeNetwork, error) {
 	if err := node.CheckPods(); err != nil {
 		return nil, fmt.Errorf("open node network: --node-subnet: %w: their VMs run; start with the subnet they were made with, or delete them first", err)
 	}
-	return &controllers.NodeNetwork{Pods: node, ResolvConf: cfg.ResolvConf}, nil
+	nn := &controllers.NodeNetwork{Pods: node, ResolvConf: cfg.ResolvConf}
+	if cfg.Shared != "" {
+		seg, err := network.NewSegment(network.SegmentConfig{NetnsPath: cfg.Shared, NetnsDir: node.Config().NetnsDir, Node: cfg.Node})
+		if err != nil {
+			return nil, fmt.Errorf("open node network: %w", err)
+		}
+		nn.Spanning = map[string]controllers.PodInterfaces{controllers.SharedNetwork: seg}
+	}
+	return nn, nil
 }
 
 // CloseNetwork ends the node network with the stack, once its launchers are gone (their DHCP

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers"
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu/launcher"
@@ -34,7 +35,8 @@ import (
 
 // TestLocalMigration: with `vmlet local --nodes 2`, config/samples/vmi-migratable.yaml applied
 // with kubectl runs, and a client VMI pinned to the other node (nodeSelector
-// kubernetes.io/hostname) reaches its guest's service on the declared port 80 from its pod.
+// kubernetes.io/hostname) reaches its guest's service on the declared port 80 from its pod, and
+// from its guest on the nodes' shared network (vmlet-shared) at the address the VMI keeps.
 // config/samples/vmim.yaml moves the VMI to the client's node, a second migration moves it back;
 // each time the VMI reports the target node and its pod address there (on that node's pod
 // subnet), the client reaches the service at that address, the guest's counter kept counting
@@ -58,6 +60,11 @@ func TestLocalMigration(t *testing.T) {
 	}
 	cv := masqueradeVMI("client")
 	cv.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
+	// On the shared network too, as the sample: guest to guest across the nodes.
+	cv.Spec.Domain.Devices.Interfaces = append(cv.Spec.Domain.Devices.Interfaces, vmletv1.Interface{Name: "shared",
+		InterfaceBindingMethod: vmletv1.InterfaceBindingMethod{Bridge: &vmletv1.InterfaceBridge{}}})
+	cv.Spec.Networks = append(cv.Spec.Networks, vmletv1.Network{Name: "shared",
+		NetworkSource: vmletv1.NetworkSource{Multus: &vmletv1.MultusNetwork{NetworkName: controllers.SharedNetwork}}})
 	if err := c.Create(ctx, cv); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +84,9 @@ func TestLocalMigration(t *testing.T) {
 	pid := strings.TrimSpace(guestSh(t, sock(vm), "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $!"))
 	guestSh(t, sock(vm), "ip link set lo up; nc -ll -p 80 -e echo "+reply+" </dev/null >/dev/null 2>&1 &")
 	waitServes(t, cl, vm.podAddr, reply)
+	shared := sharedAddr(t, c, vm.key)
+	waitGuestAgent(t, sock(cl))
+	waitGuestReaches(t, sock(cl), shared, reply)
 
 	for i, mig := range []string{"migratable-migration", "migratable-back"} {
 		from, to := vm, cl.node
@@ -130,6 +140,12 @@ func TestLocalMigration(t *testing.T) {
 		}
 		t.Logf("%s: on %s, pod address %s (interfaces %+v)", mig, vm.node, vm.podAddr, v.Status.Interfaces)
 		waitServes(t, cl, vm.podAddr, reply)
+		// On the shared network the guest kept its address: the client's guest reaches it
+		// there, now on the same node.
+		if got := sharedAddr(t, c, vm.key); got != shared {
+			t.Errorf("%s: shared interface's address %s, was %s", mig, got, shared)
+		}
+		waitGuestReaches(t, sock(cl), shared, reply)
 		waitGuestAgent(t, sock(vm))
 		if got := strings.TrimSpace(guestSh(t, sock(vm), "[ -d /proc/"+pid+" ] && echo "+pid+" || true")); got != pid {
 			t.Fatalf("%s: counter process %s gone on %s (the guest's memory did not survive): %q", mig, pid, to, got)
@@ -147,6 +163,32 @@ func TestLocalMigration(t *testing.T) {
 		s.assertNodeVMGone(t, v)
 	}
 	s.assertFabricGone(t, fabric, plan, uplinkBefore)
+}
+
+// sharedAddr waits for the address of the VMI's "shared" interface in status.interfaces, one of
+// the shared segment's.
+func sharedAddr(t *testing.T, c client.Client, key client.ObjectKey) netip.Addr {
+	t.Helper()
+	var addr netip.Addr
+	waitFor(t, c, key, 2*time.Minute, "an address of the shared network", func(v *vmletv1.VirtualMachineInstance) bool {
+		for _, i := range v.Status.Interfaces {
+			if a, err := netip.ParseAddr(i.IP); i.Name == "shared" && err == nil && network.DefaultSegmentSubnet.Contains(a) {
+				addr = a
+				return true
+			}
+		}
+		return false
+	})
+	return addr
+}
+
+// waitGuestReaches waits until the guest of the launcher at sock reads want from addr:80.
+func waitGuestReaches(t *testing.T, sock string, addr netip.Addr, want string) {
+	t.Helper()
+	poll.Until(t, time.Minute, "guest to "+addr.String()+":80", func() (bool, string) {
+		out := guestSh(t, sock, "nc -w 2 "+addr.String()+" 80 </dev/null 2>&1 || true")
+		return strings.Contains(out, want), out
+	})
 }
 
 // guestSh runs cmd with the guest's /bin/sh through the guest agent of the launcher at sock.

@@ -3,6 +3,7 @@ package migration
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,9 +18,10 @@ const (
 	// ReasonHostDeviceNotMigratable never applies today: the API refuses host devices.
 	ReasonHostDeviceNotMigratable = "HostDeviceNotLiveMigratable"
 	// ReasonHotplugNotMigratable is KubeVirt's name for a hot-plugged device that cannot
-	// move: in vmlet an interface of a secondary network, which the agent hot-plugs into the
-	// running guest and a target cannot reproduce, or (the agent's word, from the launcher) a
-	// vCPU unplugged under TCG. (Hot-plugged disks migrate like the others: their claims decide.)
+	// move: in vmlet an interface of a secondary network that does not span the nodes (the
+	// agent hot-plugs it into the running guest; a target could not give it its address), or
+	// (the agent's word, from the launcher) a vCPU unplugged under TCG. (Hot-plugged disks
+	// migrate like the others: their claims decide; so do interfaces of spanning networks.)
 	ReasonHotplugNotMigratable = "HotplugNotLiveMigratable"
 	// ReasonMigratable is LiveMigratable=True's reason.
 	ReasonMigratable = "Migratable"
@@ -41,8 +43,10 @@ type Verdict struct {
 // (shared: a cluster's, or local mode's, which every node of the machine opens), hot-plugged
 // or not; other claims and unshared hostDisks are not (vmlet does not copy them); a bridge binding on the pod network
 // is not (the guest holds the pod's address, which the target pod does not have); neither is a
-// host CPU model or a host device. Pure.
-func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
+// host CPU model or a host device; nor is an interface of a secondary (multus) network other
+// than those in spanning (networks that span the nodes: the interface keeps its address and
+// MAC on the target). Pure.
+func Migratable(vmi *vmletv1.VirtualMachineInstance, spanning ...string) Verdict {
 	copied := false
 	for _, v := range vmi.Spec.Volumes {
 		switch {
@@ -87,8 +91,12 @@ func Migratable(vmi *vmletv1.VirtualMachineInstance) Verdict {
 	if c := vmi.Spec.Domain.CPU; c != nil && c.Model == "host-passthrough" {
 		return no(ReasonCPUModeNotMigratable, "cannot migrate a VMI with cpu model host-passthrough: the target's CPU may differ")
 	}
-	if n := secondaryNetwork(vmi); n != "" {
-		return no(ReasonHotplugNotMigratable, "cannot migrate: network %s is a secondary (multus) network, whose hot-plugged interface does not migrate (each node's secondary network is a bridge of its own)", n)
+	if n, multus := secondaryNetwork(vmi, spanning); n != "" {
+		msg := fmt.Sprintf("cannot migrate: network %s is a secondary (multus) network, %s, that does not span the nodes (each node's is a bridge of its own): its hot-plugged interface would lose its address on another node", n, multus)
+		if len(spanning) > 0 {
+			msg += fmt.Sprintf(" (these do: %s)", strings.Join(spanning, ", "))
+		}
+		return no(ReasonHotplugNotMigratable, "%s", msg)
 	}
 	v := Verdict{OK: true, Reason: ReasonMigratable, Method: vmletv1.LiveMigration}
 	if copied {
@@ -125,13 +133,22 @@ func no(reason, format string, args ...any) Verdict {
 	return Verdict{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// secondaryNetwork names the vmi's first secondary (multus) network: the agent hot-plugs
-// their interfaces, and none migrates (a node's secondary network is its own bridge).
-func secondaryNetwork(vmi *vmletv1.VirtualMachineInstance) string {
+// secondaryNetwork names the vmi's first secondary (multus) network that is not one of
+// spanning (a "namespace/" prefix of its networkName is ignored), and its networkName: the
+// agent hot-plugs their interfaces, and only those of spanning networks keep their address on
+// another node.
+func secondaryNetwork(vmi *vmletv1.VirtualMachineInstance, spanning []string) (string, string) {
 	for _, n := range vmi.Spec.Networks {
-		if n.Multus != nil {
-			return n.Name
+		if n.Multus == nil {
+			continue
+		}
+		short := n.Multus.NetworkName
+		if _, s, found := strings.Cut(short, "/"); found {
+			short = s
+		}
+		if !slices.Contains(spanning, short) {
+			return n.Name, n.Multus.NetworkName
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -89,6 +90,33 @@ func TestMigratable(t *testing.T) {
 				t.Fatal("no message for a vmi that cannot migrate")
 			}
 		})
+	}
+}
+
+// TestMigratableSpanning: interfaces of secondary networks that span the nodes migrate (a
+// "namespace/" prefix of networkName ignored); one of any other network keeps the vmi where it
+// is, and the message names the network and those that would do.
+func TestMigratableSpanning(t *testing.T) {
+	spanning := []string{"vmlet-shared"}
+	if v := Migratable(running(multus("vmlet-shared", "default/vmlet-shared")), spanning...); !v.OK || v.Method != vmletv1.BlockMigration {
+		t.Errorf("spanning networks only: %+v, want migratable", v)
+	}
+	v := Migratable(running(multus("vmlet-shared", "vmlet-node")), spanning...)
+	if v.OK || v.Reason != ReasonHotplugNotMigratable || !strings.Contains(v.Message, "network n1 is a secondary (multus) network, vmlet-node,") || !strings.Contains(v.Message, "(these do: vmlet-shared)") {
+		t.Errorf("a node's own network: %+v", v)
+	}
+	if v := Migratable(running(multus("vmlet-shared"))); v.OK || strings.Contains(v.Message, "these do") {
+		t.Errorf("no spanning networks: %+v", v)
+	}
+}
+
+// multus attaches the vmi to multus networks by networkName (interfaces n0, n1, ...).
+func multus(names ...string) func(*vmletv1.VirtualMachineInstance) {
+	return func(v *vmletv1.VirtualMachineInstance) {
+		for i, name := range names {
+			v.Spec.Networks = append(v.Spec.Networks, vmletv1.Network{Name: fmt.Sprintf("n%d", i),
+				NetworkSource: vmletv1.NetworkSource{Multus: &vmletv1.MultusNetwork{NetworkName: name}}})
+		}
 	}
 }
 

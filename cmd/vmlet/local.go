@@ -151,6 +151,8 @@ func runLocal(ctx context.Context, cfg local.Config, o localOptions) (err error)
 		for _, n := range s.Nodes {
 			fmt.Fprintf(out, "vmlet local: node %s: netns %s, address %s, pods %s\n", n.Name, n.Fabric.NetnsPath, n.Fabric.Addr, n.Fabric.PodSubnet)
 		}
+		fmt.Fprintf(out, "vmlet local: multus networks: %s (each node's own bridge), %s (%s, shared by the nodes: its interfaces migrate)\n",
+			strings.Join(controllers.DefaultSecondaryNetworks, ", "), controllers.SharedNetwork, network.DefaultSegmentSubnet)
 	} else {
 		fmt.Fprintf(out, "vmlet local: API server up; kubeconfig %s; node %s registered\n", kc, cfg.NodeName)
 	}

@@ -368,6 +368,7 @@ func (s *localSetup) startTwoNodes(t *testing.T, prefix string) *twoNodes {
 	n.uplinkBefore = uplinkState(t, s.nodeNetns)
 	n.p = s.run(t, append(s.commonArgs(), "--demo", "", "--nodes", "2", "--fabric-name", n.fabric.Name)...)
 	n.p.waitOutput(t, "nodes "+strings.Join(n.nodes, ", ")+" registered", 3*time.Minute)
+	n.p.waitOutput(t, "multus networks: vmlet-node (each node's own bridge), vmlet-shared (198.19.119.0/24, shared by the nodes", time.Minute)
 	return n
 }
 

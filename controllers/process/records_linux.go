@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -68,4 +69,39 @@ func readRecord(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
 	}
 	return io.ReadAll(io.LimitReader(f, maxRecordBytes))
+}
+
+// logTailLines is how many of its log's last lines tell how a failed launcher ended.
+const logTailLines = 3
+
+// logTail returns the last n non-empty lines of the log at path (from its last maxRecordBytes),
+// joined by newlines, "" when it cannot be read; like readRecord it never reads through a
+// symlink nor anything but a regular file. Whoever shows it cleans it (vmistatus.WithDetail).
+func logTail(path string, n int) string {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	off := max(fi.Size()-maxRecordBytes, 0)
+	b := make([]byte, fi.Size()-off)
+	k, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	lines := strings.Split(string(b[:k]), "\n")
+	if off > 0 && len(lines) > 0 {
+		lines = lines[1:] // cut in the middle
+	}
+	var out []string
+	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			out = append([]string{l}, out...)
+		}
+	}
+	return strings.Join(out, "\n")
 }

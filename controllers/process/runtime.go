@@ -73,7 +73,8 @@ type Exit struct {
 	Known  bool   `json:"known"`            // false: the process vanished while no agent watched
 	At     time.Time
 	// Detail is the launcher's own word on how its domain ended (its end record, e.g. "qemu
-	// crash, signal killed"): written by the unprivileged launcher, so shown, never trusted.
+	// crash, signal killed") or, for a launcher that failed by itself, the last lines of its
+	// log: written by the unprivileged launcher, so shown, never trusted.
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -337,7 +338,7 @@ func (r *Runtime) reap(id string, cmd *exec.Cmd, done chan struct{}) {
 		ex.Signal = ws.Signal().String()
 	}
 	_ = err // the exit status is in ProcessState
-	ex.Detail = readEnd(r.Dir(id))
+	ex.Detail = exitDetail(r.Dir(id), ex)
 	if b, jerr := json.Marshal(ex); jerr == nil {
 		_ = writeRecord(r.Dir(id), exitFile, b)
 	}
@@ -377,7 +378,8 @@ func (r *Runtime) State(id string) (State, error) {
 			// the child: read it again, the child may have been reaped since the first read.
 			// Anything else vanished unobserved.
 			if st.Exited = readExit(dir); st.Exited == nil {
-				st.Exited = &Exit{Code: -1, Known: false, At: time.Now(), Detail: readEnd(dir)}
+				st.Exited = &Exit{Code: -1, Known: false, At: time.Now()}
+				st.Exited.Detail = exitDetail(dir, *st.Exited)
 			}
 			return st, nil
 		}
@@ -400,6 +402,17 @@ func readExit(dir string) *Exit {
 		return nil
 	}
 	return &ex
+}
+
+// exitDetail is what tells how the launcher in dir ended: its end record's detail, else, for a
+// launcher that failed by itself (a status other than 0, no signal; it ended before or without
+// a domain, e.g. QEMU could not start), the last lines of its log, which go with the run
+// folder. "" when neither says anything.
+func exitDetail(dir string, ex Exit) string {
+	if d := readEnd(dir); d != "" || ex.Signal != "" || ex.Code == 0 {
+		return d
+	}
+	return logTail(filepath.Join(dir, logFile), logTailLines)
 }
 
 // readEnd returns the detail of the launcher's end record in dir (a record: at most 4 KiB

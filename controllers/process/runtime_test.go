@@ -3,11 +3,13 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +34,11 @@ func TestMain(m *testing.M) {
 }
 
 func fakeLauncher() int {
+	if msg := os.Getenv(fakeFailEnv); msg != "" {
+		// A launcher that cannot start its domain: it says why on stderr (its log) and fails.
+		fmt.Fprintf(os.Stderr, "level=INFO msg=starting\n\nlevel=ERROR msg=%q\n", msg)
+		return 1
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	l, err := net.Listen("unix", StartingSocket)
@@ -44,6 +51,60 @@ func fakeLauncher() int {
 	<-sigs
 	_ = l.Close()
 	return 0
+}
+
+// fakeFailEnv makes the fake launcher fail at once, logging its value.
+const fakeFailEnv = "VMLET_FAKE_LAUNCHER_FAIL"
+
+// TestLauncherFailureDetail: a launcher that fails by itself (status 1, no end record) is
+// reported with the last lines of its log, which go with its run folder.
+func TestLauncherFailureDetail(t *testing.T) {
+	r, exits := newRuntime(t)
+	t.Setenv(fakeFailEnv, "start domain: qemu: cannot open /dev/kvm")
+	id := "0f4c6a2e-1111-4e7e-9d51-00000000000f"
+	if _, err := r.Ensure(context.Background(), spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exits:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit reported")
+	}
+	end := waitState(t, r, id, func(s State) bool { return s.Exited != nil })
+	if want := "level=INFO msg=starting\nlevel=ERROR msg=\"start domain: qemu: cannot open /dev/kvm\""; end.Exited.Code != 1 || end.Exited.Detail != want {
+		t.Errorf("exit %+v, want code 1 and detail %q", end.Exited, want)
+	}
+	if err := r.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, id)
+}
+
+// TestLogTail: the last lines of a log, empty ones skipped, a line cut by the read window
+// dropped; nothing through a symlink.
+func TestLogTail(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "launcher.log")
+	long := strings.Repeat("x", maxRecordBytes)
+	if err := os.WriteFile(p, []byte(long+"\na\n\nb\nc\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := logTail(p, 3); got != "a\nb\nc" {
+		t.Errorf("logTail = %q", got)
+	}
+	if got := logTail(p, 10); got != "a\nb\nc" {
+		t.Errorf("logTail of more lines than the window holds = %q", got)
+	}
+	link := filepath.Join(dir, "link.log")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := logTail(link, 3); got != "" {
+		t.Errorf("logTail through a symlink = %q", got)
+	}
+	if got := logTail(filepath.Join(dir, "missing"), 3); got != "" {
+		t.Errorf("logTail of a missing file = %q", got)
+	}
 }
 
 func newRuntime(t *testing.T) (*Runtime, chan string) {

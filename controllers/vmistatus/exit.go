@@ -33,19 +33,19 @@ func Exited(code int, signal string, known bool) Outcome {
 	case code == launcher.ExitForced:
 		return fail(ReasonForcedShutdown, ExitMeaning(launcher.ExitForced))
 	case code == launcher.ExitQEMUDied:
-		return fail(ReasonQEMUDied, "QEMU ended unexpectedly (crashed or killed); see the launcher's logs/qemu.log")
+		return fail(ReasonQEMUDied, "QEMU ended unexpectedly (crashed or killed)")
 	case code == launcher.ExitGuestPanicked:
 		return fail(ReasonGuestPanicked, "the guest kernel panicked (its panic device told QEMU) and the VM was stopped")
 	}
-	return fail(ReasonLauncherFailed, fmt.Sprintf("the launcher exited with status %d; see its launcher.log", code))
+	return fail(ReasonLauncherFailed, fmt.Sprintf("the launcher exited with status %d", code))
 }
 
 // maxDetail bounds the launcher's words in a message.
 const maxDetail = 1024
 
 // WithDetail adds the launcher's word on how QEMU ended (e.g. "qemu crash, signal killed",
-// with QEMU's last stderr lines) to an end's message: QEMU's log goes with the VMI's run
-// folder. The detail comes from the unprivileged launcher: it is made valid UTF-8, line breaks
+// with QEMU's last stderr lines), or the last lines of a failed launcher's log, to an end's
+// message: the logs go with the VMI's run folder. The detail comes from the unprivileged launcher: it is made valid UTF-8, line breaks
 // become "; ", other control characters go, and it is cut to maxDetail bytes.
 func WithDetail(msg, detail string) string {
 	detail = strings.ReplaceAll(strings.TrimSpace(strings.ToValidUTF8(detail, "?")), "\n", "; ")

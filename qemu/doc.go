@@ -16,7 +16,7 @@
 //     migration targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
 //     device_add on it even before the guest starts; they go on the command line as JSON;
 //   - panic devices (panic.go: ISA pvpanic, pvpanic-pci) and what a guest panic does with
-//     one (-action panic=exit-failure: QEMU exits, ExitGuestPanic);
+//     one (-action panic=pause, then the VM quits QEMU: ExitGuestPanic);
 //   - the boot order: each device's bootindex, -boot strict=on (the firmware tries the
 //     indexed devices only, as under libvirt), and a system_reset before the guest first runs
 //     when a QMP-attached device has an index (QEMU builds the firmware's boot list at reset);

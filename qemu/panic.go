@@ -24,8 +24,9 @@ const (
 	addrPanic   = "0xa"
 )
 
-// PanicExitStatus is QEMU's exit status after a guest panic with a panic device (-action
-// panic=exit-failure).
+// PanicExitStatus is QEMU's exit status after a guest panic when QEMU exits by itself
+// (-action panic=exit-failure). vmlet pauses instead and quits QEMU (status 0); the
+// classification still takes it.
 const PanicExitStatus = 1
 
 // validatePanic checks the panic devices: known models, each at most once.
@@ -47,16 +48,18 @@ func (s *Spec) validatePanic() error {
 }
 
 // panicArgs plans the panic devices and what a panic does. With any device, a guest panic
-// makes QEMU emit GUEST_PANICKED and SHUTDOWN (reason guest-panic) and exit with
-// PanicExitStatus (-action panic=exit-failure, QEMU ≥ 7.1): the VM ends as libvirt's default
-// on_crash (destroy) ends it, and the exit can never read as the guest powering off (QEMU's
-// default, panic=shutdown, exits 0 like a poweroff). Without a device the guest cannot tell
-// QEMU of a panic at all, so no -action is emitted and the argv is unchanged.
+// makes QEMU emit GUEST_PANICKED (action pause) and stop the guest in run state guest-panicked
+// (-action panic=pause); QEMU keeps running, so the event is always read, and the VM then
+// quits QEMU itself (watchShutdown): the VM ends as libvirt's default on_crash (destroy) ends
+// it, classified ExitGuestPanic, never as the guest powering off. QEMU exiting by itself on a
+// panic (exit-failure, or its default shutdown) could exit before the event left its monitor
+// (CI once saw a pvpanic guest's end as a crash). Without a device the guest cannot tell QEMU
+// of a panic at all, so no -action is emitted and the argv is unchanged.
 func (b *argv) panicArgs(models []PanicModel) {
 	if len(models) == 0 {
 		return
 	}
-	b.opt("-action", "panic", "exit-failure")
+	b.opt("-action", "panic", "pause")
 	for _, m := range models {
 		switch m {
 		case PanicISA:

@@ -12,11 +12,11 @@ import (
 )
 
 // TestPanicArgv: each panic device is planned as its own -device with vmlet's id (and the
-// pvpanic-pci at its fixed address), with -action panic=exit-failure once; no device, no
+// pvpanic-pci at its fixed address), with -action panic=pause once; no device, no
 // -action (QEMU's default is irrelevant when the guest cannot panic to it). Every element
 // parses back to allow-listed keys (checkArgvInvariants).
 func TestPanicArgv(t *testing.T) {
-	const action = "-action panic=exit-failure"
+	const action = "-action panic=pause"
 	isa := "-device pvpanic,id=panic_isa"
 	pci := "-device pvpanic-pci,id=panic_pci,bus=pcie.0,addr=0xa"
 	tests := []struct {
@@ -125,9 +125,9 @@ func TestClassifyExitPanic(t *testing.T) {
 	}
 }
 
-// TestShutdownFrom: a GUEST_PANICKED of action poweroff stands for the SHUTDOWN (guest-panic)
-// QEMU sends next; the real SHUTDOWN replaces it; a pause action or an earlier SHUTDOWN is not
-// overridden.
+// TestShutdownFrom: a GUEST_PANICKED of action pause (vmlet's) or poweroff stands for a
+// SHUTDOWN of reason guest-panic, which no later SHUTDOWN replaces (the quit's after a pause,
+// or QEMU's own); an earlier SHUTDOWN is not overridden by a panic.
 func TestShutdownFrom(t *testing.T) {
 	ev := func(name, data string) qmp.Event { return qmp.Event{Name: name, Data: json.RawMessage(data)} }
 	quit := &shutdownEvent{Reason: "host-qmp-quit"}
@@ -138,9 +138,12 @@ func TestShutdownFrom(t *testing.T) {
 		want *shutdownEvent
 	}{
 		{"panic, poweroff", ev("GUEST_PANICKED", `{"action":"poweroff","info":{"type":"hyper-v"}}`), nil, &shutdownEvent{Guest: true, Reason: "guest-panic"}},
-		{"panic, pause", ev("GUEST_PANICKED", `{"action":"pause"}`), nil, nil},
+		{"panic, pause", ev("GUEST_PANICKED", `{"action":"pause"}`), nil, &shutdownEvent{Guest: true, Reason: "guest-panic"}},
+		{"panic, run", ev("GUEST_PANICKED", `{"action":"run"}`), nil, nil},
+		{"the quit after a panic", ev("SHUTDOWN", `{"guest":false,"reason":"host-qmp-quit"}`), &shutdownEvent{Guest: true, Reason: "guest-panic"}, nil},
 		{"panic after a shutdown", ev("GUEST_PANICKED", `{"action":"poweroff"}`), quit, nil},
-		{"shutdown", ev("SHUTDOWN", `{"guest":true,"reason":"guest-panic"}`), &shutdownEvent{Guest: true, Reason: "guest-panic"}, &shutdownEvent{Guest: true, Reason: "guest-panic"}},
+		{"shutdown after a panic", ev("SHUTDOWN", `{"guest":true,"reason":"guest-panic"}`), &shutdownEvent{Guest: true, Reason: "guest-panic"}, nil},
+		{"shutdown", ev("SHUTDOWN", `{"guest":true,"reason":"guest-shutdown"}`), nil, &shutdownEvent{Guest: true, Reason: "guest-shutdown"}},
 		{"shutdown, garbage", ev("SHUTDOWN", `[`), nil, nil},
 		{"other event", ev("RESET", `{}`), nil, nil},
 	}

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"sync"
@@ -74,10 +75,11 @@ const (
 	ExitGuestShutdown ExitReason = "guest-shutdown"
 	// ExitHostQuit: QEMU was told to quit (quit command, SIGTERM) and exited 0.
 	ExitHostQuit ExitReason = "host-quit"
-	// ExitGuestPanic: the guest panicked and told QEMU through a panic device (SHUTDOWN event
-	// with reason guest-panic); QEMU then exits PanicExitStatus (-action panic=exit-failure,
-	// see panicArgs), or 0 under QEMU's own default action (panic=shutdown), which would
-	// otherwise read as the guest powering off.
+	// ExitGuestPanic: the guest panicked and told QEMU through a panic device (GUEST_PANICKED,
+	// or a SHUTDOWN event with reason guest-panic); QEMU paused it and vmlet quit QEMU (status
+	// 0, see panicArgs), or QEMU exited by itself: PanicExitStatus (-action
+	// panic=exit-failure) or 0 (its default panic=shutdown), which would otherwise read as the
+	// guest powering off.
 	ExitGuestPanic ExitReason = "guest-panic"
 	// ExitCrash: QEMU died from a signal (including vmlet's own SIGKILL, see Killed) or exited
 	// with a non-zero status.
@@ -142,23 +144,49 @@ func (vm *VM) Monitor() *qmp.Monitor { return vm.mon }
 // watchShutdown records SHUTDOWN events until the monitor is gone, then closes eventsDone.
 // The subscription exists before the guest runs, and the monitor delivers every event it read
 // before closing the channel, so no SHUTDOWN can be missed.
+//
+// A guest panic (GUEST_PANICKED; QEMU paused the guest, -action panic=pause) is recorded as
+// the guest-panic SHUTDOWN it stands for, which no later SHUTDOWN replaces, and QEMU is told
+// to quit: the VM ends with it, as QEMU's own exit would end it, but only once the event was
+// read.
 func (vm *VM) watchShutdown(events <-chan qmp.Event, cancel func()) {
 	defer close(vm.eventsDone)
 	defer cancel()
 	for e := range events {
-		if s := shutdownFrom(e, vm.shutdown.Load()); s != nil {
-			vm.shutdown.Store(s)
+		prev := vm.shutdown.Load()
+		s := shutdownFrom(e, prev)
+		if s == nil {
+			continue
 		}
+		vm.shutdown.Store(s)
+		if e.Name == "GUEST_PANICKED" && prev == nil {
+			go vm.quitPanicked()
+		}
+	}
+}
+
+// panicQuitTimeout bounds the quit after a guest panic.
+const panicQuitTimeout = 30 * time.Second
+
+// quitPanicked quits QEMU after its guest panicked (QEMU paused it). A QEMU that does not quit
+// is left to whoever stops the VM: its exit still reads as the panic it was.
+func (vm *VM) quitPanicked() {
+	ctx, cancel := context.WithTimeout(context.Background(), panicQuitTimeout)
+	defer cancel()
+	if err := vm.Quit(ctx); err != nil {
+		vm.log.Warn("quit qemu after the guest panicked", "err", err)
 	}
 }
 
 // shutdownFrom is what event e (SHUTDOWN or GUEST_PANICKED) says of how QEMU will end, given
 // what was seen before (prev), or nil if it says nothing new. A GUEST_PANICKED whose action is
-// poweroff (-action panic=exit-failure or shutdown) announces the SHUTDOWN of reason
-// guest-panic that QEMU sends next: it counts as that SHUTDOWN until the real one arrives, so
-// that a panic's exit is still told apart from a crash if QEMU exits before the SHUTDOWN event
-// reaches the monitor (CI once classified a pvpanic guest's exit as a crash). Pure.
+// pause (vmlet's -action panic=pause, after which the VM quits QEMU) or poweroff (QEMU exits
+// by itself) counts as a SHUTDOWN of reason guest-panic; once a panic is recorded, no later
+// SHUTDOWN (the quit's, host-qmp-quit, or QEMU's own guest-panic one) replaces it. Pure.
 func shutdownFrom(e qmp.Event, prev *shutdownEvent) *shutdownEvent {
+	if prev != nil && prev.Reason == shutdownGuestPanic {
+		return nil
+	}
 	switch e.Name {
 	case "SHUTDOWN":
 		var s shutdownEvent
@@ -170,7 +198,7 @@ func shutdownFrom(e qmp.Event, prev *shutdownEvent) *shutdownEvent {
 		var p struct {
 			Action string `json:"action"`
 		}
-		if prev != nil || json.Unmarshal(e.Data, &p) != nil || p.Action != "poweroff" {
+		if prev != nil || json.Unmarshal(e.Data, &p) != nil || (p.Action != "poweroff" && p.Action != "pause") {
 			return nil
 		}
 		return &shutdownEvent{Guest: true, Reason: shutdownGuestPanic}

@@ -1487,7 +1487,7 @@ type Domain struct {
 	// unplugged in this QEMU's life (QEMU 10 can stay in the migration's setup for good).
 	MigrationRefused string `protobuf:"bytes,23,opt,name=migration_refused,json=migrationRefused,proto3" json:"migration_refused,omitempty"`
 	// exit_detail is how QEMU ended, once it did (state SHUTOFF or CRASHED; the launcher's Exit
-	// detail, also in its end record: "qemu crash, signal killed", "qemu guest-panic, status 1,
+	// detail, also in its end record: "qemu crash, signal killed", "qemu guest-panic, status 0,
 	// shutdown reason guest-panic"); empty while it runs.
 	ExitDetail    string `protobuf:"bytes,24,opt,name=exit_detail,json=exitDetail,proto3" json:"exit_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -32,9 +32,10 @@ import (
 // LiveMigratable; it migrates there and back, and the interface keeps its address and MAC: a
 // peer on the shared network reaches a service in the guest at that address before, after each
 // migration and after the guest renewed its lease on the target (whose DHCP offers the same
-// address). The node the guest left keeps nothing of it on the segment. Interfaces plugged and
+// address). The node the guest left keeps nothing of it on the segment, nor does the target of
+// an aborted migration. Interfaces plugged and
 // unplugged while the guest migrates are plugged and unplugged by the node the guest then runs
-// on (the unplugged one was in the target's QEMU from its start); no Warning event. Deleting the
+// on (the unplugged one was in the target's QEMU from its start), with no Warning event. Deleting the
 // VMI leaves the segment empty.
 func TestMigrateSharedNetwork(t *testing.T) {
 	prereq.Root(t)
@@ -150,6 +151,25 @@ func TestMigrateSharedNetwork(t *testing.T) {
 	createPolicy(t, "shared-net-slow", map[string]string{"vmlet.dev/shared-net": "slow"}, nil, func(s *migrationsv1.MigrationPolicySpec) {
 		s.BandwidthPerMigration = ptr.To(resource.MustParse("8Mi"))
 	})
+	// Aborted (the migration deleted while it runs): the target removes its pod interface on
+	// the segment, the source keeps its own, and the guest stays reachable at its address.
+	aborted := startMigration(t, vmi, "shared-abort")
+	waitMigrationPhase(t, aborted, vmletv1.MigrationRunning)
+	if ports := segmentPorts(t, segNS); len(ports) != 3 {
+		t.Errorf("segment ports while migrating %v, want the source's, the target's and the peer's", ports)
+	}
+	abort(t, aborted)
+	if ms := mustGetVMI(t, vmi).Status.MigrationState; ms == nil || ms.AbortStatus != vmletv1.MigrationAbortSucceeded {
+		t.Fatalf("migrationState after the abort %+v", ms)
+	}
+	waitLeft(t, n.b, n.dirsB.Net.NetnsDir, n.dirsB.VolumeRoot, uid)
+	eventually(t, 30*time.Second, "the target's segment port gone after the abort", func() (bool, string) {
+		ports := segmentPorts(t, segNS)
+		return len(ports) == 2, fmt.Sprintf("segment ports %v", ports)
+	})
+	waitReply(t, peer, netip.AddrPortFrom(addr, 80), "HELLO-SHARED\n")
+
+	plugStart := time.Now() // the abort's Warning events are before
 	plug := startMigration(t, vmi, "shared-plug")
 	waitMigrationPhase(t, plug, vmletv1.MigrationRunning)
 	green, greenNet := secondaryNIC("green", controllers.SharedNetwork)
@@ -190,7 +210,11 @@ func TestMigrateSharedNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if e.Regarding.UID == vmi.UID && e.Type == "Warning" {
+		at, since := e.EventTime.Time, plugStart
+		if at.IsZero() { // whole seconds
+			at, since = e.CreationTimestamp.Time, plugStart.Truncate(time.Second)
+		}
+		if e.Regarding.UID == vmi.UID && e.Type == "Warning" && !at.Before(since) {
 			t.Errorf("Warning event %s: %s", e.Reason, e.Note)
 		}
 	}

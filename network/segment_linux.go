@@ -193,6 +193,11 @@ func (s *Segment) ensureBridge(h *netlink.Handle) (netlink.Link, bool, error) {
 	if l, err = h.LinkByName(name); err == nil {
 		err = h.LinkSetUp(l)
 	}
+	if err == nil {
+		// Interfaces whose bridge was deleted under them (not by vmlet: it goes with its last
+		// port) are its ports again, so they are found, not taken for another owner's names.
+		err = reattachPorts(h, l)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create bridge %s: %w; %w", name, err, s.removeBridge(h))
 	}

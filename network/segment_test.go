@@ -80,6 +80,21 @@ func TestSegmentAcrossNodes(t *testing.T) {
 		t.Errorf("node a's namespace has the segment's veth: %v", links)
 	}
 
+	// The bridge deleted under the interfaces (by hand): the next call makes it again with
+	// them as its ports, and finds each where it was.
+	h, done, err := nsHandle(segNS)
+	must(t, err)
+	br, err := h.LinkByName(DefaultSegmentBridge)
+	must(t, err)
+	must(t, h.LinkDel(br))
+	done()
+	if again, err := segB.AddInterface("vm-1", ifname); err != nil || again.Addr != dst.Addr {
+		t.Fatalf("AddInterface after the bridge was deleted = %+v, %v", again, err)
+	}
+	if got, err := segA.Interfaces("vm-2"); err != nil || !slices.Equal(got, []string{ifname}) {
+		t.Errorf("vm-2's interface after the bridge was made again: %v, %v", got, err)
+	}
+
 	must(t, segA.RemoveInterface("vm-1", ifname))
 	must(t, segA.RemoveInterface("vm-1", ifname)) // idempotent
 	if got, _ := segA.Interfaces("vm-1"); len(got) != 0 {

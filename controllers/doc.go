@@ -17,7 +17,10 @@
 //     back-off (ImagePullBackOff/ErrImagePull, package backoff) and hotplugs volumes.
 //   - Network: wires each VMI's pod network and secondary networks, makes a VMI wait
 //     (Synchronized=False, UnknownNetwork) while the node lacks one, hotplugs NICs and reports
-//     status.interfaces from the bindings and the guest agent.
+//     status.interfaces from the bindings and the guest agent. A secondary network that spans
+//     the nodes (NodeNetwork.Spanning, local mode's SharedNetwork) keeps an interface's address
+//     on every node: a migration target wires it before its QEMU starts
+//     (migration_target_hot.go), and such VMIs are LiveMigratable.
 //   - Heartbeat keeps the Node's vmlet.dev labels and heartbeat annotation fresh (and, in
 //     local mode, its Ready condition); LocalScheduler places VMIs in local mode;
 //     ShutdownNode is the graceful node shutdown (VMIs end Failed, reason NodeShutdown).

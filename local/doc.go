@@ -34,7 +34,9 @@
 // unless Network.NetnsDir is set), so two nodes can hold a pod netns for the same VMI at once.
 // Their pod networks live in node namespaces on a node fabric (network.EnsureFabric: routed pod
 // subnets, no NAT between nodes, its uplink veth in Network.NetnsPath, the host's by default,
-// masquerading what leaves the fabric). The first node's manager runs the scheduler, which
+// masquerading what leaves the fabric), and they share one multus network, vmlet-shared (a
+// network.Segment in the fabric namespace), whose interfaces keep their address on every node
+// and so migrate. The first node's manager runs the scheduler, which
 // places VMIs across the nodes (controllers.PickNode); only the first node's runtime moves
 // vmlet into its system CPU group. Shutdown removes the fabric after the last node's pods;
 // Leave (--keep-vms) keeps it, and the next start adopts it (EnsureFabric is idempotent), as it

@@ -277,22 +277,7 @@ func sharedPeer(t *testing.T, segNS, addr string) string {
 }
 
 // removeSharedPeer deletes the peer's veth (idempotent).
-func removeSharedPeer(segNS string) error {
-	ns, err := netns.GetFromPath(segNS)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if l, err := h.LinkByName("peer-shared"); err == nil {
-		return h.LinkDel(l)
-	}
-	return nil
-}
+func removeSharedPeer(segNS string) error { return deleteLink(segNS, "peer-shared") }
 
 // nsHandle is a netlink handle in namespace path, closed with the test.
 func nsHandle(t *testing.T, path string) *netlink.Handle {
@@ -313,7 +298,7 @@ func nsHandle(t *testing.T, path string) *netlink.Handle {
 // segmentLinks lists the links in the segment's namespace, sorted.
 func segmentLinks(t *testing.T, segNS string) []string {
 	t.Helper()
-	links, err := nsHandle(t, segNS).LinkList()
+	links, _, err := netnsContents(segNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,21 +310,17 @@ func segmentLinks(t *testing.T, segNS string) []string {
 	return out
 }
 
-// segmentPorts lists the ports of the segment's bridge.
+// segmentPorts lists the ports of the segment's bridge ("NAME ALIAS").
 func segmentPorts(t *testing.T, segNS string) []string {
 	t.Helper()
-	h := nsHandle(t, segNS)
-	br, err := h.LinkByName(network.DefaultSegmentBridge)
-	if err != nil {
-		return nil
-	}
-	links, err := h.LinkList()
+	links, _, err := netnsContents(segNS)
 	if err != nil {
 		t.Fatal(err)
 	}
+	br := slices.IndexFunc(links, func(l netlink.Link) bool { return l.Attrs().Name == network.DefaultSegmentBridge })
 	var out []string
 	for _, l := range links {
-		if l.Attrs().MasterIndex == br.Attrs().Index {
+		if br >= 0 && l.Attrs().MasterIndex == links[br].Attrs().Index {
 			out = append(out, l.Attrs().Name+" "+l.Attrs().Alias)
 		}
 	}

@@ -605,8 +605,11 @@ func nodeState() (links, tables []string, err error) {
 }
 
 // deleteNodeLink deletes the link name from the node netns; a missing link is not an error.
-func deleteNodeLink(name string) error {
-	node, err := netns.GetFromPath(testNet.node)
+func deleteNodeLink(name string) error { return deleteLink(testNet.node, name) }
+
+// deleteLink deletes the link name from the netns at path; a missing link is not an error.
+func deleteLink(path, name string) error {
+	node, err := netns.GetFromPath(path)
 	if err != nil {
 		return err
 	}

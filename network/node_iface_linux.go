@@ -2,6 +2,7 @@ package network
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/vishvananda/netlink"
@@ -19,12 +20,8 @@ import (
 // Equivalent to: `ip link add vmhXXXX master vmlet0 type veth peer IFNAME netns vmlet-ID;
 // ip -n vmlet-ID addr add ADDR dev IFNAME; ip -n vmlet-ID link set IFNAME up`.
 func (n *Node) AddInterface(id, ifname string) (_ PodNetwork, err error) {
-	if err := checkPodID(id); err != nil {
-		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
-	}
-	if !secondaryIfnameRE.MatchString(ifname) || ifname == DefaultPodInterface {
-		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id,
-			fieldErr("ifname", ifname, ErrInvalidSpec, "want a lowercase interface name of at most 15 characters, not eth0"))
+	if err := checkInterface(id, ifname); err != nil {
+		return PodNetwork{}, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -54,13 +51,13 @@ func (n *Node) AddInterface(id, ifname string) (_ PodNetwork, err error) {
 	var p PodNetwork
 	v, exists := veths[ifname]
 	if exists {
-		p = secondaryPlan(n.cfg, id, ifname, v.addr.Addr())
+		p = n.secondaryPlan(id, ifname, v.addr.Addr())
 	} else {
 		addr, err := freeAddr(n.cfg, used)
 		if err != nil {
 			return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
 		}
-		p = secondaryPlan(n.cfg, id, ifname, addr)
+		p = n.secondaryPlan(id, ifname, addr)
 	}
 	if err := n.ensureVeth(h, br, p, exists, r); err != nil {
 		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
@@ -99,6 +96,33 @@ func (n *Node) Interfaces(id string) ([]string, error) {
 		return nil, fmt.Errorf("list interfaces of pod %s: %w", id, err)
 	}
 	defer done()
+	return n.interfaceNames(h, id)
+}
+
+// checkInterface checks AddInterface's arguments.
+func checkInterface(id, ifname string) error {
+	if err := checkPodID(id); err != nil {
+		return fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
+	}
+	if !secondaryIfnameRE.MatchString(ifname) || ifname == DefaultPodInterface {
+		return fmt.Errorf("add interface %s to pod %s: %w", ifname, id,
+			fieldErr("ifname", ifname, ErrInvalidSpec, "want a lowercase interface name of at most 15 characters, not eth0"))
+	}
+	return nil
+}
+
+// secondaryPlan is the plan of pod id's secondary interface ifname with address addr on this
+// node's bridge, or on a segment for the node n.tag.
+func (n *Node) secondaryPlan(id, ifname string, addr netip.Addr) PodNetwork {
+	p := secondaryPlan(n.cfg, id, ifname, addr)
+	if n.tag != "" {
+		p.HostVeth, p.Node = segmentVethName(id, ifname, n.tag), n.tag
+	}
+	return p
+}
+
+// interfaceNames lists pod id's additional interfaces (secondaries), sorted.
+func (n *Node) interfaceNames(h *netlink.Handle, id string) ([]string, error) {
 	veths, err := n.secondaries(h, id)
 	if err != nil {
 		return nil, fmt.Errorf("list interfaces of pod %s: %w", id, err)

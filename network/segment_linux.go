@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -54,12 +53,8 @@ func (s *Segment) lock() func() {
 // netns vmlet-ID; ip -n vmlet-ID addr add ADDR dev IFNAME; ip -n vmlet-ID link set IFNAME up`
 // (and the bridge on first use).
 func (s *Segment) AddInterface(id, ifname string) (_ PodNetwork, err error) {
-	if err := checkPodID(id); err != nil {
-		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
-	}
-	if !secondaryIfnameRE.MatchString(ifname) || ifname == DefaultPodInterface {
-		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id,
-			fieldErr("ifname", ifname, ErrInvalidSpec, "want a lowercase interface name of at most 15 characters, not eth0"))
+	if err := checkInterface(id, ifname); err != nil {
+		return PodNetwork{}, err
 	}
 	defer s.lock()()
 	cfg := s.n.cfg
@@ -110,8 +105,7 @@ func (s *Segment) AddInterface(id, ifname string) (_ PodNetwork, err error) {
 			return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
 		}
 	}
-	p := secondaryPlan(cfg, id, ifname, addr)
-	p.HostVeth, p.Node = segmentVethName(id, ifname, s.n.tag), s.n.tag
+	p := s.n.secondaryPlan(id, ifname, addr)
 	if err := s.n.ensureVeth(h, br, p, mine.IsValid(), r); err != nil {
 		return PodNetwork{}, fmt.Errorf("add interface %s to pod %s: %w", ifname, id, err)
 	}
@@ -158,16 +152,7 @@ func (s *Segment) Interfaces(id string) ([]string, error) {
 		return nil, fmt.Errorf("list interfaces of pod %s: %w", id, err)
 	}
 	defer done()
-	veths, err := s.n.secondaries(h, id)
-	if err != nil {
-		return nil, fmt.Errorf("list interfaces of pod %s: %w", id, err)
-	}
-	var out []string
-	for name := range veths {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out, nil
+	return s.n.interfaceNames(h, id)
 }
 
 // ensureBridge creates the segment's bridge, or checks the existing one, and sets it up. The

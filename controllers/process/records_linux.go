@@ -57,18 +57,30 @@ func writeRecord(dir, name string, b []byte) error {
 // readRecord reads a small record file, refusing a symlink and anything but a regular file.
 // A missing file is os.ErrNotExist.
 func readRecord(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
-	}
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
-	}
 	return io.ReadAll(io.LimitReader(f, maxRecordBytes))
+}
+
+// openRegular opens path for reading, refusing a symlink and anything but a regular file (a
+// FIFO does not block the open). A missing file is os.ErrNotExist.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("read %s: %w", path, ErrNotRegular)
+	}
+	return f, fi, nil
 }
 
 // logTailLines is how many of its log's last lines tell how a failed launcher ended.
@@ -78,15 +90,11 @@ const logTailLines = 3
 // joined by newlines, "" when it cannot be read; like readRecord it never reads through a
 // symlink nor anything but a regular file. Whoever shows it cleans it (vmistatus.WithDetail).
 func logTail(path string, n int) string {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
-	}
 	off := max(fi.Size()-maxRecordBytes, 0)
 	b := make([]byte, fi.Size()-off)
 	k, err := f.ReadAt(b, off)

@@ -291,6 +291,11 @@ func ProcessRuntime(o ProcessOptions) (*process.Runtime, error) {
 	if err := os.MkdirAll(o.RunRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("make run root: %w", err)
 	}
+	// An existing folder on the way that the launchers' user cannot pass (0700) would leave
+	// every VMI unable to start its launcher: refuse now, naming it.
+	if err := process.CheckSearchable(o.RunRoot, o.User, os.Stat); err != nil {
+		return nil, fmt.Errorf("%w: run root %s: %w (let the launchers' user through, e.g. chmod o+x, or choose another --run-root)", ErrBadFlag, o.RunRoot, err)
+	}
 	rt := &process.Runtime{Binary: o.Binary, RunRoot: o.RunRoot, CgroupParent: parent, User: o.User}
 	if !o.CPUWeights {
 		return rt, nil

@@ -121,6 +121,9 @@ func startControlPlane(ctx context.Context, o Options, dataDir string) (*Control
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, DataDir: dataDir, Out: out, Err: out}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiPath, Out: out, Err: out}
+	// An open watch (kubectl get -w, a dashboard) must not hold the API server's exit, and
+	// with it vmlet's, for ControlPlaneStopTimeout: watches are ended at shutdown.
+	env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	for k, v := range o.APIServerFlags {
 		env.ControlPlane.APIServer.Configure().Set(k, v)
 	}

@@ -16,7 +16,7 @@ import (
 
 // TestControlPlanePersists starts the embedded control plane, creates an object, stops it, starts
 // it again on the same state folder and finds the object: a second `make run` picks up the same
-// state.
+// state. A watch a client keeps open does not hold the stop (kubectl get -w during Ctrl-C).
 func TestControlPlanePersists(t *testing.T) {
 	prereq.APIServer(t)
 	assets, err := apienv.ControlPlaneAssets()
@@ -44,8 +44,21 @@ func TestControlPlanePersists(t *testing.T) {
 		_ = cp.Stop()
 		t.Fatalf("create: %v", err)
 	}
-	if err := cp.Stop(); err != nil {
+	// A client's open watch (kubectl get -w) does not hold the stop: the API server ends it.
+	wc, err := client.NewWithWatch(cp.Config, client.Options{Scheme: cp.Scheme})
+	if err != nil {
 		t.Fatal(err)
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind("WidgetList"))
+	watch, err := wc.Watch(ctx, list, client.InNamespace("default"))
+	if err != nil {
+		_ = cp.Stop()
+		t.Fatalf("watch: %v", err)
+	}
+	defer watch.Stop()
+	if err := cp.Stop(); err != nil {
+		t.Fatalf("stop with a watch open: %v", err)
 	}
 
 	cp, err = StartControlPlane(ctx, opts)

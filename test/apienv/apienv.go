@@ -147,6 +147,9 @@ func Start(opts Options) (*Env, error) {
 	}
 	te.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(stateDir, "etcd")}
 	te.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(stateDir, "apiserver")}
+	// Open watches (the agents' informers) are ended at a stop instead of holding it (as in
+	// local mode's control plane).
+	te.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	for _, d := range []string{te.ControlPlane.Etcd.DataDir, te.ControlPlane.APIServer.CertDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			_ = os.RemoveAll(stateDir)

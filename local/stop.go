@@ -105,11 +105,15 @@ func removeEmpty(dir string) error {
 	return fmt.Errorf("remove %s: %w", dir, err)
 }
 
-// removeFabric removes the node fabric and the nodes' (now empty) pod netns folders.
+// removeFabric removes the node fabric and the nodes' (now empty) pod netns folders, and
+// their parent when it is vmlet's own (DefaultPodNetnsRoot, no --netns-dir given).
 func (s *Stack) removeFabric() error {
 	err := network.RemoveFabric(s.cfg.fabricConfig())
 	for _, n := range s.Nodes {
 		_ = os.Remove(n.spec.network.NetnsDir) // only if empty: a pod netns left stays visible
+	}
+	if s.cfg.Network.NetnsDir == "" {
+		_ = os.Remove(DefaultPodNetnsRoot)
 	}
 	return err
 }

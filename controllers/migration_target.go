@@ -73,6 +73,11 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		now := metav1.Now()
 		ms.TargetNodeDomainReadyTimestamp = &now
 		vmi.Status.NodeName = r.NodeName // from here on the ordinary reconcile of this node
+		// The addresses the guest is reachable at here go with the node: under masquerade
+		// this node's pod's, which a client reading the vmi after the migration must not find
+		// the source's. The guest kept its leases (the agent is not asked; the ordinary passes
+		// confirm them).
+		r.observeInterfaces(ctx, vmi, nil, DomainState{})
 		if r.SELinux.Labels() {
 			// The level this node labelled at: the source's unless the migration gave the
 			// target one of its own (matchSELinuxLevelOnMigration: false).

@@ -16,11 +16,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
@@ -114,6 +116,7 @@ func TestLocalMigration(t *testing.T) {
 			}
 			waitServes(t, cl, vm.podAddr, reply)
 		}
+		aw := watchAddresses(t, c, vm.key)
 		before := guestCount(t, sock(from))
 		if i == 0 {
 			kc("create", "-f", sample("vmim.yaml"))
@@ -134,6 +137,20 @@ func TestLocalMigration(t *testing.T) {
 			a, err := netip.ParseAddr(v.Status.Interfaces[0].IP)
 			return err == nil && subnetOf(to).Contains(a)
 		})
+		// Every version of the VMI that names the target names its addresses there: the take-over
+		// writes them with status.nodeName (a client reading the VMI right after the migration
+		// must not find the source's pod address), and the shared interface with them.
+		for _, sv := range aw.until(t, v.ResourceVersion) {
+			if sv.node != to {
+				continue
+			}
+			if a, err := netip.ParseAddr(sv.ips["default"]); err != nil || !subnetOf(to).Contains(a) {
+				t.Errorf("%s: version %s names node %s with pod address %q (not of its pod subnet %s): interfaces %v", mig, sv.rv, to, sv.ips["default"], subnetOf(to), sv.ips)
+			}
+			if sv.ips["shared"] != shared.String() {
+				t.Errorf("%s: version %s names node %s with shared address %q, want %s", mig, sv.rv, to, sv.ips["shared"], shared)
+			}
+		}
 		vm = s.runningOn(t, c, "migratable")
 		if vm.uid != from.uid || vm.podAddr == from.podAddr {
 			t.Fatalf("%s: uid %s, pod address %s (was %s, %s)", mig, vm.uid, vm.podAddr, from.uid, from.podAddr)
@@ -382,4 +399,57 @@ func (n *twoNodes) kc(t *testing.T, s *localSetup, args ...string) string {
 		t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// addressWatch records every version of a VMI the API server sends: its node and the address of
+// each interface (status.interfaces, by name).
+type addressWatch struct {
+	mu   sync.Mutex
+	seen []addressVersion
+}
+
+type addressVersion struct {
+	rv, node string
+	ips      map[string]string
+}
+
+// watchAddresses watches the VMI at key until the test ends.
+func watchAddresses(t *testing.T, c client.WithWatch, key client.ObjectKey) *addressWatch {
+	t.Helper()
+	w, err := c.Watch(context.Background(), &vmletv1.VirtualMachineInstanceList{}, client.InNamespace(key.Namespace),
+		client.MatchingFields{"metadata.name": key.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	aw := &addressWatch{}
+	go func() {
+		for ev := range w.ResultChan() {
+			v, ok := ev.Object.(*vmletv1.VirtualMachineInstance)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			av := addressVersion{rv: v.ResourceVersion, node: v.Status.NodeName, ips: map[string]string{}}
+			for _, i := range v.Status.Interfaces {
+				av.ips[i.Name] = i.IP
+			}
+			aw.mu.Lock()
+			aw.seen = append(aw.seen, av)
+			aw.mu.Unlock()
+		}
+	}()
+	return aw
+}
+
+// until waits until the watch has seen version rv and returns the versions seen so far.
+func (aw *addressWatch) until(t *testing.T, rv string) []addressVersion {
+	t.Helper()
+	var out []addressVersion
+	poll.Until(t, 30*time.Second, "the watch sees version "+rv, func() (bool, string) {
+		aw.mu.Lock()
+		defer aw.mu.Unlock()
+		out = slices.Clone(aw.seen)
+		return slices.ContainsFunc(out, func(v addressVersion) bool { return v.rv == rv }), fmt.Sprintf("%d versions seen", len(out))
+	})
+	return out
 }

@@ -237,7 +237,7 @@ func (p *localProc) interrupt(t *testing.T) time.Duration {
 
 // client talks to the API server of the running `vmlet local` (its kubeconfig is rewritten on
 // every start).
-func (s *localSetup) client(t *testing.T) client.Client {
+func (s *localSetup) client(t *testing.T) client.WithWatch {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.stateDir, "kubeconfig"))
 	if err != nil {
@@ -254,7 +254,7 @@ func (s *localSetup) client(t *testing.T) client.Client {
 		}
 	}
 	ctrllog.SetLogger(logr.Discard())
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

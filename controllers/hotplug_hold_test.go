@@ -6,7 +6,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
+	"github.com/vmlet/vmlet/controllers/translate"
 	"github.com/vmlet/vmlet/controllers/vmistatus"
+	"github.com/vmlet/vmlet/qemu"
 )
 
 // TestHoldHotplug: while the vmi migrates away, hotpluggable volumes already attached keep
@@ -28,5 +30,32 @@ func TestHoldHotplug(t *testing.T) {
 		"the VMI is migrating: the volume is attached on the node it runs on once the migration ended"}
 	if diff := cmp.Diff(map[string]volumeState{"failed": wait, "new": wait}, holdHotplug(vmi), cmp.AllowUnexported(volumeState{})); diff != "" {
 		t.Errorf("holdHotplug (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeferredNICs: what a migration's source leaves to the node the guest runs on after it —
+// the hot-plugged interfaces not attached yet, and the attached NICs the spec no longer wants
+// (set absent, or gone from the spec) — never a boot NIC.
+func TestDeferredNICs(t *testing.T) {
+	ifc := func(name string, st vmletv1.InterfaceState) vmletv1.Interface {
+		return vmletv1.Interface{Name: name, State: st}
+	}
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{ifc("default", ""), ifc("blue", vmletv1.InterfaceStateAbsent), ifc("green", ""), ifc("red", "")}
+	hot := func(name string) translate.HotNIC {
+		return translate.HotNIC{Name: name, NIC: qemu.NIC{ID: translate.NICID(name)}}
+	}
+	want := &translate.Desired{Spec: &qemu.Spec{NICs: []qemu.NIC{{ID: translate.NICID("default")}}},
+		HotplugNICs: []translate.HotNIC{hot("green"), hot("red")}}
+	attached := []string{translate.NICID("default"), translate.NICID("red"), translate.NICID("blue"), "net-gone"}
+	plug, unplug := deferredNICs(vmi, attached, want)
+	if diff := cmp.Diff([]string{"green"}, plug); diff != "" {
+		t.Errorf("plug (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"blue", "(NIC net-gone)"}, unplug); diff != "" {
+		t.Errorf("unplug (-want +got):\n%s", diff)
+	}
+	if plug, unplug := deferredNICs(vmi, []string{translate.NICID("default"), translate.NICID("green"), translate.NICID("red")}, want); plug != nil || unplug != nil {
+		t.Errorf("nothing to change: plug %v, unplug %v", plug, unplug)
 	}
 }

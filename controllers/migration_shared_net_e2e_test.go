@@ -3,11 +3,13 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,9 +35,10 @@ import (
 // peer on the shared network reaches a service in the guest at that address before, after each
 // migration and after the guest renewed its lease on the target (whose DHCP offers the same
 // address). The node the guest left keeps nothing of it on the segment, nor does the target of
-// an aborted migration. Interfaces plugged and
-// unplugged while the guest migrates are plugged and unplugged by the node the guest then runs
-// on (the unplugged one was in the target's QEMU from its start), with no Warning event. Deleting the
+// an aborted migration. An interface plugged while the target prepares (its QEMU started from
+// the source's layout) is left by the source (a HotplugDeferred event says so) and one set
+// absent while the stream runs too: the node the guest then runs on plugs and unplugs them (the
+// unplugged one was in the target's QEMU from its start), with no Warning event. Deleting the
 // VMI leaves the segment empty.
 func TestMigrateSharedNetwork(t *testing.T) {
 	prereq.Root(t)
@@ -50,7 +53,8 @@ func TestMigrateSharedNetwork(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	n := startTwoNodesOpts(t, nil, func(o *agentOptions) { o.SharedNetns = segNS })
+	gate := &listenGate{}
+	n := startTwoNodesOpts(t, nil, func(o *agentOptions) { o.SharedNetns = segNS }, gate.on(netip.MustParseAddr("127.0.0.2")))
 	defer n.stop(t)
 
 	vmi := masqueradeVMI("shared-net")
@@ -170,13 +174,24 @@ func TestMigrateSharedNetwork(t *testing.T) {
 	waitReply(t, peer, netip.AddrPortFrom(addr, 80), "HELLO-SHARED\n")
 
 	plugStart := time.Now() // the abort's Warning events are before
+	// Green is plugged while the target waits with its QEMU started from the source's layout
+	// (its relay's listen held): the source plugs nothing then, and says so. Blue is set absent
+	// while the stream runs.
+	gate.arm()
 	plug := startMigration(t, vmi, "shared-plug")
-	waitMigrationPhase(t, plug, vmletv1.MigrationRunning)
+	gate.wait(t, time.Minute)
 	green, greenNet := secondaryNIC("green", controllers.SharedNetwork)
 	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
-		s.Domain.Devices.Interfaces[1].State = vmletv1.InterfaceStateAbsent
 		s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, green)
 		s.Networks = append(s.Networks, greenNet)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventNote(t, vmi, "Normal", "HotplugDeferred", "to plug green", plugStart)
+	gate.open()
+	waitMigrationPhase(t, plug, vmletv1.MigrationRunning)
+	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
+		s.Domain.Devices.Interfaces[1].State = vmletv1.InterfaceStateAbsent
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -325,4 +340,91 @@ func segmentPorts(t *testing.T, segNS string) []string {
 		}
 	}
 	return out
+}
+
+// listenGate holds, while armed, the first Listen of one node's migration network: that node,
+// a migration's target, has started its QEMU from the source's layout and waits before the
+// stream until the test opens the gate.
+type listenGate struct {
+	mu      sync.Mutex
+	armed   bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+// on wraps the migration network of the node at addr (startTwoNodes' wrap).
+func (g *listenGate) on(addr netip.Addr) func(*controllers.MigrationNet) *controllers.MigrationNet {
+	return func(m *controllers.MigrationNet) *controllers.MigrationNet {
+		if m.Addr != addr {
+			return m
+		}
+		c, listen := *m, m.Listen
+		c.Listen = func(a string) (net.Listener, error) {
+			g.mu.Lock()
+			armed, reached, release := g.armed, g.reached, g.release
+			g.armed = false
+			g.mu.Unlock()
+			if armed {
+				close(reached)
+				select {
+				case <-release:
+				case <-time.After(2 * time.Minute): // a test that failed before opening it
+				}
+			}
+			return listen(a)
+		}
+		return &c
+	}
+}
+
+func (g *listenGate) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.reached, g.release = true, make(chan struct{}), make(chan struct{})
+}
+
+// wait waits until the armed gate holds a Listen.
+func (g *listenGate) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	g.mu.Lock()
+	reached := g.reached
+	g.mu.Unlock()
+	select {
+	case <-reached:
+	case <-time.After(d):
+		t.Fatalf("the target did not listen for the migration within %s", d)
+	}
+}
+
+func (g *listenGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.release)
+}
+
+// waitEventNote waits for an event about obj of type typ and reason whose note contains
+// substr, recorded at or after since.
+func waitEventNote(t *testing.T, obj client.Object, typ, reason, substr string, since time.Time) {
+	t.Helper()
+	eventually(t, 30*time.Second, typ+" event "+reason+" saying "+substr, func() (bool, string) {
+		var l eventsv1.EventList
+		if err := env.Client.List(context.Background(), &l, client.InNamespace(obj.GetNamespace())); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range l.Items {
+			at, from := e.EventTime.Time, since
+			if at.IsZero() { // whole seconds
+				at, from = e.CreationTimestamp.Time, since.Truncate(time.Second)
+			}
+			if e.Regarding.UID != obj.GetUID() || at.Before(from) {
+				continue
+			}
+			if e.Type == typ && e.Reason == reason && strings.Contains(e.Note, substr) {
+				return true, ""
+			}
+			seen = append(seen, e.Type+"/"+e.Reason+": "+e.Note)
+		}
+		return false, fmt.Sprintf("events since %s: %v", since.Format(time.RFC3339Nano), seen)
+	})
 }

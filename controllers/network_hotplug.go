@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/translate"
@@ -345,6 +346,56 @@ func (r *VMIReconciler) nicsDegraded(vmi *vmletv1.VirtualMachineInstance, synced
 type nicProblem struct {
 	reason vmistatus.Reason
 	err    error
+}
+
+// deferNICs says, in a Normal HotplugDeferred event, which interfaces the spec plugs or unplugs
+// that this node, a migration's source, leaves to the node the guest runs on after the
+// migration: the target started with the layout the source published.
+func (r *VMIReconciler) deferNICs(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, l Launcher, want *translate.Desired) {
+	hp, ok := l.(NICHotplugger)
+	if !ok || r.Network == nil || r.Network.attachment(vmi.UID) == nil {
+		return
+	}
+	attached, err := hp.AttachedNICs(ctx)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("list nics", "err", err)
+		return
+	}
+	plug, unplug := deferredNICs(vmi, attached, want)
+	if len(plug)+len(unplug) == 0 {
+		return
+	}
+	var what []string
+	if len(plug) > 0 {
+		what = append(what, "to plug "+strings.Join(plug, ", "))
+	}
+	if len(unplug) > 0 {
+		what = append(what, "to unplug "+strings.Join(unplug, ", "))
+	}
+	r.Recorder.Eventf(vmi, nil, "Normal", string(vmistatus.ReasonHotplugDeferred), "Hotplug",
+		"interfaces %s: left to the node the guest runs on after the migration to %s (the source changes no NIC once a migration began)",
+		strings.Join(what, "; "), vmi.Status.MigrationState.TargetNode)
+}
+
+// deferredNICs are the interfaces, by name, that the spec plugs (hot-plugged NICs not
+// attached) and unplugs (attached NICs it no longer wants). Pure.
+func deferredNICs(vmi *vmletv1.VirtualMachineInstance, attached []string, want *translate.Desired) (plug, unplug []string) {
+	for _, h := range want.HotplugNICs {
+		if !slices.Contains(attached, h.NIC.ID) {
+			plug = append(plug, h.Name)
+		}
+	}
+	for _, id := range attached {
+		if !isSecondaryNIC(id, want) {
+			continue
+		}
+		name := interfaceOfNIC(vmi, id)
+		if name == "" {
+			name = "(NIC " + id + ")"
+		}
+		unplug = append(unplug, name)
+	}
+	return plug, unplug
 }
 
 // isSecondaryNIC reports whether NIC id is not one the VMI wants: neither a boot NIC nor a

@@ -248,8 +248,11 @@ func (r *VMIReconciler) run(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 	var nicErr error
 	// A migration's source changes no NIC: the target starts with the layout the source
 	// published, and once the guest runs there its node plugs and unplugs what the spec says.
-	if dom.State == DomainRunning && roleOf(vmi, r.NodeName) != roleSource {
+	switch {
+	case dom.State == DomainRunning && roleOf(vmi, r.NodeName) != roleSource:
 		nicErr = r.reconcileNICs(ctx, vmi, l, o.want, synced, served)
+	case dom.State == DomainRunning:
+		r.deferNICs(ctx, vmi, l, o.want)
 	}
 	r.observeInterfaces(ctx, vmi, l, dom)
 	var hot map[string]volumeState

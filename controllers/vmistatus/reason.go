@@ -169,6 +169,9 @@ const (
 	ReasonInterfaceDetached Reason = "InterfaceDetached"
 	ReasonAddressChanged    Reason = "AddressChanged"
 	ReasonPulled            Reason = "Pulled"
+	// ReasonHotplugDeferred: interfaces the spec plugs or unplugs while the VMI migrates,
+	// which the node the guest runs on after the migration applies (a source changes no NIC).
+	ReasonHotplugDeferred Reason = "HotplugDeferred"
 	// The cluster controller's, named as the kube-controller-manager's for pods.
 	ReasonFailedScheduling Reason = "FailedScheduling"
 	ReasonSuccessfulCreate Reason = "SuccessfulCreate"

@@ -73,10 +73,16 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		now := metav1.Now()
 		ms.TargetNodeDomainReadyTimestamp = &now
 		vmi.Status.NodeName = r.NodeName // from here on the ordinary reconcile of this node
-		// The addresses the guest is reachable at here go with the node: under masquerade
-		// this node's pod's, which a client reading the vmi after the migration must not find
-		// the source's. The guest kept its leases (the agent is not asked; the ordinary passes
-		// confirm them).
+		// What names the node names this node's: the QEMU (status.launcher) and the addresses
+		// the guest is reachable at, under masquerade this node's pod's. A client reading the
+		// vmi after the migration must not find the source's. The guest kept its leases (its
+		// agent is not asked: the ordinary passes confirm them); a launcher that cannot be read
+		// now is written by the next pass.
+		if l, err := r.connect(ctx, vmi); err == nil {
+			if d, err := l.Domain(ctx); err == nil {
+				setLauncherProcess(vmi, d)
+			}
+		}
 		r.observeInterfaces(ctx, vmi, nil, DomainState{})
 		if r.SELinux.Labels() {
 			// The level this node labelled at: the source's unless the migration gave the

@@ -35,19 +35,7 @@ func (r *VMIReconciler) launcherExited(vmi *vmletv1.VirtualMachineInstance, ex *
 // its business: only a pass that synced the domain (run) says True; the others say why not, or
 // leave it as it was (storage being prepared again).
 func (r *VMIReconciler) observeDomain(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
-	pod := ""             // the cluster controller's: which launcher pod runs the VMI
-	var bootSockets int32 // recordBoot's
-	if vmi.Status.Launcher != nil {
-		pod, bootSockets = vmi.Status.Launcher.Pod, vmi.Status.Launcher.SocketsAtBoot
-	}
-	vmi.Status.Launcher = &vmletv1.LauncherStatus{
-		Pod:                pod,
-		SocketsAtBoot:      bootSockets,
-		PID:                int64(d.Pid),
-		Accelerator:        vmletv1.Accelerator(d.Accel),
-		AccelerationReason: d.AccelReason,
-		QEMUVersion:        d.QEMUVersion,
-	}
+	setLauncherProcess(vmi, d)
 	setMigratable(vmi, d, r.Network.SpanningNetworks()...)
 	if g := d.Guest; g != nil {
 		// Kept when the agent goes (the OS did not change), replaced by its next answer.
@@ -111,4 +99,23 @@ func setMigratable(vmi *vmletv1.VirtualMachineInstance, d DomainState, spanning 
 		return
 	}
 	vmistatus.SetCondition(vmi, vmletv1.VirtualMachineInstanceIsMigratable, false, vmistatus.Reason(v.Reason), v.Message)
+}
+
+// setLauncherProcess writes status.launcher's facts of the launcher's QEMU (pid, accelerator,
+// version) from d, keeping what others write there: the pod (the cluster controller's) and the
+// sockets at boot (recordBoot's).
+func setLauncherProcess(vmi *vmletv1.VirtualMachineInstance, d DomainState) {
+	pod := ""
+	var bootSockets int32
+	if vmi.Status.Launcher != nil {
+		pod, bootSockets = vmi.Status.Launcher.Pod, vmi.Status.Launcher.SocketsAtBoot
+	}
+	vmi.Status.Launcher = &vmletv1.LauncherStatus{
+		Pod:                pod,
+		SocketsAtBoot:      bootSockets,
+		PID:                int64(d.Pid),
+		Accelerator:        vmletv1.Accelerator(d.Accel),
+		AccelerationReason: d.AccelReason,
+		QEMUVersion:        d.QEMUVersion,
+	}
 }

@@ -137,15 +137,20 @@ func TestLocalMigration(t *testing.T) {
 			a, err := netip.ParseAddr(v.Status.Interfaces[0].IP)
 			return err == nil && subnetOf(to).Contains(a)
 		})
-		// Every version of the VMI that names the target names its addresses there: the take-over
-		// writes them with status.nodeName (a client reading the VMI right after the migration
-		// must not find the source's pod address), and the shared interface with them.
+		// Every version of the VMI that names the target names its QEMU and its addresses there:
+		// the take-over writes them with status.nodeName (a client reading the VMI right after
+		// the migration must not find the source's pod address or QEMU), and the shared
+		// interface with them.
+		targetQEMU := launcherQEMUPid(t, filepath.Join(s.runRoot, to, from.uid, process.ReadySocket))
 		for _, sv := range aw.until(t, v.ResourceVersion) {
 			if sv.node != to {
 				continue
 			}
 			if a, err := netip.ParseAddr(sv.ips["default"]); err != nil || !subnetOf(to).Contains(a) {
 				t.Errorf("%s: version %s names node %s with pod address %q (not of its pod subnet %s): interfaces %v", mig, sv.rv, to, sv.ips["default"], subnetOf(to), sv.ips)
+			}
+			if sv.pid != targetQEMU {
+				t.Errorf("%s: version %s names node %s with QEMU pid %d, the target's is %d", mig, sv.rv, to, sv.pid, targetQEMU)
 			}
 			if sv.ips["shared"] != shared.String() {
 				t.Errorf("%s: version %s names node %s with shared address %q, want %s", mig, sv.rv, to, sv.ips["shared"], shared)
@@ -235,6 +240,23 @@ func guestCount(t *testing.T, sock string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// launcherQEMUPid is the pid of the QEMU the launcher at sock runs, as it reports it.
+func launcherQEMUPid(t *testing.T, sock string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := launcher.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.GetDomain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(d.GetPid())
 }
 
 // waitGuestAgent waits until the launcher at sock talks to the guest agent.
@@ -401,8 +423,8 @@ func (n *twoNodes) kc(t *testing.T, s *localSetup, args ...string) string {
 	return string(out)
 }
 
-// addressWatch records every version of a VMI the API server sends: its node and the address of
-// each interface (status.interfaces, by name).
+// addressWatch records every version of a VMI the API server sends: its node, its QEMU's pid and
+// the address of each interface (status.interfaces, by name).
 type addressWatch struct {
 	mu   sync.Mutex
 	seen []addressVersion
@@ -410,6 +432,7 @@ type addressWatch struct {
 
 type addressVersion struct {
 	rv, node string
+	pid      int64 // status.launcher.pid
 	ips      map[string]string
 }
 
@@ -430,6 +453,9 @@ func watchAddresses(t *testing.T, c client.WithWatch, key client.ObjectKey) *add
 				continue
 			}
 			av := addressVersion{rv: v.ResourceVersion, node: v.Status.NodeName, ips: map[string]string{}}
+			if v.Status.Launcher != nil {
+				av.pid = v.Status.Launcher.PID
+			}
 			for _, i := range v.Status.Interfaces {
 				av.ips[i.Name] = i.IP
 			}

@@ -2,6 +2,7 @@ package realcluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -26,8 +27,14 @@ func prepareHost(l layout, nodes []Node) error {
 	if err := os.Chmod(l.Root, 0o755); err != nil {
 		return err
 	}
+	var made []string
 	for _, n := range nodes {
-		if err := prepareNode(n); err != nil {
+		m, err := prepareNode(n)
+		made = append(made, m...)
+		if werr := os.WriteFile(l.madeHostPaths(), []byte(strings.Join(made, "\n")), 0o600); werr != nil {
+			return errors.Join(err, werr)
+		}
+		if err != nil {
 			return err
 		}
 	}

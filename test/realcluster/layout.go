@@ -62,5 +62,9 @@ func (l layout) proxyConfig() string   { return filepath.Join(l.Root, "kube-prox
 func (l layout) detachedMark() string  { return filepath.Join(l.Run, "detached") }
 func (l layout) pidFile() string       { return filepath.Join(l.Run, "pids") }
 
+// madeHostPaths lists the machine's folders prepareHost made (bind-mount targets), one a line,
+// outermost first; the teardown removes those left empty.
+func (l layout) madeHostPaths() string { return filepath.Join(l.Run, "made-host-paths") }
+
 // marks are strings that only this cluster's processes carry in their command lines.
 func (l layout) marks() []string { return []string{l.Root + "/", l.Run + "/"} }

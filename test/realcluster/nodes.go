@@ -105,20 +105,58 @@ func (n Node) podRange() (start, end netip.Addr) {
 const maxNodes = 2
 
 // prepareNode makes the node's folders and, on the secondary nodes, the folders standing in
-// for PrivateHostPaths (and the machine's own, the bind mounts' targets).
-func prepareNode(n Node) error {
+// for PrivateHostPaths and the machine's own, the bind mounts' targets. It returns the
+// machine's folders it made (the teardown removes them again): they are made 0755, as the
+// kubelet makes a hostPath folder, since a node agent later run on the machine uses them as
+// its own (a 0700 /run/vmlet left behind kept every launcher out of it).
+func prepareNode(n Node) (made []string, err error) {
 	dirs := []string{n.l.Root, n.l.Run, n.l.kubelet(), n.l.podLogs(), n.l.cniConf(), n.l.cniIPAM(), n.l.ctrRoot(), n.l.ctrState()}
 	if n.hostDir != "" {
 		for _, p := range PrivateHostPaths {
-			dirs = append(dirs, filepath.Join(n.hostDir, p), p)
+			dirs = append(dirs, filepath.Join(n.hostDir, p))
 		}
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
+			return made, err
 		}
 	}
-	return nil
+	if n.hostDir == "" {
+		return nil, nil
+	}
+	for _, p := range PrivateHostPaths {
+		m, err := mkdirAllMade(p, 0o755)
+		made = append(made, m...)
+		if err != nil {
+			return made, err
+		}
+	}
+	return made, nil
+}
+
+// mkdirAllMade is os.MkdirAll that returns the folders it made, outermost first.
+func mkdirAllMade(p string, mode os.FileMode) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(p); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return made, err
+		} else if err == nil {
+			made = append(made, missing[i])
+		}
+	}
+	return made, nil
 }
 
 // startNode starts the node's containerd (on a secondary node: in a new mount namespace with

@@ -50,6 +50,7 @@ func teardown(l layout, log io.Writer, keepLogs bool) error {
 		}
 	}
 	errs = append(errs, removeGlobals(l, ids)...)
+	errs = append(errs, removeMadeHostPaths(l)...)
 	errs = append(errs, removeFiles(l)...)
 	return errors.Join(errs...)
 }
@@ -373,3 +374,25 @@ func removeFiles(l layout) []error {
 // cniCacheGlobs are libcni's result cache (its default /var/lib/cni; containerd 1.6 sets no
 // other) and host-local's default folder for the cluster's network.
 var cniCacheGlobs = []string{"/var/lib/cni/results/vmlet-cluster-*", "/var/lib/cni/networks/vmlet-cluster"}
+
+// removeMadeHostPaths removes the machine's folders prepareHost made, innermost first, when
+// they are empty. One that is not holds the first node's files (it uses the machine's own
+// folders): they are its user's to remove (see PrivateHostPaths), and the folder stays.
+func removeMadeHostPaths(l layout) []error {
+	b, err := os.ReadFile(l.madeHostPaths())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return []error{err}
+	}
+	var errs []error
+	made := strings.Fields(string(b))
+	for i := len(made) - 1; i >= 0; i-- {
+		err := os.Remove(made[i])
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -60,6 +60,7 @@ func runPackage(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard()) // the tests' clients log nothing worth reading
 	t0 := time.Now()
 	_, stateExisted := os.Stat(nodeState)
+	_, runExisted := os.Stat(filepath.Dir(launcherRoot))
 	code, err := func() (int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
@@ -99,7 +100,7 @@ func runPackage(m *testing.M) int {
 		code = m.Run() // every test fails with setupErr
 	}
 	if cl != nil {
-		if err := teardown(errors.Is(stateExisted, os.ErrNotExist)); err != nil {
+		if err := teardown(errors.Is(stateExisted, os.ErrNotExist), errors.Is(runExisted, os.ErrNotExist)); err != nil {
 			fmt.Fprintln(os.Stderr, "realclustere2e: teardown:", err)
 			code = 1
 		}
@@ -153,8 +154,9 @@ func newClient() (client.Client, error) {
 
 // teardown deletes what the tests left (VMIs) and the deployment, stops the cluster and checks
 // that nothing of it, and nothing in vmlet's node folders but the image cache, is left; those
-// folders go too when they did not exist before.
-func teardown(removeState bool) error {
+// folders go too when they did not exist before (the launchers' root's parent, /var/run/vmlet,
+// must then be empty: a node agent later run on the machine makes it its own).
+func teardown(removeState, removeRun bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var errs []error
@@ -195,6 +197,11 @@ func teardown(removeState bool) error {
 	}
 	_ = os.RemoveAll(filepath.Join(nodeState, "sources"))
 	_ = os.RemoveAll(launcherRoot)
+	if removeRun {
+		if err := os.Remove(filepath.Dir(launcherRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("%s, made by the test run, is left: %w", filepath.Dir(launcherRoot), err))
+		}
+	}
 	if removeState {
 		_ = os.RemoveAll(nodeState)
 	}

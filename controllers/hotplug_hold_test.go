@@ -59,3 +59,22 @@ func TestDeferredNICs(t *testing.T) {
 		t.Errorf("nothing to change: plug %v, unplug %v", plug, unplug)
 	}
 }
+
+// TestReviveAbsentNICs: a target's scratch copy gets back the interfaces set absent whose NIC
+// the source's guest still has; others stay absent, present ones are untouched.
+func TestReviveAbsentNICs(t *testing.T) {
+	vmi := &vmletv1.VirtualMachineInstance{}
+	vmi.Spec.Domain.Devices.Interfaces = []vmletv1.Interface{{Name: "default"},
+		{Name: "blue", State: vmletv1.InterfaceStateAbsent}, {Name: "red", State: vmletv1.InterfaceStateAbsent}}
+	layout := &vmletv1.MigrationDomainLayout{Devices: []vmletv1.MigrationDevicePort{
+		{Kind: "nic", ID: translate.NICID("default")}, {Kind: "nic", ID: translate.NICID("blue")}, {Kind: "disk", ID: translate.NICID("red")}}}
+	reviveAbsentNICs(vmi, nil)
+	reviveAbsentNICs(vmi, layout)
+	var got []string
+	for _, i := range vmi.Spec.Domain.Devices.Interfaces {
+		got = append(got, i.Name+":"+string(i.State))
+	}
+	if diff := cmp.Diff([]string{"default:", "blue:", "red:absent"}, got); diff != "" {
+		t.Errorf("interfaces (-want +got):\n%s", diff)
+	}
+}

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,11 +35,11 @@ import (
 // peer on the shared network reaches a service in the guest at that address before, after each
 // migration and after the guest renewed its lease on the target (whose DHCP offers the same
 // address). The node the guest left keeps nothing of it on the segment, nor does the target of
-// an aborted migration. An interface plugged while the target prepares (its QEMU started from
-// the source's layout) is left by the source (a HotplugDeferred event says so) and one set
-// absent while the stream runs too: the node the guest then runs on plugs and unplugs them (the
-// unplugged one was in the target's QEMU from its start), with no Warning event. Deleting the
-// VMI leaves the segment empty.
+// an aborted migration. An interface plugged and one set absent after the source published its
+// layout, while the target's launcher starts, are left by the source (a HotplugDeferred event
+// says so): the target's QEMU starts with the source's NICs, the absent one included, and once
+// the guest runs there its node plugs the new one, and one plugged mid-stream, and unplugs the
+// absent one, with no Warning event. Deleting the VMI leaves the segment empty.
 func TestMigrateSharedNetwork(t *testing.T) {
 	prereq.Root(t)
 	prereq.QEMU(t)
@@ -53,8 +53,13 @@ func TestMigrateSharedNetwork(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	gate := &listenGate{}
-	n := startTwoNodesOpts(t, nil, func(o *agentOptions) { o.SharedNetns = segNS }, gate.on(netip.MustParseAddr("127.0.0.2")))
+	gate := &stepGate{step: controllers.TraceLauncherExec}
+	n := startTwoNodesOpts(t, nil, func(o *agentOptions) {
+		o.SharedNetns = segNS
+		if o.Node != nil { // the second node's agent: the gate holds it as a target
+			o.Trace = gate.trace
+		}
+	})
 	defer n.stop(t)
 
 	vmi := masqueradeVMI("shared-net")
@@ -174,24 +179,28 @@ func TestMigrateSharedNetwork(t *testing.T) {
 	waitReply(t, peer, netip.AddrPortFrom(addr, 80), "HELLO-SHARED\n")
 
 	plugStart := time.Now() // the abort's Warning events are before
-	// Green is plugged while the target waits with its QEMU started from the source's layout
-	// (its relay's listen held): the source plugs nothing then, and says so. Blue is set absent
-	// while the stream runs.
+	// Green plugged and blue set absent after the source published its layout, while the
+	// target's launcher starts (held there): the source changes no NIC and says so; the
+	// target's QEMU starts with blue, as the source's guest has it. Yellow is plugged while
+	// the stream runs.
 	gate.arm()
 	plug := startMigration(t, vmi, "shared-plug")
 	gate.wait(t, time.Minute)
 	green, greenNet := secondaryNIC("green", controllers.SharedNetwork)
 	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
+		s.Domain.Devices.Interfaces[1].State = vmletv1.InterfaceStateAbsent
 		s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, green)
 		s.Networks = append(s.Networks, greenNet)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitEventNote(t, vmi, "Normal", "HotplugDeferred", "to plug green", plugStart)
+	waitEventNote(t, vmi, "Normal", "HotplugDeferred", "to plug green; to unplug blue", plugStart)
 	gate.open()
 	waitMigrationPhase(t, plug, vmletv1.MigrationRunning)
+	yellow, yellowNet := secondaryNIC("yellow", controllers.SharedNetwork)
 	if err := patchSpec(t, key, func(s *vmletv1.VirtualMachineInstanceSpec) {
-		s.Domain.Devices.Interfaces[1].State = vmletv1.InterfaceStateAbsent
+		s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, yellow)
+		s.Networks = append(s.Networks, yellowNet)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -202,23 +211,26 @@ func TestMigrateSharedNetwork(t *testing.T) {
 		t.Fatalf("after the migration with NICs plugged and unplugged meanwhile: on %s", vmi.Status.NodeName)
 	}
 	blueVeth := " " + network.SecondaryInterfaceName("blue") + " "
-	eventually(t, 2*time.Minute, "green plugged and blue unplugged on "+secondNode, func() (bool, string) {
+	eventually(t, 2*time.Minute, "green and yellow plugged and blue unplugged on "+secondNode, func() (bool, string) {
 		v, err := getVMI(t, key)
 		if err != nil {
 			return false, err.Error()
 		}
 		g, _ := statusInterface(v, "green")
+		y, _ := statusInterface(v, "yellow")
 		_, bluePresent := statusInterface(v, "blue")
-		a, err := netip.ParseAddr(g.IP)
+		ga, gerr := netip.ParseAddr(g.IP)
+		ya, yerr := netip.ParseAddr(y.IP)
 		ports := segmentPorts(t, segNS)
-		return err == nil && network.DefaultSegmentSubnet.Contains(a) && g.IP != blue.IP && !bluePresent &&
+		return gerr == nil && yerr == nil && network.DefaultSegmentSubnet.Contains(ga) && network.DefaultSegmentSubnet.Contains(ya) &&
+				g.IP != blue.IP && y.IP != blue.IP && !bluePresent &&
 				!slices.ContainsFunc(ports, func(p string) bool { return strings.Contains(p, blueVeth) }),
 			fmt.Sprintf("interfaces %+v, segment ports %v", v.Status.Interfaces, ports)
 	})
 	waitLauncherAgent(t, n.b, uid)
 	eventually(t, 30*time.Second, "the guest's NICs on "+secondNode, func() (bool, string) {
 		out := guestShell(t, n.b, vmi, "ls /sys/class/net")
-		return strings.Contains(out, "eth2") && !strings.Contains(out, "eth1"), out
+		return strings.Contains(out, "eth2") && strings.Contains(out, "eth3") && !strings.Contains(out, "eth1"), out
 	})
 	var events eventsv1.EventList
 	if err := env.Client.List(ctx, &events, client.InNamespace(vmi.Namespace)); err != nil {
@@ -342,49 +354,43 @@ func segmentPorts(t *testing.T, segNS string) []string {
 	return out
 }
 
-// listenGate holds, while armed, the first Listen of one node's migration network: that node,
-// a migration's target, has started its QEMU from the source's layout and waits before the
-// stream until the test opens the gate.
-type listenGate struct {
+// stepGate holds, while armed, the first trace of step by the agent whose Trace it is: a
+// migration target's launcher start (TraceLauncherExec) after the source published its layout,
+// before the target's QEMU starts, until the test opens the gate.
+type stepGate struct {
+	step    string
 	mu      sync.Mutex
 	armed   bool
 	reached chan struct{}
 	release chan struct{}
 }
 
-// on wraps the migration network of the node at addr (startTwoNodes' wrap).
-func (g *listenGate) on(addr netip.Addr) func(*controllers.MigrationNet) *controllers.MigrationNet {
-	return func(m *controllers.MigrationNet) *controllers.MigrationNet {
-		if m.Addr != addr {
-			return m
+// trace is an agent's Trace (agentOptions.Trace).
+func (g *stepGate) trace(_ types.UID, step string, _, _ time.Time) {
+	if step != g.step {
+		return
+	}
+	g.mu.Lock()
+	armed, reached, release := g.armed, g.reached, g.release
+	g.armed = false
+	g.mu.Unlock()
+	if armed {
+		close(reached)
+		select {
+		case <-release:
+		case <-time.After(2 * time.Minute): // a test that failed before opening it
 		}
-		c, listen := *m, m.Listen
-		c.Listen = func(a string) (net.Listener, error) {
-			g.mu.Lock()
-			armed, reached, release := g.armed, g.reached, g.release
-			g.armed = false
-			g.mu.Unlock()
-			if armed {
-				close(reached)
-				select {
-				case <-release:
-				case <-time.After(2 * time.Minute): // a test that failed before opening it
-				}
-			}
-			return listen(a)
-		}
-		return &c
 	}
 }
 
-func (g *listenGate) arm() {
+func (g *stepGate) arm() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.armed, g.reached, g.release = true, make(chan struct{}), make(chan struct{})
 }
 
-// wait waits until the armed gate holds a Listen.
-func (g *listenGate) wait(t *testing.T, d time.Duration) {
+// wait waits until the armed gate holds its step.
+func (g *stepGate) wait(t *testing.T, d time.Duration) {
 	t.Helper()
 	g.mu.Lock()
 	reached := g.reached
@@ -392,11 +398,11 @@ func (g *listenGate) wait(t *testing.T, d time.Duration) {
 	select {
 	case <-reached:
 	case <-time.After(d):
-		t.Fatalf("the target did not listen for the migration within %s", d)
+		t.Fatalf("the gate's step %s did not come within %s", g.step, d)
 	}
 }
 
-func (g *listenGate) open() {
+func (g *stepGate) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	close(g.release)

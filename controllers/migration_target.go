@@ -105,6 +105,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		return ctrl.Result{}, nil
 	}
 	scratch := vmi.DeepCopy() // what the start steps say of the vmi is not for its status
+	reviveAbsentNICs(scratch, ms.SourceDomain)
 	o := r.observe(ctx, scratch)
 	switch step := lifecycle.Next(o.facts); step {
 	case lifecycle.EndFromExit:

@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	vmletv1 "github.com/vmlet/vmlet/api/v1alpha1"
 	"github.com/vmlet/vmlet/controllers/translate"
@@ -61,6 +62,26 @@ func (r *VMIReconciler) targetHotDisks(vmi *vmletv1.VirtualMachineInstance, want
 		return nil, errStoragePreparing
 	}
 	return out, nil
+}
+
+// reviveAbsentNICs clears state: absent on the interfaces of vmi (the target's scratch copy)
+// whose NIC the source's guest still has (l, its layout): set absent after the source published
+// it, they were left in the guest (a source changes no NIC once the migration began), so the
+// target's QEMU starts with them too, and once the guest runs here the ordinary reconcile, which
+// reads the vmi itself, unplugs them. Pure.
+func reviveAbsentNICs(vmi *vmletv1.VirtualMachineInstance, l *vmletv1.MigrationDomainLayout) {
+	if l == nil {
+		return
+	}
+	ifcs := vmi.Spec.Domain.Devices.Interfaces
+	for i := range ifcs {
+		id := translate.NICID(ifcs[i].Name)
+		if ifcs[i].State == vmletv1.InterfaceStateAbsent && slices.ContainsFunc(l.Devices, func(d vmletv1.MigrationDevicePort) bool {
+			return d.Kind == "nic" && d.ID == id
+		}) {
+			ifcs[i].State = ""
+		}
+	}
 }
 
 // targetHotNICs wires on a migration target the interfaces of secondary networks the source's

@@ -194,7 +194,7 @@ func TestMigrateSharedNetwork(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitEventNote(t, vmi, "Normal", "HotplugDeferred", "to plug green; to unplug blue", plugStart)
+	waitEventNote(t, 30*time.Second, vmi, "Normal", "HotplugDeferred", "to plug green; to unplug blue", plugStart)
 	gate.open()
 	waitMigrationPhase(t, plug, vmletv1.MigrationRunning)
 	yellow, yellowNet := secondaryNIC("yellow", controllers.SharedNetwork)
@@ -406,31 +406,4 @@ func (g *stepGate) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	close(g.release)
-}
-
-// waitEventNote waits for an event about obj of type typ and reason whose note contains
-// substr, recorded at or after since.
-func waitEventNote(t *testing.T, obj client.Object, typ, reason, substr string, since time.Time) {
-	t.Helper()
-	eventually(t, 30*time.Second, typ+" event "+reason+" saying "+substr, func() (bool, string) {
-		var l eventsv1.EventList
-		if err := env.Client.List(context.Background(), &l, client.InNamespace(obj.GetNamespace())); err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, e := range l.Items {
-			at, from := e.EventTime.Time, since
-			if at.IsZero() { // whole seconds
-				at, from = e.CreationTimestamp.Time, since.Truncate(time.Second)
-			}
-			if e.Regarding.UID != obj.GetUID() || at.Before(from) {
-				continue
-			}
-			if e.Type == typ && e.Reason == reason && strings.Contains(e.Note, substr) {
-				return true, ""
-			}
-			seen = append(seen, e.Type+"/"+e.Reason+": "+e.Note)
-		}
-		return false, fmt.Sprintf("events since %s: %v", since.Format(time.RFC3339Nano), seen)
-	})
 }

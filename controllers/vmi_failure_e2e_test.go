@@ -108,22 +108,33 @@ func waitEvent(t *testing.T, vmi *vmletv1.VirtualMachineInstance, reason string)
 // waitEventAbout waits for an event of type typ with reason regarding obj.
 func waitEventAbout(t *testing.T, obj client.Object, typ, reason string) {
 	t.Helper()
-	eventually(t, 10*time.Second, typ+" event "+reason, func() (bool, string) {
+	waitEventNote(t, 10*time.Second, obj, typ, reason, "", time.Time{})
+}
+
+// waitEventNote waits for an event about obj of type typ and reason whose note contains
+// substr, recorded at or after since, for at most d.
+func waitEventNote(t *testing.T, d time.Duration, obj client.Object, typ, reason, substr string, since time.Time) {
+	t.Helper()
+	eventually(t, d, typ+" event "+reason+" saying "+substr, func() (bool, string) {
 		var l eventsv1.EventList
 		if err := env.Client.List(context.Background(), &l, client.InNamespace(obj.GetNamespace())); err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, e := range l.Items {
-			if e.Regarding.UID != obj.GetUID() {
+			at, from := e.EventTime.Time, since
+			if at.IsZero() { // whole seconds
+				at, from = e.CreationTimestamp.Time, since.Truncate(time.Second)
+			}
+			if e.Regarding.UID != obj.GetUID() || at.Before(from) {
 				continue
 			}
-			if e.Type == typ && e.Reason == reason {
+			if e.Type == typ && e.Reason == reason && strings.Contains(e.Note, substr) {
 				return true, ""
 			}
-			seen = append(seen, e.Type+"/"+e.Reason)
+			seen = append(seen, e.Type+"/"+e.Reason+": "+e.Note)
 		}
-		return false, fmt.Sprint(seen)
+		return false, fmt.Sprintf("events since %s: %v", since.Format(time.RFC3339Nano), seen)
 	})
 }
 

@@ -540,7 +540,10 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// List returns the ids of all launchers with a run folder (running or exited).
+// List returns the ids of all launchers with a run folder (running or exited): a folder of the
+// run root with a launcher id's name that holds a launcher's log (start makes it first). Another
+// folder there is not a launcher's and is left alone (a node shutdown removes every launcher's
+// folder: a Kubernetes node's /run/vmlet/launchers once went that way).
 func (r *Runtime) List() ([]string, error) {
 	ents, err := os.ReadDir(r.RunRoot)
 	if errors.Is(err, os.ErrNotExist) {
@@ -551,7 +554,10 @@ func (r *Runtime) List() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && validID(e.Name()) == nil {
+		if !e.IsDir() || validID(e.Name()) != nil {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(r.RunRoot, e.Name(), logFile)); err == nil && fi.Mode().IsRegular() {
 			ids = append(ids, e.Name())
 		}
 	}

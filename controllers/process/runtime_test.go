@@ -194,6 +194,33 @@ func TestEnsureStopRemove(t *testing.T) {
 	assertGone(t, r, id)
 }
 
+// TestListOnlyLaunchers: List names the run root's launcher folders (with a launcher's log),
+// not another folder there, whatever its name (a Kubernetes node's /run/vmlet/launchers), nor
+// a file: a node shutdown removes what List names.
+func TestListOnlyLaunchers(t *testing.T) {
+	r := &Runtime{RunRoot: t.TempDir()}
+	for _, d := range []string{"0f4c6a2e-1111-4e7e-9d51-000000000009", "launchers", "Not-An-Id", "linked"} {
+		if err := os.Mkdir(filepath.Join(r.RunRoot, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"0f4c6a2e-1111-4e7e-9d51-000000000009/" + logFile, "Not-An-Id/" + logFile, "launchers/x/" + logFile, "loose"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(r.RunRoot, f)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(r.RunRoot, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/hostname", filepath.Join(r.RunRoot, "linked", logFile)); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := r.List()
+	if err != nil || len(ids) != 1 || ids[0] != "0f4c6a2e-1111-4e7e-9d51-000000000009" {
+		t.Fatalf("List = %q, %v; want only the launcher's folder", ids, err)
+	}
+}
+
 // TestAdoptAfterRestart: a new Runtime (an agent restarted) finds the running launcher, and a
 // launcher killed while nobody watched is reported as an unobserved exit.
 func TestAdoptAfterRestart(t *testing.T) {

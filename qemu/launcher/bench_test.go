@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmlet/vmlet/network/dhcp"
+	"github.com/vmlet/vmlet/qemu"
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/qemu/qmp"
 	"github.com/vmlet/vmlet/test/testguest"
@@ -169,13 +170,18 @@ func BenchmarkSyncToRunning(b *testing.B) {
 	}
 }
 
-// BenchmarkPauseRTT measures one pause + resume round (two round trips) three ways in the
+// BenchmarkPauseRTT measures one pause + resume round (two round trips) four ways in the
 // same run: through the launcher API (gRPC → stop/cont, the state recorded so GetDomain agrees
-// when the call returns), through qmp-debug.sock (QMP proxied by the launcher), and raw QMP
-// straight to another QEMU (testguest.Boot, package qmp client). api-getdomain-only is one
-// GetDomain call: the gRPC floor.
+// when the call returns), through qmp-debug.sock (QMP proxied by the launcher), the qemu
+// package's VM.Pause/Resume on a QEMU started from the same spec without a launcher
+// (driver-same-spec: the same device set), and raw QMP straight to another QEMU
+// (testguest.Boot, package qmp client). api-getdomain-only is one GetDomain call: the gRPC
+// floor.
 func BenchmarkPauseRTT(b *testing.B) {
-	p := startLauncher(b, launchOpts{env: strings.Fields(os.Getenv("BENCH_LAUNCHER_ENV"))})
+	// As the node agent runs it: its default log level and agent ping (the tests' harness
+	// logs at debug and pings every second).
+	p := startLauncher(b, launchOpts{env: strings.Fields(os.Getenv("BENCH_LAUNCHER_ENV")),
+		args: []string{"--log-level", "info", "--agent-ping-interval", "5s", "--agent-retry-max", "5s"}})
 	_, con := syncGuest(b, p, guestSpec(b, "bench-pause"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -224,6 +230,32 @@ func BenchmarkPauseRTT(b *testing.B) {
 				if _, err := q.next(ctx, "return"); err != nil {
 					b.Fatal(err)
 				}
+			}
+		}
+	})
+	b.Run("driver-same-spec", func(b *testing.B) { // the same device set, no launcher: the qemu package
+		root := b.TempDir()
+		paths := launcher.Paths{Root: root}
+		for _, d := range paths.Dirs() {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				b.Fatal(err)
+			}
+		}
+		spec, _, err := launcher.SpecFromProto(guestSpec(b, "bench-pause-driver"), paths)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vm, err := qemu.Start(ctx, spec, qemu.StartOptions{QMPSocket: paths.QMPSocket()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = vm.Kill(context.Background()) }()
+		for b.Loop() {
+			if err := vm.Pause(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := vm.Resume(ctx); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

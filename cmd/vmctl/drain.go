@@ -274,6 +274,10 @@ func drainState(v *vmletv1.VirtualMachineInstance) string {
 		return "stays: evictionStrategy External (left to an external controller)"
 	case v.Status.EvacuationNodeName != "":
 		return "to be migrated (evictionStrategy " + strategy + ")"
+	case v.Spec.EvictionStrategy != nil && *v.Spec.EvictionStrategy == vmletv1.EvictionStrategyNone:
+		return "stays: evictionStrategy None (stop or delete it)"
+	case v.Spec.EvictionStrategy != nil:
+		return "not marked for evacuation yet (evictionStrategy " + strategy + ")"
 	}
 	return "not marked for evacuation (evictionStrategy " + strategy + "): not acted on yet, or None, which stays (stop or delete it)"
 }

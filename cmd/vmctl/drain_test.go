@@ -152,3 +152,31 @@ func TestDrain(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainState: what drain prints of a VMI it waits for, as far as its spec and status tell;
+// a VMI whose evictionStrategy is known is not described with another's outcome.
+func TestDrainState(t *testing.T) {
+	vmi := func(s *vmletv1.EvictionStrategy, evacuating bool) *vmletv1.VirtualMachineInstance {
+		v := &vmletv1.VirtualMachineInstance{}
+		v.Spec.EvictionStrategy = s
+		if evacuating {
+			v.Status.EvacuationNodeName = "n1"
+		}
+		return v
+	}
+	for _, c := range []struct {
+		name string
+		v    *vmletv1.VirtualMachineInstance
+		want string
+	}{
+		{"None", vmi(ptr.To(vmletv1.EvictionStrategyNone), false), "stays: evictionStrategy None (stop or delete it)"},
+		{"LiveMigrate, not marked yet", vmi(ptr.To(vmletv1.EvictionStrategyLiveMigrate), false), "not marked for evacuation yet (evictionStrategy LiveMigrate)"},
+		{"LiveMigrate, marked", vmi(ptr.To(vmletv1.EvictionStrategyLiveMigrate), true), "to be migrated (evictionStrategy LiveMigrate)"},
+		{"External", vmi(ptr.To(vmletv1.EvictionStrategyExternal), false), "stays: evictionStrategy External (left to an external controller)"},
+		{"unset", vmi(nil, false), "not marked for evacuation (evictionStrategy unset (the cluster's default)): not acted on yet, or None, which stays (stop or delete it)"},
+	} {
+		if got := drainState(c.v); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/vmlet/vmlet/controllers/process"
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	pb "github.com/vmlet/vmlet/qemu/launcher/api/v1"
 	"github.com/vmlet/vmlet/test/apienv"
 	"github.com/vmlet/vmlet/test/poll"
 	"github.com/vmlet/vmlet/test/prereq"
@@ -242,17 +243,22 @@ func guestCount(t *testing.T, sock string) int {
 	return n
 }
 
-// launcherQEMUPid is the pid of the QEMU the launcher at sock runs, as it reports it.
-func launcherQEMUPid(t *testing.T, sock string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// launcherDomain is the domain the launcher at sock reports (one dial, one GetDomain).
+func launcherDomain(sock string, d time.Duration) (*pb.Domain, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	c, err := launcher.Dial(ctx, sock)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer c.Close()
-	d, err := c.GetDomain(ctx)
+	return c.GetDomain(ctx)
+}
+
+// launcherQEMUPid is the pid of the QEMU the launcher at sock runs, as it reports it.
+func launcherQEMUPid(t *testing.T, sock string) int64 {
+	t.Helper()
+	d, err := launcherDomain(sock, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,14 +269,7 @@ func launcherQEMUPid(t *testing.T, sock string) int64 {
 func waitGuestAgent(t *testing.T, sock string) {
 	t.Helper()
 	poll.Until(t, time.Minute, "guest agent connected at "+sock, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := launcher.Dial(ctx, sock)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer c.Close()
-		d, err := c.GetDomain(ctx)
+		d, err := launcherDomain(sock, 5*time.Second)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -204,7 +204,7 @@ func BuildArgv(spec *Spec, env Env) ([]string, error) {
 			continue
 		}
 		driver := hostDriver(env.BlockDevices[d.ID], d.CDROM)
-		b.json("-blockdev", fileNodeArgs(d, driver))
+		b.json("-blockdev", fileNodeArgs(d, driver, d.Path))
 		b.json("-blockdev", formatNodeArgs(d))
 		b.json("-device", diskDeviceArgs(d, l.slot[d.ID]))
 	}

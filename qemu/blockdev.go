@@ -22,12 +22,13 @@ func blockdevCache(c CacheMode) map[string]any {
 	return map[string]any{"direct": c.direct(), "no-flush": c == CacheUnsafe}
 }
 
-// fileNodeArgs is the blockdev-add argument for the protocol node of d (defaults applied).
-func fileNodeArgs(d Disk, driver string) map[string]any {
+// fileNodeArgs is the blockdev-add argument for the protocol node of d (defaults applied)
+// opening filename: d.Path, or the fdset of d's handed files ("/dev/fdset/N", diskfiles.go).
+func fileNodeArgs(d Disk, driver, filename string) map[string]any {
 	return map[string]any{
 		"driver":    driver,
 		"node-name": fileNodeName(d.ID),
-		"filename":  d.Path,
+		"filename":  filename,
 		"aio":       string(d.AIO),
 		"cache":     blockdevCache(d.Cache),
 		"read-only": d.ReadOnly,

@@ -69,7 +69,7 @@ func (d Disk) validate(field string) error {
 	if limit := d.Bus.slots(); d.Port < 0 || d.Port > limit {
 		return specErr(field+".port", fmt.Sprint(d.Port), fmt.Sprintf("must be 0-%d on bus %s", limit, d.Bus))
 	}
-	return nil
+	return d.validateFiles(field)
 }
 
 func (n NIC) validate(field string) error {

@@ -9,12 +9,14 @@ import (
 
 // AddDisk hotplugs a disk: blockdev-add of its file and format nodes, then device_add of a
 // virtio-blk-pci on a free PCIe root port (d.Port, or the first free one) or a scsi-hd/scsi-cd
-// on the virtio-scsi controller. SATA disks cannot be hotplugged (ErrNotHotpluggable). If a
-// step fails, the earlier ones are undone. Once begun, the steps run to the end even if ctx
+// on the virtio-scsi controller. SATA disks cannot be hotplugged (ErrNotHotpluggable). A disk
+// with Files first hands them to QEMU (add-fd into a fresh fdset) and its file node opens
+// that fdset instead of Path; the caller may close them when AddDisk returns. If a step
+// fails, the earlier ones are undone. Once begun, the steps run to the end even if ctx
 // is cancelled (committed). It returns when QEMU has added the device; the guest notices a
 // moment later.
 //
-// QMP: blockdev-add, blockdev-add, device_add.
+// QMP: [add-fd per file], blockdev-add, blockdev-add, device_add.
 func (vm *VM) AddDisk(ctx context.Context, d Disk) error {
 	d = d.withDefaults()
 	if err := d.validate("disk"); err != nil {
@@ -41,13 +43,20 @@ func (vm *VM) AddDisk(ctx context.Context, d Disk) error {
 // attachDisk adds d (defaults applied, Port set) over QMP and records it. Shared by Start's
 // cold plug, AddDisk and migration targets.
 func (vm *VM) attachDisk(ctx context.Context, d Disk) error {
-	isBlk, err := isBlockDevice(d.Path)
+	isBlk, err := diskIsBlockDevice(d)
 	if err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
 	r := revert.New()
 	defer r.Fail()
-	if err := vm.execute(ctx, "blockdev-add", fileNodeArgs(d, hostDriver(isBlk, d.CDROM)), nil); err != nil {
+	filename, set := d.Path, 0
+	if len(d.Files) > 0 {
+		if set, err = vm.addDiskFdset(ctx, d, r); err != nil {
+			return fmt.Errorf("add disk %s: %w", d.ID, err)
+		}
+		filename = fdsetPath(set)
+	}
+	if err := vm.execute(ctx, "blockdev-add", fileNodeArgs(d, hostDriver(isBlk, d.CDROM), filename), nil); err != nil {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
 	r.Add(func() { vm.undo("blockdev-del", map[string]any{"node-name": fileNodeName(d.ID)}) })
@@ -59,17 +68,21 @@ func (vm *VM) attachDisk(ctx context.Context, d Disk) error {
 		return fmt.Errorf("add disk %s: %w", d.ID, err)
 	}
 	r.Success()
+	if set != 0 {
+		vm.recordFdset(d.ID, set)
+	}
 	vm.recordDisk(d)
-	vm.log.Info("disk attached", "id", d.ID, "bus", d.Bus, "slot", d.Port)
+	vm.log.Info("disk attached", "id", d.ID, "bus", d.Bus, "slot", d.Port, "files", len(d.Files), "fdset", set)
 	return nil
 }
 
 // RemoveDisk hot-unplugs a disk: device_del, wait for the guest to release it
 // (DEVICE_DELETED for this id; QEMU also sends one for the …/virtio-backend path, which is
-// ignored), then blockdev-del of both nodes. A guest that does not cooperate keeps the device:
-// the ctx deadline then ends the wait and the disk stays attached.
+// ignored), then blockdev-del of both nodes and, for a disk given as Files, remove-fd of its
+// fdset. A guest that does not cooperate keeps the device: the ctx deadline then ends the wait
+// and the disk stays attached.
 //
-// QMP: device_del, event DEVICE_DELETED, blockdev-del, blockdev-del.
+// QMP: device_del, event DEVICE_DELETED, blockdev-del, blockdev-del, [remove-fd].
 func (vm *VM) RemoveDisk(ctx context.Context, id string) error {
 	vm.devMu.Lock()
 	defer vm.devMu.Unlock()
@@ -88,6 +101,9 @@ func (vm *VM) RemoveDisk(ctx context.Context, id string) error {
 		return fmt.Errorf("remove disk %s: %w", id, err)
 	}
 	if err := vm.execute(ctx, "blockdev-del", map[string]any{"node-name": fileNodeName(id)}, nil); err != nil {
+		return fmt.Errorf("remove disk %s: %w", id, err)
+	}
+	if err := vm.removeDiskFdset(ctx, id); err != nil {
 		return fmt.Errorf("remove disk %s: %w", id, err)
 	}
 	vm.log.Info("disk detached", "id", id)

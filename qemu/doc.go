@@ -15,6 +15,9 @@
 //     device_add, getfd + netdev_add + device_add) by the same code for cold plug, hotplug and
 //     migration targets. SATA disks are the one exception: AHCI has no hotplug, so QEMU refuses
 //     device_add on it even before the guest starts; they go on the command line as JSON;
+//   - disks given as open files instead of a path QEMU opens (Disk.Files, diskfiles.go: an
+//     image outside QEMU's mount namespace): add-fd of each file into one fdset per disk, the
+//     file node opens /dev/fdset/N, remove-fd when the disk is removed (or the attach undone);
 //   - panic devices (panic.go: ISA pvpanic, pvpanic-pci) and what a guest panic does with
 //     one (-action panic=pause, then the VM quits QEMU: ExitGuestPanic);
 //   - the boot order: each device's bootindex, -boot strict=on (the firmware tries the

@@ -54,6 +54,7 @@ func (vm *VM) claimSlot(id, ns string, want int) (int, error) {
 }
 
 func (vm *VM) recordDisk(d Disk) {
+	d.Files = nil // the caller owns them; QEMU has its own copies
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	vm.disks = append(vm.disks, d)
@@ -183,7 +184,7 @@ func (vm *VM) peripheralGone(ctx context.Context, id string) (bool, error) {
 // virtio-mem requested size of now (a CPU unplug still pending counts as present), every slot pinned,
 // the same number of root ports, the machine type and CPU model actually used, and Incoming
 // set. The caller must still give the target its own socket paths (Serial, Agent) and, for
-// NICs that used TapFDs, tap fds of its own.
+// NICs that used TapFDs and disks that used Files, files of its own.
 func (vm *VM) MigrationSpec() Spec {
 	s := *cloneSpec(&vm.spec)
 	s.Disks, s.NICs = vm.Disks(), vm.NICs()

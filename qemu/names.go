@@ -19,6 +19,9 @@ const (
 	vncClientFD   = "vnc_client" // getfd name of a VNC client socket until add_client takes it
 	busSCSI       = devSCSI + ".0"
 	serialLogSet  = 1 // -add-fd set id of the serial log file
+	// firstDiskFdset is the first add-fd set id of a disk given as files (diskfiles.go):
+	// every disk gets a new one, counted up from here, far from serialLogSet.
+	firstDiskFdset = 100
 
 	// Fixed PCI addresses on pcie.0, so that source and target agree whatever the device mix.
 	addrVirtSerial = "0x5"

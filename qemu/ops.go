@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 
@@ -15,12 +16,17 @@ const killSignal = syscall.SIGKILL
 // execute runs a QMP command. Once QEMU has exited (or the monitor is gone) it returns an
 // error wrapping ErrExited, so callers need not know about the monitor's errors.
 func (vm *VM) execute(ctx context.Context, cmd string, args, reply any) error {
+	return vm.executeWithFiles(ctx, cmd, args, reply)
+}
+
+// executeWithFiles is execute with files passed in SCM_RIGHTS (add-fd).
+func (vm *VM) executeWithFiles(ctx context.Context, cmd string, args, reply any, files ...*os.File) error {
 	select {
 	case <-vm.proc.done:
 		return fmt.Errorf("run %s: %w", cmd, ErrExited)
 	default:
 	}
-	if err := vm.mon.Execute(ctx, cmd, args, reply); err != nil {
+	if err := vm.mon.ExecuteWithFiles(ctx, cmd, args, reply, files...); err != nil {
 		if errors.Is(err, qmp.ErrDisconnected) {
 			return fmt.Errorf("run %s: %w: %w", cmd, ErrExited, err)
 		}

@@ -170,6 +170,16 @@ type Disk struct {
 	// Port is the PCIe root port (1-based) of a virtio disk; 0 picks the first free one.
 	// Migration targets pin it (MigrationSpec does).
 	Port int
+	// Files are open files of the image, for an image QEMU cannot open by Path (a volume
+	// mounted on the host after the launcher's container was made): an O_RDWR one for a
+	// writable disk (and optionally an O_RDONLY one), an O_RDONLY one for a read-only disk;
+	// each a regular file or a block device, at most MaxDiskFiles. They go to QEMU with add-fd
+	// into one fdset per disk and the file node opens /dev/fdset/N (diskfiles.go); Path stays
+	// required and names the image in logs. Virtio and SCSI disks only. The caller keeps
+	// ownership and may close them once Start or AddDisk returned. Their status flags are
+	// shared with QEMU's copies and get the cache mode's O_DIRECT (QEMU matches it too), so
+	// do no I/O through them.
+	Files []*os.File
 }
 
 // NIC is a virtio network interface backed by a host tap device.

@@ -126,6 +126,9 @@ func (s *starter) validate(ctx context.Context) error {
 		return err
 	}
 	s.vm.resolved = r
+	if err := checkSpecFiles(s.spec); err != nil {
+		return err
+	}
 	s.env.BlockDevices, err = blockDevices(s.spec)
 	return err
 }
@@ -304,7 +307,7 @@ func (s *starter) cont(ctx context.Context) error {
 // cloneSpec copies spec deeply enough that the caller's later changes do not reach the VM.
 func cloneSpec(spec *Spec) *Spec {
 	c := *spec
-	c.Disks = slices.Clone(spec.Disks)
+	c.Disks = slices.Clone(spec.Disks) // Files stay shared: the caller owns them
 	c.NICs = slices.Clone(spec.NICs)
 	c.Panic = slices.Clone(spec.Panic)
 	if spec.Serial != nil {

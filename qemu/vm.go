@@ -30,7 +30,9 @@ type VM struct {
 	mu        sync.Mutex // guards the device records and files
 	files     []string   // sockets and folders created for this VM; removed once QEMU exited
 	rootPorts int
-	disks     []Disk          // attached, in attach order, Port pinned to the slot
+	disks     []Disk          // attached, in attach order, Port pinned to the slot, Files dropped
+	fdsets    map[string]int  // disk id → add-fd set of its handed Files (diskfiles.go)
+	nextFdset int             // the next disk fdset id (from firstDiskFdset)
 	nics      []NIC           // attached, in attach order, Port pinned, TapFDs dropped
 	nbdSocket string          // the NBD server's socket while one runs (nbd.go)
 	exports   []string        // disk ids exported by the NBD server

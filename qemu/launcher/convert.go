@@ -13,7 +13,9 @@ import (
 //     own socket and log paths (Paths) fill in qemu.Serial, qemu.Agent and qemu.Graphics;
 //   - a wire NIC names its tap with the network namespace it lives in (NIC.netns): qemu.NIC
 //     has no such field, so the namespaces travel beside the spec in a NetNS map;
-//   - qemu.NIC.TapFDs (open files) never travel; the launcher opens them (see openTap).
+//   - qemu.NIC.TapFDs (open files) never travel; the launcher opens them (see openTap) or
+//     takes the ones the agent handed over (HandOverTap);
+//   - qemu.Disk.Files never travel either: the agent hands them over (HandOverDisk).
 
 // NetNS maps a NIC id to the network namespace path its tap lives in ("" = the launcher's).
 type NetNS map[string]string

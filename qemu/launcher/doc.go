@@ -12,11 +12,11 @@
 // the name. Every socket is 0600 (the process umask is 077).
 //
 // Sync (or PrepareMigrationTarget) starts the one domain, also as named steps (check-spec,
-// open-taps, start-qemu, watch-events, serve-qmp-debug, poll-agent, publish) that undo
-// themselves on failure. Sync is idempotent: the spec of the running domain again is a no-op,
-// another spec is ErrDomainExists (devices change through the hotplug RPCs). When QEMU exits,
-// for whatever reason, the launcher emits the final event, ends the API streams, removes its
-// sockets and exits; logs stay.
+// open-taps, take-disk-files, start-qemu, watch-events, serve-qmp-debug, poll-agent, publish)
+// that undo themselves on failure. Sync is idempotent: the spec of the running domain again is
+// a no-op, another spec is ErrDomainExists (devices change through the hotplug RPCs). When
+// QEMU exits, for whatever reason, the launcher emits the final event, ends the API streams,
+// removes its sockets and exits; logs stay.
 //
 // # Exit status
 //
@@ -74,6 +74,23 @@
 // that namespace on a throw-away OS thread). Either way the launcher passes the fds to QEMU
 // with getfd, so QEMU never needs CAP_NET_ADMIN or /dev/net/tun. A missing tap is
 // ErrTapNotFound (the launcher never creates one).
+//
+// # Disks: paths, and image files handed over
+//
+// A disk names its image by path, which QEMU opens. In cluster mode the launcher's container
+// has its mounts fixed when its pod is made, so a volume attached later (a hot-plugged
+// PersistentVolumeClaim) is not in its file system. The node agent, root on the host, then
+// opens the image file or block device itself and hands the open files over before the
+// HotplugDisk, or the Sync or PrepareMigrationTarget, that uses the disk (HandOverDisk:
+// SCM_RIGHTS on sockets/taps.sock, one message per disk id, 1 to qemu.MaxDiskFiles files, each
+// checked with fstat to be a regular file or a block device; an O_RDWR file for a writable
+// disk, an O_RDONLY one for a read-only disk). The launcher pools them by disk id (a later
+// hand-over of the same id replaces and closes the earlier files) until the start or hotplug
+// of that disk takes them as qemu.Disk.Files; it closes its copies once QEMU has its own
+// (add-fd into an fdset per disk, opened as /dev/fdset/N; remove-fd after the unplug), and a
+// start or hotplug that fails needs a new hand-over. The path still names the image (logs,
+// live_spec). A disk with no handed files is opened by its path, as before; SATA disks cannot
+// be given as files (they go on QEMU's command line).
 //
 // # DHCP: the VM's servers live here
 //

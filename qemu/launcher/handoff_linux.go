@@ -18,23 +18,25 @@ import (
 )
 
 // maxHandedFiles bounds the files of one hand-over message: the queues of a tap and its
-// counters file (or the three sockets of a DHCP service).
+// counters file (or the three sockets of a DHCP service, or the files of a disk image).
 const maxHandedFiles = 65
 
-// handoffRequest is one hand-over message, of one of three kinds:
+// handoffRequest is one hand-over message, of one of four kinds:
 //   - Tap: its SCM_RIGHTS carry Queues tap queue files, then, with Counters, a file of
 //     /proc/net/dev opened inside the tap's network namespace (a /proc/net file keeps showing
 //     the namespace it was opened in, so an unprivileged launcher can read the tap's counters
 //     without entering it);
 //   - DHCP: an interface's lease plan; its SCM_RIGHTS carry the sockets the agent bound for it
 //     in the pod's netns (dhcp.ListenDHCP), which the launcher serves;
-//   - StopDHCP: the interface whose DHCP service to stop; no files.
+//   - StopDHCP: the interface whose DHCP service to stop; no files;
+//   - Disk: a disk id; its SCM_RIGHTS carry open files of the disk's image (diskfiles_linux.go).
 type handoffRequest struct {
 	Tap      string          `json:"tap,omitempty"`
 	Queues   int             `json:"queues,omitempty"`
 	Counters bool            `json:"counters,omitempty"`
 	DHCP     *dhcp.LeasePlan `json:"dhcp,omitempty"`
 	StopDHCP string          `json:"stopDhcp,omitempty"`
+	Disk     string          `json:"disk,omitempty"`
 }
 
 type handoffReply struct {
@@ -185,6 +187,8 @@ func (l *Launcher) accept(msg []byte, files []*os.File, ferr error) error {
 			return fmt.Errorf("stop dhcp of %s: %w: %d files", req.StopDHCP, ErrInvalidRequest, len(files))
 		}
 		return l.dhcp.stop(req.StopDHCP)
+	case req.Disk != "":
+		return l.acceptDisk(req, files)
 	}
 	return l.acceptTap(req, files)
 }

@@ -60,6 +60,7 @@ type Launcher struct {
 	tapLis   *net.UnixListener // the agent hands tap files over here
 	taps     tapPool
 	dhcp     dhcpPool // the VM's DHCP services, handed over with the taps
+	disks    diskPool // disk image files handed over, by disk id
 	srv      *grpc.Server
 	serveErr chan error // grpc.Serve's result
 

@@ -33,7 +33,7 @@ const (
 //	                           launcher accepts and hands each client to QEMU; a new one takes over
 //	screendump-*.png           a Screenshot being taken (QEMU writes it, the launcher reads and removes it)
 //	sockets/migration.sock     default incoming migration socket of a target
-//	sockets/taps.sock          the agent hands tap fds and DHCP sockets over here (SOCK_SEQPACKET, SCM_RIGHTS)
+//	sockets/taps.sock          the agent hands tap fds, DHCP sockets and disk image files over here (SOCK_SEQPACKET, SCM_RIGHTS)
 //	logs/qmp.log[.1..]         every QMP line with a timestamp, size-capped and rotated
 //	logs/serial.log            the serial console output
 //	logs/qemu.log              QEMU's standard error

@@ -16,7 +16,10 @@ const (
 	unplugReplyMargin = 250 * time.Millisecond
 )
 
-// HotplugDisk implements the HotplugDisk RPC. QMP: blockdev-add ×2, device_add.
+// HotplugDisk implements the HotplugDisk RPC: a disk whose image files the agent handed over
+// (HandOverDisk) is opened from them, and the launcher closes its copies when AddDisk
+// returned (a retry needs a new hand-over); any other disk by its path.
+// QMP: [add-fd per file], blockdev-add ×2, device_add.
 func (l *api) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.HotplugDiskResponse, error) {
 	d, err := l.active()
 	if err != nil {
@@ -26,6 +29,8 @@ func (l *api) HotplugDisk(ctx context.Context, req *pb.HotplugDiskRequest) (*pb.
 		return nil, fmt.Errorf("hotplug disk: %w: disk missing", ErrInvalidRequest)
 	}
 	disk := DiskFromProto(req.GetDisk())
+	disk.Files = l.disks.take(disk.ID)
+	defer closeFiles(disk.Files) // QEMU holds its own copies
 	if err := d.vm.AddDisk(ctx, disk); err != nil {
 		return nil, fmt.Errorf("hotplug disk: %w", err)
 	}

@@ -20,14 +20,15 @@ const startTimeout = 2 * time.Minute
 
 // starter is the state shared by the steps that start a domain.
 type starter struct {
-	l        *Launcher
-	ctx      context.Context
-	wire     *pb.DomainSpec
-	incoming bool
-	spec     *qemu.Spec
-	netns    NetNS
-	tapFiles []*os.File
-	d        *domain
+	l         *Launcher
+	ctx       context.Context
+	wire      *pb.DomainSpec
+	incoming  bool
+	spec      *qemu.Spec
+	netns     NetNS
+	tapFiles  []*os.File
+	diskFiles []*os.File
+	d         *domain
 }
 
 // startDomain starts QEMU for wire (as an incoming migration target if incoming) as a named
@@ -40,15 +41,16 @@ func (l *Launcher) startDomain(ctx context.Context, wire *pb.DomainSpec, incomin
 	err := runSteps(l, "start domain", []step{
 		{"check-spec", s.checkSpec},
 		{"open-taps", s.openTaps},
+		{"take-disk-files", s.takeDiskFiles},
 		{"start-qemu", s.startQEMU},
 		{"watch-events", s.watchEvents},
 		{"serve-qmp-debug", s.serveDebug},
 		{"poll-agent", s.pollAgent},
 		{"publish", s.publish},
 	})
-	for _, f := range s.tapFiles { // QEMU holds its own copies now (or nothing was started)
-		f.Close()
-	}
+	// QEMU holds its own copies now (or nothing was started).
+	closeFiles(s.tapFiles)
+	closeFiles(s.diskFiles)
 	if err != nil {
 		if s.d != nil {
 			l.events.lifecycle(pb.State_STATE_SHUTOFF, "start-failed", "")
@@ -95,6 +97,14 @@ func (s *starter) openTaps(*revert.Reverter) error {
 		s.tapFiles = append(s.tapFiles, files...)
 		s.spec.NICs[i].TapName, s.spec.NICs[i].TapFDs, s.spec.NICs[i].Queues = "", files, 0
 	}
+	return nil
+}
+
+// takeDiskFiles gives each disk the image files the agent handed over for it (HandOverDisk),
+// so that QEMU opens those instead of the disk's path (which may not exist in the launcher's
+// container). A disk with none is opened by path.
+func (s *starter) takeDiskFiles(*revert.Reverter) error {
+	s.diskFiles = s.l.diskFiles(s.spec)
 	return nil
 }
 

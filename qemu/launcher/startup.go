@@ -106,7 +106,7 @@ func (l *Launcher) listenTaps(r *revert.Reverter) error {
 	}
 	l.tapLis = lis
 	go l.serveTaps(lis)
-	r.Add(func() { lis.Close(); l.taps.closeAll(); l.dhcp.closeAll() })
+	r.Add(func() { lis.Close(); l.taps.closeAll(); l.dhcp.closeAll(); l.disks.closeAll() })
 	return nil
 }
 
@@ -130,6 +130,7 @@ func (l *Launcher) teardown() {
 	}
 	l.taps.closeAll()
 	l.dhcp.closeAll()
+	l.disks.closeAll()
 	l.events.close()
 	l.qlog.feed.close()
 	done := make(chan struct{})

@@ -22,6 +22,7 @@ import (
 	"github.com/vmlet/vmlet/network"
 	"github.com/vmlet/vmlet/network/relay"
 	"github.com/vmlet/vmlet/qemu/launcher"
+	"github.com/vmlet/vmlet/storage"
 )
 
 // targetStep is the target's pass for a vmi migrating to this node: storage, network and a
@@ -219,6 +220,20 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 	var receive []string
 	for _, d := range copied {
 		receive = append(receive, d.ID)
+	}
+	// The hot-plugged disks go to the target launcher as open files, as they went to the
+	// source's (grpcLauncher.HotplugDisk): a launcher pod may not reach their paths itself.
+	if dh, ok := l.(DiskHandOver); ok {
+		for _, h := range hot {
+			err := dh.HandOverDisk(ctx, h.disk)
+			if errors.Is(err, storage.ErrOutsideRoot) { // not an image vmlet may open: never
+				r.targetFailed(vmi, fmt.Sprintf("hot-plugged disk %s: %v", h.disk.ID, err))
+				return ctrl.Result{}, nil
+			}
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("hand the hot-plugged disk %s to the target launcher: %w", h.disk.ID, err)
+			}
+		}
 	}
 	uri, nbdURI, err := ml.PrepareTarget(ctx, in, &sync, netns, opts, receive)
 	if err != nil {

@@ -38,10 +38,44 @@ func (g *grpcLauncher) AttachedDisks(ctx context.Context) ([]string, error) {
 	return d.GetDisks(), nil
 }
 
+// HotplugDisk opens the disk (as root, on the node) and hands the files to the launcher
+// before it asks for the disk: QEMU opens no path of a hot-plugged disk. A launcher pod's
+// mounts were fixed when it was made, so a claim plugged later is not in its container (its
+// attachment pod holds it on the node); the same hand-over serves every runtime, so one path
+// is tested everywhere.
 func (g *grpcLauncher) HotplugDisk(ctx context.Context, d qemu.Disk) error {
 	ctx, cancel := bound(ctx, callHotplugDisk)
 	defer cancel()
+	if err := g.HandOverDisk(ctx, d); err != nil {
+		return err
+	}
 	return g.c.HotplugDisk(ctx, launcher.DiskToProto(d))
+}
+
+// DiskHandOver is a launcher that takes a disk's image as open files (the next start or
+// hotplug of that disk uses them instead of its path).
+type DiskHandOver interface {
+	HandOverDisk(ctx context.Context, d qemu.Disk) error
+}
+
+var _ DiskHandOver = (*grpcLauncher)(nil)
+
+// HandOverDisk opens d's image on the node (storage.OpenDisk) and hands the files to the
+// launcher (launcher.HandOverDisk); its copies are closed when it returns.
+func (g *grpcLauncher) HandOverDisk(ctx context.Context, d qemu.Disk) error {
+	files, err := storage.OpenDisk(d.Path, d.ReadOnly || d.CDROM)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if err := launcher.HandOverDisk(ctx, g.paths.TapSocket(), d.ID, files); err != nil {
+		return fmt.Errorf("hand disk %s to the launcher: %w", d.ID, err)
+	}
+	return nil
 }
 
 func (g *grpcLauncher) UnplugDisk(ctx context.Context, id string) error {

@@ -18,9 +18,12 @@ import (
 // ClaimSource is a launcher runtime whose launchers mount the VMIs' claims themselves (the
 // pod runtime: the launcher pod mounts them, and says where in launcherpod.AnnotClaims).
 type ClaimSource interface {
-	// Claims returns the claims the VMI's launcher mounts; ErrClaimsUnknown while its pod is
-	// not known yet.
+	// Claims returns the claims the VMI's launcher mounts, then those its attachment pods
+	// hold on this node (hot-plugged volumes); ErrClaimsUnknown while its pod is not known yet.
 	Claims(ctx context.Context, id string) ([]launcherpod.Claim, error)
+	// AttachmentWait says what the VMI's hot-plugged volume waits for while its claim is not
+	// among Claims' ("" when it is).
+	AttachmentWait(ctx context.Context, id, volume string) string
 }
 
 // ErrClaimsUnknown says a VMI's claims cannot be resolved yet (its launcher pod is not in the
@@ -45,7 +48,7 @@ func ClaimImageBytes(capacity int64) int64 {
 // mounts none, or the VMI uses none), by claim name.
 func (r *VMIReconciler) podClaims(ctx context.Context, vmi *vmletv1.VirtualMachineInstance) (map[string]launcherpod.Claim, error) {
 	cs, ok := r.Runtime.(ClaimSource)
-	if !ok || len(launcherpod.ClaimUses(vmi)) == 0 {
+	if !ok || len(launcherpod.ClaimUses(vmi))+len(launcherpod.HotplugClaimUses(vmi)) == 0 {
 		return nil, nil
 	}
 	list, err := cs.Claims(ctx, string(vmi.UID))

@@ -156,6 +156,10 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 	for _, hv := range want.HotplugVolumes {
 		if hv.Err != nil {
 			states[hv.Name] = volumeState{vmletv1.VolumePending, specReason(hv.Err), hv.Err.Error()}
+			if cs, ok := r.Runtime.(ClaimSource); ok && errors.Is(hv.Err, storage.ErrUnknownClaim) {
+				// A launcher pod's claim plugged later: its attachment pod holds it once it runs.
+				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonAttachmentPodPending, cs.AttachmentWait(ctx, string(vmi.UID), hv.Name)}
+			}
 			continue
 		}
 		// A volume in the spec keeps its disk while its storage is prepared again (the agent
@@ -270,7 +274,7 @@ func (r *VMIReconciler) setVolumeStatus(vmi *vmletv1.VirtualMachineInstance, run
 		}
 		if s.Reason != "" && s.Reason != old[v.Name].Reason {
 			kind := "Warning"
-			if s.Reason == string(vmistatus.ReasonHotplugAfterMigration) {
+			if s.Reason == string(vmistatus.ReasonHotplugAfterMigration) || s.Reason == string(vmistatus.ReasonAttachmentPodPending) {
 				kind = "Normal" // a wait, not a fault
 			}
 			r.Recorder.Eventf(vmi, nil, kind, s.Reason, "Hotplug", "volume %s: %s", v.Name, s.Message)

@@ -35,8 +35,12 @@ func run(args []string, stderr io.Writer) int {
 	qemuBin := fs.String("qemu", "", "QEMU binary (default qemu-system-x86_64 from PATH)")
 	agentPing := fs.Duration("agent-ping-interval", 0, "how often a connected guest agent is pinged (default 5s)")
 	agentRetry := fs.Duration("agent-retry-max", 0, "longest back-off between guest agent connection attempts (default 5s)")
+	hold := fs.Bool("hold", false, "do nothing until SIGTERM or SIGINT, then exit 0 (the container of a hotplug attachment pod, which only holds a claim)")
 	if err := fs.Parse(args); err != nil {
 		return launcher.ExitUsage
+	}
+	if *hold {
+		return holdUntilSignal()
 	}
 	if fs.NArg() > 0 || *runDir == "" {
 		fmt.Fprintln(stderr, "vmlet-launcher: --run-dir is required and no arguments are taken")
@@ -96,4 +100,13 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log.Info("launcher exit", "code", ex.Code, "reason", ex.Reason, "detail", ex.Detail)
 	return ex.Code
+}
+
+// holdUntilSignal waits for SIGTERM or SIGINT and returns 0: an attachment pod's container,
+// whose pod exists to keep a claim mounted on the node (launcherpod.BuildAttachment).
+func holdUntilSignal() int {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	<-ch
+	return 0
 }

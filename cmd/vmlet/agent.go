@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -189,7 +188,7 @@ func runAgent(cmd *cobra.Command, o agentOptions, sc nodeagent.StorageConfig, nc
 			&vmletv1.VirtualMachineInstance{}: {Field: fields.OneTermEqualSelector("status.nodeName", o.nodeName)},
 			&corev1.Pod{}: {
 				Field: fields.OneTermEqualSelector("spec.nodeName", o.nodeName),
-				Label: labels.SelectorFromSet(labels.Set{launcherpod.LabelAppName: launcherpod.AppName}),
+				Label: launcherpod.PodSelector(), // launcher and attachment pods
 			},
 		}},
 	})

@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,28 +23,9 @@ import (
 func (r *Reconciler) claims(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, o launcherpod.Options) ([]launcherpod.Claim, *launcherpod.ClaimProblem, error) {
 	var out []launcherpod.Claim
 	for _, use := range launcherpod.ClaimUses(vmi) {
-		pvc := &corev1.PersistentVolumeClaim{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: use.Name}, pvc)
-		switch {
-		case apierrors.IsNotFound(err):
-			pvc = nil
-		case err != nil:
-			return nil, nil, fmt.Errorf("read PVC %s/%s: %w", vmi.Namespace, use.Name, err)
-		}
-		var pv *corev1.PersistentVolume
-		if pvc != nil && pvc.Spec.VolumeName != "" {
-			pv = &corev1.PersistentVolume{}
-			err := r.Client.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv)
-			switch {
-			case apierrors.IsNotFound(err):
-				pv = nil
-			case err != nil:
-				return nil, nil, fmt.Errorf("read PersistentVolume %s: %w", pvc.Spec.VolumeName, err)
-			}
-		}
-		c, problem := launcherpod.ResolveClaim(use, vmi.Namespace, pvc, pv, o)
-		if problem != nil {
-			return nil, problem, nil
+		c, problem, err := r.resolveClaim(ctx, vmi.Namespace, use, o)
+		if err != nil || problem != nil {
+			return nil, problem, err
 		}
 		out = append(out, c)
 	}
@@ -84,7 +63,8 @@ func clearClaimWait(vmi *vmletv1.VirtualMachineInstance) {
 }
 
 // vmisUsingClaim maps a PersistentVolumeClaim (or a PersistentVolume, through its claimRef) to
-// the VMIs of its namespace that wait for no launcher pod yet and use it.
+// the VMIs of its namespace that use it: those without a node yet (waiting for their launcher
+// pod's claims), and running ones that hot-plug it (waiting for their attachment pod).
 func (r *Reconciler) vmisUsingClaim(ctx context.Context, obj client.Object) []reconcile.Request {
 	ns, name := obj.GetNamespace(), obj.GetName()
 	if pv, ok := obj.(*corev1.PersistentVolume); ok {
@@ -100,10 +80,17 @@ func (r *Reconciler) vmisUsingClaim(ctx context.Context, obj client.Object) []re
 	var out []reconcile.Request
 	for i := range list.Items {
 		vmi := &list.Items[i]
-		if vmi.Status.NodeName != "" || vmistatus.IsFinal(vmi.Status.Phase) {
+		if vmistatus.IsFinal(vmi.Status.Phase) {
 			continue
 		}
-		for _, u := range launcherpod.ClaimUses(vmi) {
+		uses := launcherpod.ClaimUses(vmi)
+		if vmi.Status.NodeName != "" {
+			uses = nil
+			for _, u := range launcherpod.HotplugClaimUses(vmi) {
+				uses = append(uses, u.ClaimUse)
+			}
+		}
+		for _, u := range uses {
 			if u.Name == name {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: vmi.Name}})
 				break

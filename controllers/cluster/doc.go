@@ -3,7 +3,9 @@
 // the VMI to the node agent of the pod's node by setting status.nodeName (phase Scheduled). It
 // fails the VMI when its pod fails or disappears, and deletes the pod when the VMI ends or is
 // deleted. The node agent takes over a VMI once status.nodeName names its node; from then on
-// this controller only watches the pod for failure.
+// this controller only watches the pod for failure, and keeps one attachment pod on the VMI's
+// node for each hotpluggable claim volume in its spec (attachments.go; the agent plugs the
+// claim once that pod runs), deleting those whose volume left the spec or that ended.
 //
 // Live migration (package migration makes the target launcher pods): a target pod is not the
 // VMI's pod, and its failure or deletion is the migration's, not the VMI's (the migration

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,10 +54,11 @@ const TakeoverPoll = 5 * time.Second
 // exit at once (its pod informer), so this only matters when the agent is not running.
 const DefaultAgentGrace = 10 * time.Second
 
-// CacheOptions restrict the manager's pod cache to launcher pods (a cluster has many pods).
+// CacheOptions restrict the manager's pod cache to launcher and attachment pods (a cluster has
+// many pods).
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{launcherpod.LabelAppName: launcherpod.AppName})},
+		&corev1.Pod{}: {Label: launcherpod.PodSelector()},
 	}}
 }
 
@@ -123,9 +123,9 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 	}
 	switch {
 	case !vmi.DeletionTimestamp.IsZero():
-		return 0, r.deletePods(ctx, vmi, pods, "the VMI is being deleted")
+		return 0, errors.Join(r.deletePods(ctx, vmi, pods, "the VMI is being deleted"), r.deleteAttachments(ctx, vmi))
 	case vmistatus.IsFinal(vmi.Status.Phase):
-		return 0, r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase))
+		return 0, errors.Join(r.deletePods(ctx, vmi, pods, "the VMI is "+string(vmi.Status.Phase)), r.deleteAttachments(ctx, vmi))
 	}
 	pod, extra, targets := pick(vmi, pods)
 	why := "a VMI has one launcher pod"
@@ -159,7 +159,10 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *vmletv1.VirtualMachineI
 	}
 	clearClaimWait(vmi) // its pod exists: the claims resolved (a status write may have been lost)
 	r.observe(vmi, pod)
-	return 0, nil
+	if pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
+		return 0, nil
+	}
+	return 0, r.attach(ctx, vmi, pod)
 }
 
 // leftToAgent is how much longer a VMI whose launcher container ended on a node stays the node
@@ -260,12 +263,12 @@ func (r *Reconciler) deletePods(ctx context.Context, vmi *vmletv1.VirtualMachine
 	return errors.Join(errs...)
 }
 
-// deleteStale deletes launcher pods controlled by an earlier VMI of the same name: one whose UID
-// is not uid (any, when uid is empty: the VMI is gone).
+// deleteStale deletes launcher and attachment pods controlled by an earlier VMI of the same
+// name: one whose UID is not uid (any, when uid is empty: the VMI is gone).
 func (r *Reconciler) deleteStale(ctx context.Context, key types.NamespacedName, uid types.UID) error {
 	list := &corev1.PodList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace),
-		client.MatchingLabels{launcherpod.LabelAppName: launcherpod.AppName}); err != nil {
+		client.MatchingLabelsSelector{Selector: launcherpod.PodSelector()}); err != nil {
 		return fmt.Errorf("list launcher pods: %w", err)
 	}
 	var errs []error

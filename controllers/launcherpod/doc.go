@@ -25,6 +25,13 @@
 // once a pod is scheduled) is not (it stays PVCNotReady). The resolved claims are recorded in
 // the pod's AnnotClaims, which the agent reads (PodClaims).
 //
+// Hot-plugged claims (attachment.go): a pod's mounts are fixed when it is made, so each
+// hotpluggable claim volume of a running VMI gets an attachment pod (BuildAttachment, KubeVirt's
+// hp-volume pod) pinned to the VMI's node, mounting the claim the same way and recording it in
+// its own AnnotClaims; it runs the launcher binary with HoldFlag. The agent prepares and opens
+// the disk on the node and hands the files to the launcher: the launcher's container never
+// mounts it.
+//
 // Devices the kubelet way: the container's limits ask for the node agent's device plugin
 // resources (DeviceLimits: ResourceKVM unless emulation is allowed, ResourceTun when the VMI has
 // an interface), so the kube-scheduler places the pod only where the node has them and the

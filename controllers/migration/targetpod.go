@@ -56,7 +56,11 @@ func (t *TargetPods) Pick(ctx context.Context, req TargetRequest) (Target, error
 		return Target{}, err
 	}
 	if pod == nil {
-		pod, err = TargetPod(req, source, t.Pods)
+		hot, err := t.hotClaims(ctx, vmi, source)
+		if err != nil {
+			return Target{}, err
+		}
+		pod, err = TargetPod(req, source, hot, t.Pods)
 		if err != nil {
 			return Target{}, err
 		}
@@ -192,8 +196,32 @@ func (c *Controller) forTargetPod(ctx context.Context, o client.Object) []reconc
 	return c.forVMI(ctx, vmi)
 }
 
+// hotClaims are the claims the vmi's attachment pods hold on the source pod's node (its
+// hot-plugged volumes): the target's pod mounts them, so that its QEMU starts with the disks the
+// source's guest has (and the kube-scheduler places it where they can be mounted).
+func (t *TargetPods) hotClaims(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, source *corev1.Pod) ([]launcherpod.Claim, error) {
+	var l corev1.PodList
+	if err := t.Client.List(ctx, &l, client.InNamespace(vmi.Namespace), client.MatchingLabels(launcherpod.MatchingAttachments(vmi.UID))); err != nil {
+		return nil, fmt.Errorf("list attachment pods: %w", err)
+	}
+	var out []launcherpod.Claim
+	for i := range l.Items {
+		p := &l.Items[i]
+		if !launcherpod.AttachmentReady(p) || p.Spec.NodeName != source.Spec.NodeName {
+			continue
+		}
+		c, err := launcherpod.PodClaims(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c...)
+	}
+	return out, nil
+}
+
 // TargetPod is the launcher pod of req's migration target: launcherpod.Build's pod for the
-// vmi with the source pod's claims (launcherpod.AnnotClaims) and SELinux type, the level
+// vmi with the source pod's claims (launcherpod.AnnotClaims) and those of hot (the claims of
+// the source's hot-plugged volumes, which its attachment pods hold), the source's SELinux type, the level
 // launcherpod.TargetSELinuxLevel gives (the source's unless the configuration says
 // otherwise), the labels launcherpod.LabelMigrationUID and LabelMigrationRole, and a required
 // node affinity that keeps it off the source node (KubeVirt's target pod anti-affinity to
@@ -202,11 +230,16 @@ func (c *Controller) forTargetPod(ctx context.Context, o client.Object) []reconc
 //	matchFields: [{key: metadata.name, operator: NotIn, values: [<source node>]}]
 //
 // next to the vmi's nodeSelector, which the pod carries. Pure.
-func TargetPod(req TargetRequest, source *corev1.Pod, o launcherpod.Options) (*corev1.Pod, error) {
+func TargetPod(req TargetRequest, source *corev1.Pod, hot []launcherpod.Claim, o launcherpod.Options) (*corev1.Pod, error) {
 	vmi := req.VMI
 	claims, err := launcherpod.PodClaims(source)
 	if err != nil {
 		return nil, fmt.Errorf("source launcher pod %s: %w", source.Name, err)
+	}
+	for _, c := range hot {
+		if !slices.ContainsFunc(claims, func(have launcherpod.Claim) bool { return have.ClaimName == c.ClaimName }) {
+			claims = append(claims, c)
+		}
 	}
 	if sc := source.Spec.SecurityContext; sc != nil && sc.SELinuxOptions != nil && sc.SELinuxOptions.Type != "" {
 		o.SELinuxType = sc.SELinuxOptions.Type // both launchers share the vmi's files

@@ -52,7 +52,8 @@ func migratingVMI() *vmletv1.VirtualMachineInstance {
 
 // TestTargetPod: the target pod is the source's pod as launcherpod builds it (same container,
 // volumes, claims, node selector, owner, SELinux type) with the source's SELinux level, the
-// migration's labels and a required node affinity term that excludes the source node.
+// migration's labels and a required node affinity term that excludes the source node; the
+// claims of the source's hot-plugged volumes are added to its claims.
 func TestTargetPod(t *testing.T) {
 	vmi := migratingVMI()
 	srcOpts := podOpts
@@ -67,7 +68,7 @@ func TestTargetPod(t *testing.T) {
 	m := &vmletv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "m", UID: "mig-uid"}}
 	req := migration.TargetRequest{Migration: m, VMI: vmi, Config: migration.Resolve(vmletv1.MigrationConfiguration{})}
 
-	pod, err := migration.TargetPod(req, source, podOpts)
+	pod, err := migration.TargetPod(req, source, nil, podOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestTargetPod(t *testing.T) {
 		vmiKey = k
 	}
 	m.Spec.AddedNodeSelector = map[string]string{"rack": "b", vmiKey: "overridden"}
-	pod, err = migration.TargetPod(req, source, podOpts)
+	pod, err = migration.TargetPod(req, source, nil, podOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestTargetPod(t *testing.T) {
 	m.Spec.AddedNodeSelector = nil
 
 	req.Config.MatchSELinuxLevelOnMigration = ptr.To(false)
-	pod, err = migration.TargetPod(req, source, podOpts)
+	pod, err = migration.TargetPod(req, source, nil, podOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +138,31 @@ func TestTargetPod(t *testing.T) {
 		t.Errorf("matchSELinuxLevelOnMigration false: seLinuxOptions %+v, want the type and no level", got)
 	}
 
+	// The source's hot-plugged claims (its attachment pods'): the target pod mounts them too,
+	// once each, after the source pod's.
+	hot := []launcherpod.Claim{
+		{ClaimName: "hot-blk", Mode: corev1.PersistentVolumeBlock, Path: "/dev/loop7", CapacityBytes: 8 << 20,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}},
+		claims[0],
+	}
+	pod, err = migration.TargetPod(req, source, hot, podOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := launcherpod.PodClaims(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(append(claims, hot[0]), got); d != "" {
+		t.Errorf("target pod claims with hot-plugged ones (-want +got):\n%s", d)
+	}
+	if devs := pod.Spec.Containers[0].VolumeDevices; len(devs) != 1 || devs[0].DevicePath != "/dev/loop7" {
+		t.Errorf("target pod volume devices %+v, want the hot-plugged block claim at /dev/loop7", devs)
+	}
+
 	req.Config.MatchSELinuxLevelOnMigration = nil
 	vmi.Status.SelinuxContext = ""
-	if _, err := migration.TargetPod(req, source, podOpts); !errors.Is(err, launcherpod.ErrNoSELinuxContext) {
+	if _, err := migration.TargetPod(req, source, nil, podOpts); !errors.Is(err, launcherpod.ErrNoSELinuxContext) {
 		t.Errorf("no selinuxContext yet: err %v, want ErrNoSELinuxContext (wait for the agent)", err)
 	}
 }

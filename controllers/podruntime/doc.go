@@ -20,5 +20,9 @@
 // runs. It does not enter the pod's mount namespace for files; only a Block claim's device node,
 // which the container runtime makes root's inside the container, is handed to the launcher's
 // user through /proc/<pid>/root (resolved inside that root, devnodes_linux.go), as virt-handler
-// does, right before the device program grants exactly that device.
+// does, right before the device program grants exactly that device. Claims hot-plugged into a
+// running VMI come from its attachment pods on this node once they run (launcherpod.
+// BuildAttachment); the agent opens their disks itself and hands the files to the launcher
+// (controllers' grpcLauncher.HotplugDisk), so the launcher's container needs no mount of them.
+// WatchExits wakes the VMI when an attachment pod starts or stops holding its claim.
 package podruntime

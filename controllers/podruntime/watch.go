@@ -7,11 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/vmlet/vmlet/controllers/launcherpod"
 )
 
 // WatchExits calls OnExit when a launcher pod's container ends or the pod is deleted, so the
-// agent reconciles the VMI at once. informers is the manager's cache (which must hold the
-// launcher pods).
+// agent reconciles the VMI at once; also when one of its attachment pods starts or stops
+// holding its claim here (launcherpod.AttachmentReady) or is deleted: a hot-plugged volume
+// waits for it. informers is the manager's cache (which must hold the launcher and attachment
+// pods).
 func (r *Runtime) WatchExits(ctx context.Context, informers cache.Informers) error {
 	inf, err := informers.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
@@ -28,12 +32,21 @@ func (r *Runtime) WatchExits(ctx context.Context, informers cache.Informers) err
 		if id := p.Labels[LabelVMIUID]; id != "" {
 			r.OnExit(id)
 		}
+		if id := p.Labels[launcherpod.LabelAttachmentFor]; id != "" {
+			r.OnExit(id)
+		}
 	}
 	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*corev1.Pod)
 			n, ok2 := newObj.(*corev1.Pod)
-			if ok1 && ok2 && exitOf(o) == nil && exitOf(n) != nil {
+			switch {
+			case !ok1 || !ok2:
+			case n.Labels[launcherpod.LabelAttachmentFor] != "":
+				if launcherpod.AttachmentReady(o) != launcherpod.AttachmentReady(n) {
+					notify(n)
+				}
+			case exitOf(o) == nil && exitOf(n) != nil:
 				notify(n)
 			}
 		},

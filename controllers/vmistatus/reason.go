@@ -129,6 +129,9 @@ const (
 	// ReasonHotplugAfterMigration: the volume waits for the VMI's migration to end (QEMU plugs
 	// no device during one); the node the guest runs on then attaches it.
 	ReasonHotplugAfterMigration Reason = "WaitingForMigration"
+	// ReasonAttachmentPodPending: in a cluster, the volume's claim waits for its attachment pod
+	// to run on the VMI's node (KubeVirt's hp-volume pod), which holds the claim there.
+	ReasonAttachmentPodPending Reason = "AttachmentPodPending"
 )
 
 // Reasons of the HotVCPUChange and HotMemoryChange conditions (and their Events).

@@ -100,14 +100,21 @@ func (r *Reconciler) attach(ctx context.Context, vmi *vmletv1.VirtualMachineInst
 }
 
 // makeAttachment makes the attachment pod of one volume on node, once its claim resolves
-// (until then the node agent reports the volume Pending, waiting for its pod; a change of the
-// claim wakes the VMI).
+// (until then an Event says why, with KubeVirt's claim reasons, and the node agent reports the
+// volume Pending, waiting for its pod; a change of the claim wakes the VMI).
 func (r *Reconciler) makeAttachment(ctx context.Context, vmi *vmletv1.VirtualMachineInstance, u launcherpod.VolumeClaimUse, node string) error {
 	c, problem, err := r.resolveClaim(ctx, vmi.Namespace, u.ClaimUse, r.Pods)
 	if err != nil {
 		return err
 	}
 	if problem != nil {
+		// The agent reports the volume Pending (AttachmentPodPending); what it waits for is
+		// known here (repeated Events are aggregated by the recorder).
+		typ := corev1.EventTypeNormal
+		if problem.Reason == launcherpod.ReasonPVCNotSupported {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(vmi, nil, typ, problem.Reason, "ResolveClaim", "volume %s: %s", u.Volume, problem.Message)
 		return nil
 	}
 	pod, err := launcherpod.BuildAttachment(vmi, u.Volume, node, c, r.Pods)

@@ -49,8 +49,8 @@ func hotVolume(name, claim string) vmletv1.Volume {
 
 // TestAttachmentPods: hotpluggable claim volumes of a VMI whose launcher pod is on a node get one
 // attachment pod each, pinned to that node and mounting the claim as the launcher pod would
-// (recorded in AnnotClaims for the agent); a claim that does not exist yet gets one once it is
-// bound; a volume that leaves the spec loses its pod; an attachment pod that ended is made
+// (recorded in AnnotClaims for the agent); a claim that does not exist yet is said in an Event
+// (KubeVirt's FailedPvcNotFound) and gets one once it is bound; a volume that leaves the spec loses its pod; an attachment pod that ended is made
 // again; the VMI's deletion deletes them all. No launcher pod is ever mistaken for one, nor the
 // reverse (the VMI keeps one launcher pod).
 func TestAttachmentPods(t *testing.T) {
@@ -93,6 +93,9 @@ func TestAttachmentPods(t *testing.T) {
 	got.Spec.Volumes = append(got.Spec.Volumes, hotVolume("b", "hot-blk"))
 	if err := env.Client.Update(context.Background(), got); err != nil {
 		t.Fatal(err)
+	}
+	if note := waitEvent(t, vmi, "Normal", launcherpod.ReasonPVCNotFound); note != "volume b: PVC "+ns+"/hot-blk does not exist, waiting for it to appear" {
+		t.Errorf("event note %q", note)
 	}
 	blk := newPVC(t, ns, "hot-blk", ns+"-hot-blk", corev1.PersistentVolumeBlock, corev1.ReadWriteMany)
 	bindClaim(t, blk, corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/dev/loop8"}}, "8Mi")

@@ -120,11 +120,12 @@ func (s *localSetup) cleanup(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt := &process.Runtime{RunRoot: s.runRoot, CgroupParent: filepath.Join(s.cgroupMount, s.cg), CPU: s.cpu}
-	ids, _ := rt.List()
-	for _, id := range ids {
-		if err := rt.Remove(ctx, id); err != nil {
-			t.Logf("remove leftover launcher %s: %v", id, err)
+	for _, rt := range s.runtimes() {
+		ids, _ := rt.List()
+		for _, id := range ids {
+			if err := rt.Remove(ctx, id); err != nil {
+				t.Logf("remove leftover launcher %s: %v", id, err)
+			}
 		}
 	}
 	for _, r := range s.records(t) {
@@ -132,12 +133,42 @@ func (s *localSetup) cleanup(t *testing.T) {
 			_ = syscall.Kill(r.Pid, syscall.SIGKILL)
 		}
 	}
-	// Pod network namespaces are bind mounts (`ip netns del` does the same).
+	// With --nodes N each node has CPU groups of its own below the test's (a graceful stop
+	// removes them; a killed vmlet leaves them, and the test's own groups cannot go before).
+	for _, rt := range s.runtimes()[1:] {
+		_ = os.Remove(rt.CgroupParent) // the node's device cgroup folder, once its launchers are gone
+		if h := rt.CPU; h != nil {
+			poll.Until(t, 30*time.Second, "node cpu groups "+h.Root+" removed", func() (bool, string) {
+				err := h.Teardown()
+				return err == nil, fmt.Sprint(err)
+			})
+		}
+	}
+	// Pod network namespaces are bind mounts (`ip netns del` does the same); with --nodes N
+	// each node has its own folder of them.
 	mounts, _ := filepath.Glob(filepath.Join(s.podNetns, "vmlet-*"))
-	for _, m := range mounts {
+	nodeMounts, _ := filepath.Glob(filepath.Join(s.podNetns, localNode+"*", "vmlet-*"))
+	for _, m := range append(mounts, nodeMounts...) {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 		_ = os.Remove(m)
 	}
+}
+
+// runtimes are the launcher runtimes of the setup's nodes: the single node's (the run root
+// itself) and, with --nodes N, one per node folder (<run root>/<node>, cgroup <cg>/<node>; see
+// local.planNodes).
+func (s *localSetup) runtimes() []*process.Runtime {
+	out := []*process.Runtime{{RunRoot: s.runRoot, CgroupParent: filepath.Join(s.cgroupMount, s.cg), CPU: s.cpu}}
+	dirs, _ := filepath.Glob(filepath.Join(s.runRoot, localNode+"*"))
+	for _, d := range dirs {
+		name := filepath.Base(d)
+		h, err := cpuweight.Find(filepath.Join(s.cg, name))
+		if err != nil {
+			h = nil
+		}
+		out = append(out, &process.Runtime{RunRoot: d, CgroupParent: filepath.Join(s.cgroupMount, s.cg, name), CPU: h})
+	}
+	return out
 }
 
 func (s *localSetup) start(t *testing.T, extra ...string) *localProc {

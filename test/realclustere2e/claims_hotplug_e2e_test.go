@@ -193,6 +193,7 @@ func TestHotplugClaims(t *testing.T) {
 	migratable(metav1.ConditionTrue)
 
 	// Migrate with the block claim plugged: the target's launcher pod mounts it.
+	sourcePod := getVMI(t, name).Status.Launcher.Pod
 	m := createMigration(t, name+"-m", name)
 	poll.Until(t, 4*time.Minute, m.Name+" Succeeded", func() (bool, string) {
 		if err := kc.Get(context.Background(), client.ObjectKeyFromObject(m), m); err != nil {
@@ -203,13 +204,14 @@ func TestHotplugClaims(t *testing.T) {
 		}
 		return m.Status.Phase == vmletv1.MigrationSucceeded, string(m.Status.Phase)
 	})
-	there := waitVMI(t, name, time.Minute, "on the other node", func(v *vmletv1.VirtualMachineInstance) bool {
-		return v.Status.NodeName == other && conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
+	there := waitVMI(t, name, time.Minute, "on the other node with its new pod", func(v *vmletv1.VirtualMachineInstance) bool {
+		return v.Status.NodeName == other && v.Status.Launcher != nil && v.Status.Launcher.Pod != sourcePod &&
+			conditionTrue(v, string(vmletv1.VirtualMachineInstanceReady))
 	})
 	if s := volumeStatus(there, "hotblk"); s == nil || s.Phase != vmletv1.VolumeReady {
 		t.Errorf("hotblk after the migration: %+v", s)
 	}
-	target := launcherPod(t, there)
+	target := launcherPodNamed(t, there.Status.Launcher.Pod)
 	fpThere := nodeFootprint(t, there, target)
 	if claims, err := launcherpod.PodClaims(target); err != nil || !slices.ContainsFunc(claims, func(c launcherpod.Claim) bool { return c.ClaimName == name+"-blk" }) {
 		t.Errorf("the target's launcher pod %s does not mount the hot-plugged claim: %+v (%v)", target.Name, claims, err)

@@ -159,6 +159,13 @@ func (r *VMIReconciler) reconcileHotplug(ctx context.Context, vmi *vmletv1.Virtu
 			if cs, ok := r.Runtime.(ClaimSource); ok && errors.Is(hv.Err, storage.ErrUnknownClaim) {
 				// A launcher pod's claim plugged later: its attachment pod holds it once it runs.
 				states[hv.Name] = volumeState{vmletv1.VolumePending, vmistatus.ReasonAttachmentPodPending, cs.AttachmentWait(ctx, string(vmi.UID), hv.Name)}
+				if id := storage.DiskID(hv.Name); isAttached[id] {
+					// Its attachment pod went (deleted, evicted by a drain) while the guest has
+					// the disk: QEMU holds the files it was handed, so the disk stays, and the
+					// controller makes the pod again.
+					keep[id] = true
+					states[hv.Name] = volumeState{phase: vmletv1.VolumeReady}
+				}
 			}
 			continue
 		}

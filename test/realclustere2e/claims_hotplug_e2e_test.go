@@ -49,7 +49,8 @@ func volumeStatus(vmi *vmletv1.VirtualMachineInstance, name string) *vmletv1.Vol
 // container has neither path). The guest reads the block claim's bytes and writes to both; a
 // claim whose local volume is on the other node stays Pending (AttachmentPodPending; its
 // attachment pod unschedulable, with the scheduler's words). The ReadWriteOnce claim makes the
-// VMI not live-migratable while attached; once it and the far one are unplugged (their disks
+// VMI not live-migratable while attached; the block claim's attachment pod deleted (as a drain
+// evicts it) is made again while the guest keeps the disk; once it and the far one are unplugged (their disks
 // leave the guest, their pods go, the guest's write is in disk.img) the VMI migrates to the
 // other kubelet with the block claim: the target's launcher pod mounts it, the guest reads its
 // earlier write there and writes again, the source's attachment pod goes and none is made for
@@ -158,6 +159,27 @@ func TestHotplugClaims(t *testing.T) {
 		t.Errorf("guest reads %q from the hot-plugged block claim", got)
 	}
 	guestShell(t, vmi, fmt.Sprintf("printf VMLET-HOT-WROTE-FS | dd of=/dev/%s conv=notrunc oflag=direct 2>/dev/null && printf VMLET-HOT-WROTE-BK | dd of=/dev/%s bs=512 seek=1 conv=notrunc oflag=direct 2>/dev/null && sync", fs, blk))
+	// hotblk's attachment pod deleted (as a drain would evict it): the guest keeps the disk
+	// (QEMU holds its files), the controller makes the pod again, the volume stays Ready.
+	old := byVolume["hotblk"]
+	kubectl(t, "", "delete", "pod", old.Name, "-n", old.Namespace, "--wait")
+	poll.Until(t, 2*time.Minute, "hotblk's attachment pod made again and running", func() (bool, string) {
+		for _, p := range attachmentPods(t, vmi) {
+			if p.Annotations[launcherpod.AnnotVolume] == "hotblk" && p.Name != old.Name && p.Status.Phase == corev1.PodRunning {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	if s := volumeStatus(getVMI(t, name), "hotblk"); s == nil || s.Phase != vmletv1.VolumeReady {
+		t.Errorf("hotblk after its attachment pod was replaced: %+v", s)
+	}
+	if got := guestShell(t, vmi, "head -c 15 /dev/"+blk); got != "VMLET-HOT-BLOCK" || devOf(vmi, "hotblk") != blk {
+		t.Errorf("after its attachment pod was replaced the guest reads %q from hotblk (now %q, was %q)", got, devOf(vmi, "hotblk"), blk)
+	}
+	if out := kubectl(t, "", "get", "events", "-n", "default", "--field-selector", "involvedObject.name="+name+",reason=VolumeDetached", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("a disk was detached when the attachment pod went: %s", out)
+	}
 	if c := migratable(metav1.ConditionFalse); c.Reason != "DisksNotLiveMigratable" || !strings.Contains(c.Message, name+"-fs") {
 		t.Errorf("LiveMigratable with the ReadWriteOnce claim attached: %s: %s", c.Reason, c.Message)
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,11 +24,6 @@ import (
 	"github.com/vmlet/vmlet/qemu/launcher"
 	"github.com/vmlet/vmlet/storage"
 )
-
-// targetRecheck is how often a migration target that waits for its stream to end, or for the
-// source to say completed, looks again although an event wakes it: a lost wake-up costs this
-// much, not the migration.
-const targetRecheck = 2 * time.Second
 
 // targetStep is the target's pass for a vmi migrating to this node: storage, network and a
 // launcher as for a start, then a QEMU waiting for the stream with the source's layout, a relay
@@ -52,10 +46,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		v := run.snapshot()
 		st, ended, err := v.status, v.ended, v.err
 		if !ended {
-			// The run wakes the vmi when the stream ends; the requeue only backs that up (a
-			// take-over once waited 2 min after the stream completed, no error logged, in
-			// TestMigrateSharedNetwork: a wake-up was lost, cause not found).
-			return ctrl.Result{RequeueAfter: targetRecheck}, nil
+			return ctrl.Result{}, nil // the run wakes the vmi when the stream ends
 		}
 		// The run stays until the take-over is in the status (a write that conflicts is redone
 		// from it): the next pass, the ordinary one, forgets it.
@@ -74,8 +65,7 @@ func (r *VMIReconciler) targetStep(ctx context.Context, vmi *vmletv1.VirtualMach
 		}
 		if m.received {
 			if !ms.Completed {
-				// The source ends its disk mirrors, then says completed (its write wakes the vmi).
-				return ctrl.Result{RequeueAfter: targetRecheck}, nil
+				return ctrl.Result{}, nil // the source ends its disk mirrors, then says completed
 			}
 			if err := r.resumeTarget(ctx, vmi); err != nil {
 				return ctrl.Result{}, err // retried: the guest waits paused, its disks in sync
